@@ -1,0 +1,8 @@
+"""tinysched: a lazy-tensor compiler (scheduler, codegen, runtime) built for process replay.
+
+Named `tinysched`, not `sched`: the standard library has a `sched` module that would shadow it.
+"""
+from tinysched.dtype import dtypes, DType
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp, Variable, sint, resolve
+from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite

@@ -1,0 +1,138 @@
+"""Data types: the scalar types of the IR, their numpy mapping and tinygrad's promotion lattice."""
+from __future__ import annotations
+import functools, math
+from dataclasses import dataclass
+from typing import Union
+import numpy as np
+
+ConstType = Union[float, int, bool]
+
+@dataclass(frozen=True, order=True)
+class DType:
+  priority: int      # promotion order: lower promotes to higher
+  itemsize: int      # bytes per element (of the whole vector for vector types)
+  name: str          # the OpenCL / printed name
+  fmt: str | None    # numpy type character, None for void
+  count: int = 1     # lanes for vector types (float4 in codegen)
+  def __repr__(self): return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+  def vec(self, n: int) -> DType:
+    if self.count != 1 or n < 1: raise ValueError(f"cannot vectorize {self} by {n}")
+    return self if n == 1 else DType(self.priority, self.itemsize*n, f"{self.name}{n}", None, n)
+  def scalar(self) -> DType: return self if self.count == 1 else _SCALARS[self.name.rstrip("0123456789")]
+  def ptr(self) -> PtrDType: return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self)
+  @property
+  def base(self) -> DType: return self
+  @property
+  def np(self) -> np.dtype | None: return np.dtype(self.fmt) if self.fmt is not None else None
+
+@dataclass(frozen=True, order=True)
+class PtrDType(DType):
+  """A pointer to a buffer of `_base` (the dtype of BUFFER and DEFINE_GLOBAL nodes)."""
+  _base: DType = None  # type: ignore[assignment]
+  def __repr__(self): return f"{self._base!r}.ptr()"
+  @property
+  def base(self) -> DType: return self._base
+
+class dtypes:
+  void = DType(-1, 0, "void", None)
+  bool = DType(0, 1, "bool", "?")
+  int8 = DType(1, 1, "char", "b")
+  uint8 = DType(2, 1, "uchar", "B")
+  int16 = DType(3, 2, "short", "h")
+  uint16 = DType(4, 2, "ushort", "H")
+  int32 = DType(5, 4, "int", "i")
+  uint32 = DType(6, 4, "uint", "I")
+  int64 = DType(7, 8, "long", "q")
+  uint64 = DType(8, 8, "ulong", "Q")
+  float16 = DType(9, 2, "half", "e")
+  float32 = DType(11, 4, "float", "f")
+  float64 = DType(12, 8, "double", "d")
+  # aliases with tinygrad's names
+  char, uchar, short, ushort, int, uint, long, ulong = int8, uint8, int16, uint16, int32, uint32, int64, uint64
+  half, float, double = float16, float32, float64
+  default_float = float32
+  default_int = int32
+
+  @staticmethod
+  def is_float(x: DType) -> bool: return x.scalar() in FLOATS
+  @staticmethod
+  def is_int(x: DType) -> bool: return x.scalar() in INTS
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x.scalar() in UINTS
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+  @staticmethod
+  def from_py(x) -> DType:
+    """The dtype a Python scalar (or nested list of them) gets."""
+    if isinstance(x, (list, tuple)): return max((dtypes.from_py(y) for y in x), default=dtypes.default_float)
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, float): return dtypes.default_float
+    raise TypeError(f"no dtype for python value {x!r} of type {type(x).__name__}")
+  @staticmethod
+  def from_np(x: np.dtype | type) -> DType:
+    x = np.dtype(x)
+    for d in ALL:
+      if d.fmt is not None and np.dtype(d.fmt) == x: return d
+    raise TypeError(f"numpy dtype {x} has no tinysched dtype (supported: {', '.join(d.name for d in ALL)})")
+  @staticmethod
+  def from_name(name: str) -> DType:
+    if (d := _BY_NAME.get(name)) is None: raise KeyError(f"unknown dtype name {name!r}")
+    return d
+  @staticmethod
+  def min(d: DType) -> ConstType:
+    if dtypes.is_bool(d): return False
+    if dtypes.is_int(d): return 0 if dtypes.is_unsigned(d) else -2**(d.scalar().itemsize*8-1)
+    return -math.inf
+  @staticmethod
+  def max(d: DType) -> ConstType:
+    if dtypes.is_bool(d): return True
+    if dtypes.is_int(d): return 2**(d.scalar().itemsize*8)-1 if dtypes.is_unsigned(d) else 2**(d.scalar().itemsize*8-1)-1
+    return math.inf
+  @staticmethod
+  def finfo(d: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype."""
+    return {dtypes.float16: (5, 10), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[d.scalar()]
+  @staticmethod
+  def as_const(val, d: DType) -> ConstType:
+    """Cast a python scalar to the python type that represents `d` (bool, int or float)."""
+    if dtypes.is_bool(d): return bool(val)
+    if dtypes.is_int(d):
+      if isinstance(val, float) and not math.isfinite(val): raise ValueError(f"cannot represent {val} as {d}")
+      iv = int(val)
+      # wrap like the hardware does
+      bits = d.scalar().itemsize*8
+      iv &= (1 << bits) - 1
+      if not dtypes.is_unsigned(d) and iv >= 1 << (bits-1): iv -= 1 << bits
+      return iv
+    return float(val)
+
+SINTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+UINTS = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+INTS = SINTS + UINTS
+FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
+ALL = (dtypes.bool,) + INTS + FLOATS
+_SCALARS = {d.name: d for d in ALL}
+_BY_NAME = {**{d.name: d for d in ALL}, "void": dtypes.void,
+            **{k: v for k, v in vars(dtypes).items() if isinstance(v, DType)}}
+
+# tinygrad's promotion lattice: an edge a -> b means a promotes to b without loss
+_PROMO = {dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
+          dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16,), dtypes.uint8: (dtypes.int16, dtypes.uint16),
+          dtypes.uint16: (dtypes.int32, dtypes.uint32), dtypes.uint32: (dtypes.int64, dtypes.uint64),
+          dtypes.uint64: (dtypes.float16,), dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,)}
+
+@functools.lru_cache(None)
+def _upper(d: DType) -> frozenset[DType]: return frozenset.union(frozenset({d}), *(_upper(p) for p in _PROMO.get(d, ())))
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every argument promotes to (tinygrad's rule: int64+float16 -> float16, uint+int -> next int)."""
+  if not ds: raise ValueError("least_upper_dtype needs at least one dtype")
+  common = frozenset.intersection(*(_upper(d.scalar()) for d in ds))
+  return min(common)  # DType orders by priority first
+
+def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+
+def to_np(d: DType) -> np.dtype:
+  if d.fmt is None: raise TypeError(f"{d} has no numpy equivalent")
+  return np.dtype(d.fmt)

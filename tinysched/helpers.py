@@ -1,0 +1,34 @@
+"""Small, dependency-free utilities shared by every module."""
+from __future__ import annotations
+import functools, operator, os
+from typing import Iterable, TypeVar, Any
+
+T = TypeVar("T")
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(operator.mul, xs, start)
+def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))  # keeps first-seen order: deterministic
+def all_int(xs: Iterable[Any]) -> bool: return all(type(x) is int for x in xs)
+def all_same(xs: list[Any]) -> bool: return all(x == xs[0] for x in xs[1:])
+def argsort(xs: list[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
+def merge_dicts(ds: Iterable[dict]) -> dict:
+  out: dict = {}
+  for d in ds:
+    for k, v in d.items():
+      if k in out and out[k] != v: raise ValueError(f"cannot merge dicts: key {k} has values {out[k]} and {v}")
+      out[k] = v
+  return out
+def make_tuple(x: int | Iterable[int], n: int) -> tuple[int, ...]: return (x,)*n if isinstance(x, int) else tuple(x)
+def round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
+
+@functools.lru_cache(maxsize=None)
+def getenv(key: str, default: Any = 0) -> Any: return type(default)(os.getenv(key, default))
+DEBUG = getenv("DEBUG", 0)
+
+def cdiv(a: int, b: int) -> int:
+  """C-style integer division (truncates toward zero), the semantics of Ops.IDIV."""
+  q = abs(a) // abs(b)
+  return q if (a < 0) == (b < 0) else -q
+def cmod(a: int, b: int) -> int:
+  """C-style remainder (sign of the dividend), the semantics of Ops.MOD."""
+  return a - b * cdiv(a, b)

@@ -1,0 +1,181 @@
+"""Pattern rewriting: UPat describes a node shape, PatternMatcher is an ordered list of named rules,
+graph_rewrite applies a matcher bottom-up to a fixed point.
+
+Rules are data: `PatternMatcher.rule_names()` lists them and `graph_rewrite(..., track=list)` records
+which rule rewrote which node, so replay reports can name the rule behind a change.
+"""
+from __future__ import annotations
+import inspect, itertools, os
+from typing import Any, Callable, Iterable, Union
+from tinysched.dtype import DType
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp
+
+class _Any:
+  def __repr__(self): return "ANY"
+ANY = _Any()  # "match any argument"
+
+def _as_tuple(x: Any) -> tuple | None:
+  if x is None: return None
+  return tuple(x) if isinstance(x, (tuple, set, frozenset, list)) else (x,)
+
+class UPat:
+  """A node pattern.
+
+  op: an Ops, a collection of Ops, or None (any). dtype: a DType, collection, or None.
+  src: None (any sources); a tuple (in order; for patterns whose ops are all commutative, also in any
+  order); a list (in any order); or a single UPat (every source matches it, any count).
+  arg: the exact argument, or ANY. name: bind the matched node under this name; a name bound twice
+  must bind the same node. allow_any_len: a tuple src matches a prefix of the node's sources.
+  """
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_perms", "_all", "early_reject")
+  def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
+               src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = ANY, name: str | None = None,
+               allow_any_len: bool = False):
+    self.op: tuple[Ops, ...] | None = tuple(sorted(_as_tuple(op))) if op is not None else None  # type: ignore[type-var]
+    self.dtype = _as_tuple(dtype)
+    self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+    self.src = src
+    self._all: UPat | None = src if isinstance(src, UPat) else None
+    self._perms: list[tuple[UPat, ...]] | None = None
+    if isinstance(src, list): self._perms = [tuple(p) for p in itertools.permutations(src)]
+    elif isinstance(src, tuple):
+      commutative = self.op is not None and all(o in GroupOp.Commutative for o in self.op) and len(src) == 2
+      self._perms = [src, src[::-1]] if commutative else [src]
+    # ops the node's direct sources must contain: checked before any recursion
+    req: set[Ops] = set()
+    if isinstance(src, (tuple, list)):
+      for p in src:
+        if p.op is not None and len(p.op) == 1: req.add(p.op[0])
+    self.early_reject = frozenset(req)
+
+  @staticmethod
+  def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat: return UPat(Ops.CONST, dtype, name=name)
+  @staticmethod
+  def const(dtype: DType | Iterable[DType] | None, b: Any) -> UPat: return UPat(Ops.CONST, dtype, arg=b)
+  @staticmethod
+  def any(*pats: UPat) -> UPat: return _UPatAny(pats)
+  def view(self, st: Any = ANY, name: str | None = None) -> UPat: return UPat(Ops.VIEW, None, (self,), st, name)
+  def alu(self, op: Ops, *src: UPat, name: str | None = None) -> UPat: return UPat(op, None, (self,) + src, name=name)
+  def __repr__(self):
+    ops = "any" if self.op is None else "|".join(o.name for o in self.op)
+    return f"UPat({ops}{'' if self.name is None else ' as ' + self.name})"
+
+  def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every binding under which `u` matches (more than one only through any-order sources)."""
+    if self.op is not None and u.op not in self.op: return []
+    if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype: return []
+    if self.arg is not ANY and not _arg_eq(self.arg, u.arg): return []
+    if self.name is not None:
+      if (b := store.get(self.name)) is not None:
+        if b is not u: return []
+      else: store = {**store, self.name: u}
+    if self.src is None: return [store]
+    if self._all is not None:
+      res = [store]
+      for s in u.src: res = [b2 for b in res for b2 in self._all.match(s, b)]
+      return res
+    if self.early_reject and not self.early_reject.issubset({s.op for s in u.src}): return []
+    out: list[dict[str, UOp]] = []
+    for perm in self._perms:  # type: ignore[union-attr]
+      if len(perm) != len(u.src) and not (self.allow_any_len and len(perm) <= len(u.src)): continue
+      res = [store]
+      for p, s in zip(perm, u.src):
+        res = [b2 for b in res for b2 in p.match(s, b)]
+        if not res: break
+      out.extend(res)
+    return out
+
+class _UPatAny(UPat):
+  def __init__(self, pats: tuple[UPat, ...]):
+    super().__init__()
+    self.src = pats
+  def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    return [b for p in self.src for b in p.match(u, store)]  # type: ignore[union-attr]
+
+def _arg_eq(a: Any, b: Any) -> bool:
+  # type-strict: True must not match 1, and 0.0 must not match -0.0
+  if type(a) is not type(b): return False
+  if type(a) is float: return repr(a) == repr(b)
+  return a == b
+
+Rule = Union[tuple[UPat, Callable], tuple[UPat, Callable, str]]
+
+def _rule_name(fn: Callable) -> str:
+  name = getattr(fn, "__name__", "rule")
+  if name != "<lambda>": return name
+  code = fn.__code__  # type: ignore[attr-defined]
+  return f"{os.path.basename(code.co_filename).removesuffix('.py')}:{code.co_firstlineno}"
+
+class PatternMatcher:
+  """An ordered list of (UPat, fn[, name]) rules; the first fn that returns a node wins.
+
+  fn receives the bound names as keyword arguments, plus `ctx` if it declares that parameter.
+  Matchers compose with `+` (the left one's rules are tried first).
+  """
+  def __init__(self, rules: list[Rule], name: str = "matcher"):
+    self.name = name
+    self.rules: list[tuple[UPat, Callable, str, bool]] = []
+    for r in rules:
+      pat, fn = r[0], r[1]
+      rname = r[2] if len(r) == 3 else _rule_name(fn)  # type: ignore[misc]
+      self.rules.append((pat, fn, rname, "ctx" in inspect.signature(fn).parameters))
+    # index rules by op for early rejection, keeping the global order inside every bucket
+    self.pdict: dict[Ops, list[tuple[UPat, Callable, str, bool]]] = {op: [] for op in Ops}
+    for rule in self.rules:
+      for op in (rule[0].op if rule[0].op is not None else tuple(Ops)): self.pdict[op].append(rule)
+  def __add__(self, other: PatternMatcher) -> PatternMatcher:
+    return PatternMatcher([(p, f, n) for p, f, n, _ in self.rules + other.rules], name=f"{self.name}+{other.name}")
+  def rule_names(self) -> list[str]: return [n for _, _, n, _ in self.rules]
+  def __repr__(self): return f"PatternMatcher({self.name}, {len(self.rules)} rules)"
+
+  def rewrite_named(self, u: UOp, ctx: Any = None) -> tuple[UOp, str] | None:
+    """Try the rules in order on one node: (new node, rule name) of the first that fires."""
+    for pat, fn, name, has_ctx in self.pdict[u.op]:
+      for bound in pat.match(u, {}):
+        ret = fn(ctx=ctx, **bound) if has_ctx else fn(**bound)
+        if ret is not None and ret is not u: return ret, name
+    return None
+  def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+    r = self.rewrite_named(u, ctx)
+    return None if r is None else r[0]
+
+class RewriteLoop(RuntimeError): pass
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None) -> UOp:
+  """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
+  until no rule fires (a fixed point). Results are memoized for the duration of the call.
+  `track`, if given, receives (rule name, before, after) for every rule that fired."""
+  done: dict[UOp, UOp] = {}
+  active: set[UOp] = set()  # membership only (never iterated): detects a rule that re-creates its own input
+  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  while stack:
+    n, stage, other = stack.pop()
+    if stage == 0:
+      if n in done: continue
+      if n in active: raise RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
+      active.add(n)
+      stack.append((n, 1, None))
+      for s in reversed(n.src):
+        if s not in done: stack.append((s, 0, None))
+    elif stage == 1:
+      new_src = tuple(done[s] for s in n.src)
+      nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
+      r = pm.rewrite_named(nn, ctx)
+      if r is None:
+        done[n] = nn
+        active.discard(n)
+        continue
+      if track is not None: track.append((r[1], nn, r[0]))
+      if r[0] in done:
+        done[n] = done[r[0]]
+        active.discard(n)
+        continue
+      stack.append((n, 2, r[0]))
+      stack.append((r[0], 0, None))
+    else:
+      done[n] = done[other]  # type: ignore[index]
+      active.discard(n)
+  return done[root]

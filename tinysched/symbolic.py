@@ -1,0 +1,151 @@
+"""The symbolic-integer simplifier, written as a PatternMatcher.
+
+Index expressions are sums of `coefficient * term` plus a constant; the rules keep them in that
+form (constants to the right, like terms combined, constants distributed over sums) and fold
+division and modulo by constants using value ranges (vmin/vmax). The rules assume C semantics for
+IDIV/MOD (truncation), so division rules only fire where the dividend is provably non-negative.
+"""
+from __future__ import annotations
+import math
+from tinysched.dtype import dtypes
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp, exec_alu, _PY_ALU
+from tinysched.rewrite import UPat, PatternMatcher
+
+def _decompose(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
+  """x == sum(coeff*term) + const, flattening nested ADDs; terms keep first-appearance order."""
+  terms: list[tuple[UOp, int]] = []
+  const = 0
+  stack = [x]
+  while stack:
+    u = stack.pop()
+    if u.op is Ops.ADD: stack.extend(reversed(u.src))
+    elif u.op is Ops.CONST: const += u.arg
+    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST: terms.append((u.src[0], u.src[1].arg))
+    else: terms.append((u, 1))
+  return terms, const
+
+def _rebuild(dtype, terms: list[tuple[UOp, int]], const: int) -> UOp:
+  ret: UOp | None = None
+  for t, c in terms:
+    if c == 0: continue
+    tt = t if c == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, c)))
+    ret = tt if ret is None else UOp(Ops.ADD, dtype, (ret, tt))
+  if ret is None: return UOp.const(dtype, const)
+  return ret if const == 0 else UOp(Ops.ADD, dtype, (ret, UOp.const(dtype, const)))
+
+def fold_constants(x: UOp) -> UOp | None:
+  if x.op not in _PY_ALU: return None
+  try: return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
+  except (ZeroDivisionError, ValueError, OverflowError): return None
+
+def fold_by_range(x: UOp) -> UOp | None:
+  """An integer or bool expression whose range is a single value is that value."""
+  if x.op is Ops.CONST or x.op not in GroupOp.ALU: return None
+  if not (dtypes.is_int(x.dtype) or dtypes.is_bool(x.dtype)): return None
+  return UOp.const(x.dtype, x.vmin) if x.vmin == x.vmax else None
+
+def combine_terms(x: UOp) -> UOp | None:
+  """Flatten a sum, merge like terms and constants; fires only when that makes it shorter."""
+  terms, const = _decompose(x)
+  merged: dict[UOp, int] = {}
+  for t, c in terms: merged[t] = merged.get(t, 0) + c
+  nconsts = sum(1 for u in _flat_adds(x) if u.op is Ops.CONST)
+  if len(merged) == len(terms) and nconsts <= 1 and all(c != 0 for c in merged.values()):
+    # already combined: only move a constant that is not last to the end
+    if nconsts == 1 and x.src[1].op is not Ops.CONST: return _rebuild(x.dtype, list(merged.items()), const)
+    return None
+  return _rebuild(x.dtype, list(merged.items()), const)
+
+def _flat_adds(x: UOp) -> list[UOp]:
+  out, stack = [], [x]
+  while stack:
+    u = stack.pop()
+    if u.op is Ops.ADD: stack.extend(u.src)
+    else: out.append(u)
+  return out
+
+def distribute_mul(s: UOp, c: UOp) -> UOp | None:
+  """(a + b) * c -> a*c + b*c for integer sums, so index expressions stay sums of products."""
+  terms, const = _decompose(s)
+  return _rebuild(s.dtype, [(t, k*c.arg) for t, k in terms], const*c.arg)
+
+def fold_div(x: UOp, c: UOp) -> UOp | None:
+  """x // c for a constant c > 0 and x >= 0: split x = c*A + R, then x//c = A + R//c."""
+  d = c.arg
+  if d <= 0 or x.vmin < 0: return None
+  if x.vmax < d: return UOp.const(x.dtype, 0)
+  terms, const = _decompose(x)
+  if any(t.vmin < 0 for t, _ in terms): return None
+  g = math.gcd(d, const, *(k for _, k in terms))
+  if g > 1 and all(k > 0 for _, k in terms) and const >= 0:
+    return UOp(Ops.IDIV, x.dtype, (_rebuild(x.dtype, [(t, k//g) for t, k in terms], const//g), UOp.const(x.dtype, d//g)))
+  quo = [(t, k//d) for t, k in terms if k//d != 0] if all(k >= 0 for _, k in terms) else []
+  if not quo and const < d:
+    # (x // a) // b -> x // (a*b)
+    if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+      return UOp(Ops.IDIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg*d)))
+    return None
+  rem_terms = [(t, k % d) for t, k in terms] if quo else terms
+  rem = _rebuild(x.dtype, rem_terms, const % d)
+  if rem.vmin < 0: return None
+  q = _rebuild(x.dtype, quo, const//d)
+  return q if rem.vmax < d else q + UOp(Ops.IDIV, x.dtype, (rem, c))
+
+def fold_mod(x: UOp, c: UOp) -> UOp | None:
+  """x % c for a constant c > 0 and x >= 0: drop the terms that are multiples of c."""
+  d = c.arg
+  if d <= 0 or x.vmin < 0: return None
+  if x.vmax < d: return x
+  if d == 1: return UOp.const(x.dtype, 0)
+  # (y % (k*d)) % d -> y % d
+  if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0: return UOp(Ops.MOD, x.dtype, (x.src[0], c))
+  terms, const = _decompose(x)
+  if any(t.vmin < 0 for t, _ in terms): return None
+  new_terms = [(t, k % d) for t, k in terms]
+  if all(k == nk for (_, k), (_, nk) in zip(terms, new_terms)) and const == const % d: return None
+  rem = _rebuild(x.dtype, new_terms, const % d)
+  if rem.vmin < 0: return None
+  return rem if rem.vmax < d else UOp(Ops.MOD, x.dtype, (rem, c))
+
+INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+
+symbolic = PatternMatcher([
+  # constants
+  (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="x"), fold_constants),
+  # identities (the any-order match puts the constant on either side)
+  (UPat(Ops.ADD, src=(UPat.var("x"), UPat.const(None, 0))), lambda x: x, "add_zero"),
+  (UPat(Ops.ADD, src=(UPat.var("x"), UPat.const(None, 0.0))), lambda x: x, "add_zero_float"),
+  (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: x, "mul_one"),
+  (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, 1.0))), lambda x: x, "mul_one_float"),
+  (UPat(Ops.MUL, INTS, src=(UPat.var("x"), UPat.const(None, 0))), lambda x: UOp.const(x.dtype, 0), "mul_zero"),
+  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: x, "div_one"),
+  (UPat(Ops.MOD, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: UOp.const(x.dtype, 0), "mod_one"),
+  (UPat(Ops.AND, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, True))), lambda x: x, "and_true"),
+  (UPat(Ops.AND, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, False))), lambda x: x.const_like(False), "and_false"),
+  (UPat(Ops.OR, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, False))), lambda x: x, "or_false"),
+  (UPat(Ops.OR, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, True))), lambda x: x.const_like(True), "or_true"),
+  (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(UPat.var("x"), UPat.var("x"))), lambda x: x, "idempotent"),
+  (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, True), UPat.var("a"), UPat.var())), lambda a: a, "where_true"),
+  (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, False), UPat.var(), UPat.var("b"))), lambda b: b, "where_false"),
+  (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a, "where_same"),
+  (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x, "double_neg"),
+  # ranges decide it
+  (UPat(GroupOp.ALU, name="x"), fold_by_range),
+  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a if a.vmin >= b.vmax else (b if b.vmin >= a.vmax else None),
+   "max_by_range"),
+  # integer sums of products
+  (UPat(Ops.MUL, INTS, src=(UPat(Ops.ADD, name="s"), UPat.cvar("c"))), distribute_mul),
+  (UPat(Ops.MUL, INTS, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))),
+   lambda x, c1, c2: UOp(Ops.MUL, x.dtype, (x, UOp.const(x.dtype, c1.arg*c2.arg))), "mul_mul_const"),
+  (UPat(Ops.MUL, INTS, src=(UPat.cvar("c"), UPat.var("x"))), lambda c, x: None if x.op is Ops.CONST else UOp(Ops.MUL, x.dtype, (x, c)),
+   "const_right_mul"),
+  (UPat(Ops.ADD, INTS, name="x"), combine_terms),
+  # division and modulo by constants
+  (UPat(Ops.IDIV, INTS, src=(UPat.var("x"), UPat.cvar("c"))), fold_div),
+  (UPat(Ops.MOD, INTS, src=(UPat.var("x"), UPat.cvar("c"))), fold_mod),
+  # comparisons against constants: move constant terms across
+  (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))),
+   lambda x, c1, c2: UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, c2.arg - c1.arg))) if dtypes.is_int(x.dtype) else None,
+   "lt_move_const"),
+], name="symbolic")

@@ -1,0 +1,370 @@
+"""The IR node: an immutable, interned UOp with a process-stable content key.
+
+Building the same node twice returns the same object, so `is` is equality and graphs share
+structure. `key` is a sha256 over op, dtype, arg and the children's keys: it never uses id() or
+Python's randomized str hash, so it is identical in every process.
+"""
+from __future__ import annotations
+import hashlib, math, struct, weakref
+from enum import Enum
+from functools import cached_property
+from typing import Any, Callable, Iterator, Union
+from tinysched.dtype import DType, PtrDType, dtypes, ConstType
+from tinysched.ops import Ops, GroupOp
+from tinysched.helpers import cdiv, cmod
+
+sint = Union[int, "UOp"]  # a shape entry: a python int or a symbolic integer UOp
+
+def _intern_arg(arg: Any) -> Any:
+  # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
+  # the type is part of the key so CONST 1 and CONST 1.0 (or True) never merge
+  if type(arg) is float: return (float, struct.pack("<d", arg))
+  if type(arg) is tuple: return (tuple, tuple(_intern_arg(a) for a in arg))
+  return (type(arg), arg)
+
+class _UOpMeta(type):
+  _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    k = (op, dtype, src, _intern_arg(arg))
+    if (ret := _UOpMeta._cache.get(k)) is not None: return ret
+    ret = super().__call__(op, dtype, src, arg)
+    _UOpMeta._cache[k] = ret
+    return ret
+
+def stable_repr(x: Any) -> str:
+  """A deterministic text form of a node argument; the input of `key` and of printed ASTs."""
+  if x is None or type(x) in (bool, int, str): return repr(x)
+  if type(x) is float:
+    if math.isnan(x): return "nan" if not math.copysign(1, x) < 0 else "-nan"
+    return repr(x)  # repr round-trips exactly and keeps -0.0 and inf
+  if isinstance(x, UOp): return x.render_sym() if x.op in _SYM_OPS else f"UOp#{x.key[:16]}"
+  if isinstance(x, Enum): return f"{type(x).__name__}.{x.name}"
+  if isinstance(x, DType): return repr(x)
+  if isinstance(x, tuple): return "(" + ", ".join(stable_repr(a) for a in x) + ("," if len(x) == 1 else "") + ")"
+  if hasattr(x, "stable_repr"): return x.stable_repr()
+  raise TypeError(f"argument of type {type(x).__name__} has no stable representation: {x!r}")
+
+class UOp(metaclass=_UOpMeta):
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  op: Ops
+  dtype: DType
+  src: tuple[UOp, ...]
+  arg: Any
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    object.__setattr__(self, "op", op)
+    object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", src)
+    object.__setattr__(self, "arg", arg)
+  def __setattr__(self, name, value):
+    if name in ("op", "dtype", "src", "arg"): raise AttributeError(f"UOp is immutable: cannot set {name}")
+    object.__setattr__(self, name, value)
+  def __reduce__(self): raise TypeError("UOps are not picklable by design: use replay's canonical encoding")
+  def replace(self, **kwargs) -> UOp:
+    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
+
+  # *** identity ***
+  @cached_property
+  def key(self) -> str:
+    """Content hash, identical across processes (hex sha256)."""
+    h = hashlib.sha256()
+    h.update(f"{self.op.name}|{self.dtype!r}|{stable_repr(self.arg)}|{len(self.src)}".encode())
+    for s in self.src: h.update(s.key.encode())
+    return h.hexdigest()
+
+  # *** graph walking ***
+  def toposort(self) -> dict[UOp, None]:
+    """Every node of the graph, children before parents, in deterministic (first-visit) order."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      n, expanded = stack.pop()
+      if n in out: continue
+      if expanded: out[n] = None
+      else:
+        stack.append((n, True))
+        for s in reversed(n.src):
+          if s not in out: stack.append((s, False))
+    return out
+  @property
+  def sparents(self) -> dict[UOp, None]: return self.toposort()
+  @property
+  def parents(self) -> dict[UOp, None]:
+    ret = self.toposort(); del ret[self]
+    return ret
+  def __iter__(self) -> Iterator[UOp]: return iter(self.toposort())
+
+  # *** printing ***
+  def pretty(self) -> str:
+    """Readable, deterministic tree; a node used more than once is printed once as `%n` and referenced as `^%n`."""
+    counts: dict[UOp, int] = {}
+    for n in self.toposort():
+      for s in n.src: counts[s] = counts.get(s, 0) + 1
+    labels: dict[UOp, int] = {}
+    lines: list[str] = []
+    stack: list[tuple[UOp, int]] = [(self, 0)]
+    while stack:
+      n, depth = stack.pop()
+      pad = "  " * depth
+      if n in labels:
+        lines.append(f"{pad}^%{labels[n]}")
+        continue
+      tag = ""
+      if counts.get(n, 0) > 1:
+        labels[n] = len(labels)
+        tag = f"%{labels[n]} = "
+      arg = "" if n.arg is None else f" {stable_repr(n.arg)}"
+      lines.append(f"{pad}{tag}{n.op.name} {n.dtype!r}{arg}")
+      for s in reversed(n.src): stack.append((s, depth + 1))
+    return "\n".join(lines)
+  def __repr__(self) -> str:
+    if self.op in _SYM_OPS and all(x.op in _SYM_OPS for x in self.toposort()): return f"<{self.render_sym()}>"
+    return f"UOp({self.op!r}, {self.dtype!r}, arg={stable_repr(self.arg)}, src=<{len(self.src)}>, key={self.key[:12]})"
+
+  # *** construction helpers ***
+  @staticmethod
+  def const(dtype: DType, b: ConstType | UOp) -> UOp:
+    if isinstance(b, UOp): return b.unbind()[0] if b.op is Ops.BIND else b
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar(), b),)*dtype.count)
+    return UOp(Ops.CONST, dtype, (), dtypes.as_const(b, dtype))
+  def const_like(self, b: ConstType) -> UOp: return UOp.const(self.dtype, b)
+  def cast(self, dtype: DType) -> UOp:
+    if self.dtype == dtype: return self
+    if self.op is Ops.CONST: return UOp.const(dtype, self.arg)
+    return UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+  def alu(self, op: Ops, *src: UOp) -> UOp:
+    srcs = (self,) + src
+    out_dtype = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
+    if op is Ops.WHERE: out_dtype = srcs[1].dtype
+    # fold constants eagerly: keeps symbolic shapes small and identical wherever they are built
+    if all(s.op is Ops.CONST for s in srcs) and op in _PY_ALU:
+      try: return UOp.const(out_dtype, exec_alu(op, out_dtype, [s.arg for s in srcs]))
+      except (ZeroDivisionError, ValueError, OverflowError): pass
+    return UOp(op, out_dtype, srcs)
+  def ufix(self, x: sint | float) -> UOp: return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
+  def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
+    xx = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x))
+    yy = y if isinstance(y, UOp) else xx.const_like(y)
+    return self.alu(Ops.WHERE, xx, yy)
+  def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
+  @staticmethod
+  def sink_of(*srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, srcs)
+  @staticmethod
+  def store(*srcs: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, srcs)
+  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp: return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, tuple(axis)))
+  @property
+  def axis_arg(self) -> tuple[int, ...]:
+    if self.op is not Ops.REDUCE_AXIS: raise ValueError(f"axis_arg of {self.op}")
+    return self.arg[1]
+  def view(self, st) -> UOp:
+    """Wrap in a VIEW carrying ShapeTracker `st`."""
+    return UOp(Ops.VIEW, self.dtype, (self,), st)
+  @property
+  def st(self):
+    """The ShapeTracker of a VIEW / LOAD / STORE / VALID node (None if it has none)."""
+    if self.op is Ops.VIEW: return self.arg
+    if self.op in GroupOp.Buffer:
+      for s in self.src:
+        if s.op is Ops.VIEW: return s.arg
+    return None
+  @property
+  def buf_uop(self) -> UOp:
+    """The BUFFER / DEFINE_GLOBAL a buffer op or VIEW refers to."""
+    if self.op in (Ops.BUFFER, Ops.DEFINE_GLOBAL): return self
+    if self.op is Ops.VIEW and self.src: return self.src[0].buf_uop
+    if self.op in (Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.ASSIGN): return self.src[0].buf_uop
+    raise ValueError(f"{self.op} has no buffer")
+
+  # *** symbolic integers ***
+  def __add__(self, x): return self.alu(Ops.ADD, self.ufix(x))
+  def __radd__(self, x): return self.ufix(x).alu(Ops.ADD, self)
+  def __sub__(self, x): return self.alu(Ops.ADD, -self.ufix(x))
+  def __rsub__(self, x): return self.ufix(x).alu(Ops.ADD, -self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self.ufix(x))
+  def __rmul__(self, x): return self.ufix(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self.ufix(x))
+  def __rfloordiv__(self, x): return self.ufix(x).alu(Ops.IDIV, self)
+  def __mod__(self, x): return self.alu(Ops.MOD, self.ufix(x))
+  def __rmod__(self, x): return self.ufix(x).alu(Ops.MOD, self)
+  # integer negation is x*-1 so that the simplifier sees one canonical form of subtraction
+  def __neg__(self): return self*-1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self.ufix(x))
+  def __gt__(self, x): return self.ufix(x).alu(Ops.CMPLT, self)
+  def __ge__(self, x): return (self < x).logical_not()
+  def __le__(self, x): return (self > x).logical_not()
+  def __and__(self, x): return self.alu(Ops.AND, self.ufix(x))
+  def __or__(self, x): return self.alu(Ops.OR, self.ufix(x))
+  def __xor__(self, x): return self.alu(Ops.XOR, self.ufix(x))
+  def ne(self, x): return self.alu(Ops.CMPNE, self.ufix(x))
+  def eq(self, x): return self.ne(x).logical_not()
+  def logical_not(self): return self.alu(Ops.CMPNE, self.const_like(True))
+  def maximum(self, x): return self.alu(Ops.MAX, self.ufix(x))
+  def minimum(self, x): return -((-self).maximum(-self.ufix(x)))
+  def __hash__(self): return id(self)
+  def __eq__(self, other): return self is other
+  def __bool__(self): raise TypeError(f"the truth value of symbolic {self!r} is unknown: use resolve()")
+
+  def bind(self, val: int) -> UOp:
+    if self.op is not Ops.DEFINE_VAR: raise ValueError(f"only a Variable can be bound, not {self.op}")
+    name, lo, hi = self.arg
+    if not isinstance(val, int) or not lo <= val <= hi: raise ValueError(f"value {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
+    return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+  def unbind(self) -> tuple[UOp, int]:
+    if self.op is not Ops.BIND: raise ValueError(f"unbind needs a bound Variable, not {self.op}")
+    return self.src[0], self.src[1].arg
+  @property
+  def val(self) -> int: return self.unbind()[1]
+  @property
+  def expr(self) -> str:
+    if self.op is not Ops.DEFINE_VAR: raise ValueError(f"expr of {self.op}")
+    return self.arg[0]
+  def vars(self) -> list[UOp]:
+    """DEFINE_VARs and BINDs inside, in first-visit order."""
+    return [x for x in self.toposort() if x.op is Ops.DEFINE_VAR or x.op is Ops.BIND]
+
+  @cached_property
+  def _min_max(self) -> tuple[ConstType, ConstType]: return _range(self)
+  @property
+  def vmin(self) -> ConstType: return self._min_max[0]
+  @property
+  def vmax(self) -> ConstType: return self._min_max[1]
+
+  def render_sym(self) -> str:
+    """Infix text of a symbolic integer expression (for printing shapes and index expressions)."""
+    return _render(self)
+  def simplify(self) -> UOp:
+    from tinysched.symbolic import symbolic  # late import: symbolic builds on uop
+    from tinysched.rewrite import graph_rewrite
+    return graph_rewrite(self, symbolic)
+  def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
+    from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
+    return graph_rewrite(self, PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute"), dvars)
+
+_SYM_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.NEG, Ops.CMPLT,
+                      Ops.CMPNE, Ops.AND, Ops.OR, Ops.WHERE, Ops.RANGE, Ops.SPECIAL, Ops.XOR})
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+  """A symbolic integer in [min_val, max_val]; bind it to a value with .bind(v)."""
+  if not isinstance(name, str) or not name: raise ValueError(f"Variable name must be a non-empty string, got {name!r}")
+  if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
+    raise ValueError(f"Variable {name!r} needs integer bounds min <= max, got [{min_val}, {max_val}]")
+  return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+# *** python semantics of every ALU op (constant folding and the symbolic evaluator) ***
+
+_PY_ALU: dict[Ops, Callable] = {
+  Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.EXP2: lambda x: 2.0**x if x < 1024 else math.inf,
+  Ops.LOG2: lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan),
+  Ops.SIN: lambda x: math.sin(x) if math.isfinite(x) else math.nan,
+  Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
+  Ops.RECIP: lambda x: 1/x if x != 0 else math.copysign(math.inf, x),
+  Ops.ADD: lambda x, y: x + y, Ops.MUL: lambda x, y: x * y, Ops.MAX: max,
+  Ops.IDIV: lambda x, y: cdiv(x, y) if y != 0 else 0, Ops.MOD: lambda x, y: cmod(x, y) if y != 0 else 0,
+  Ops.CMPLT: lambda x, y: x < y, Ops.CMPNE: lambda x, y: x != y,
+  Ops.AND: lambda x, y: x & y, Ops.OR: lambda x, y: x | y, Ops.XOR: lambda x, y: x ^ y,
+  Ops.SHL: lambda x, y: x << y, Ops.SHR: lambda x, y: x >> y,
+  Ops.WHERE: lambda c, x, y: x if c else y, Ops.MULACC: lambda x, y, z: x*y + z,
+}
+
+def exec_alu(op: Ops, dtype: DType, operands: list[ConstType]) -> ConstType:
+  """Evaluate one ALU op on python scalars with the wrap-around of `dtype`."""
+  return dtypes.as_const(_PY_ALU[op](*operands), dtype)
+
+def _range(u: UOp) -> tuple[ConstType, ConstType]:
+  dmin, dmax = dtypes.min(u.dtype), dtypes.max(u.dtype)
+  op, s = u.op, u.src
+  if op is Ops.CONST: return u.arg, u.arg
+  if op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
+  if op is Ops.BIND: return s[0].vmin, s[0].vmax
+  if op is Ops.RANGE: return s[0].vmin, s[1].vmax - 1
+  if op is Ops.SPECIAL: return 0, u.arg[1] - 1
+  if op is Ops.CAST and dtypes.is_int(u.dtype) and dtypes.is_int(s[0].dtype):
+    return max(dmin, s[0].vmin), min(dmax, s[0].vmax)
+  if op is Ops.NEG and not dtypes.is_bool(u.dtype): return -s[0].vmax, -s[0].vmin
+  if len(s) >= 2:
+    (a0, a1), (b0, b1) = s[0]._min_max, s[1]._min_max
+    if op is Ops.ADD: return max(dmin, a0 + b0), min(dmax, a1 + b1)
+    if op is Ops.MUL:
+      vals = [a0*b0, a0*b1, a1*b0, a1*b1]
+      return max(dmin, min(vals)), min(dmax, max(vals))
+    if op is Ops.MAX: return max(a0, b0), max(a1, b1)
+    if op is Ops.IDIV and b0 == b1 and isinstance(b0, int) and b0 != 0:
+      lo, hi = cdiv(a0, b0), cdiv(a1, b0)
+      return (lo, hi) if b0 > 0 else (hi, lo)
+    if op is Ops.MOD and b0 == b1 and isinstance(b0, int) and b0 > 0:
+      if a0 >= 0: return (a0, a1) if a1 < b0 else (0, b0 - 1)
+      return -(b0 - 1), b0 - 1
+    if op is Ops.CMPLT: return bool(a1 < b0), bool(a0 < b1)
+    if op is Ops.CMPNE: return bool(a1 < b0 or a0 > b1), not (a0 == a1 == b0 == b1)
+    if op is Ops.AND and dtypes.is_bool(u.dtype): return bool(a0 and b0), bool(a1 and b1)
+    if op is Ops.OR and dtypes.is_bool(u.dtype): return bool(a0 or b0), bool(a1 or b1)
+    if op is Ops.WHERE:
+      (c0, c1) = (a0, a1)
+      (x0, x1), (y0, y1) = s[1]._min_max, s[2]._min_max
+      if c0 == c1: return (x0, x1) if c0 else (y0, y1)
+      return min(x0, y0), max(x1, y1)
+  return dmin, dmax
+
+_INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|",
+          Ops.XOR: "^"}
+
+def _render(u: UOp) -> str:
+  if u.op is Ops.CONST: return repr(u.arg)
+  if u.op is Ops.DEFINE_VAR: return u.arg[0]
+  if u.op is Ops.BIND: return f"{u.src[0].arg[0]}={u.src[1].arg}"
+  if u.op is Ops.RANGE: return f"r{u.arg}" if not isinstance(u.arg, tuple) else f"r{u.arg[0]}"
+  if u.op is Ops.SPECIAL: return str(u.arg[0])
+  if u.op is Ops.NEG: return f"(-{_render(u.src[0])})"
+  if u.op is Ops.MAX: return f"max({_render(u.src[0])}, {_render(u.src[1])})"
+  if u.op is Ops.WHERE: return f"({_render(u.src[0])} ? {_render(u.src[1])} : {_render(u.src[2])})"
+  if u.op in _INFIX and len(u.src) == 2: return f"({_render(u.src[0])}{_INFIX[u.op]}{_render(u.src[1])})"
+  return f"{u.op.name}({', '.join(_render(s) for s in u.src)})"
+
+# *** helpers over sint (int or symbolic UOp) ***
+
+def resolve(x: Any, default: bool = True) -> bool:
+  """The truth of a (possibly symbolic) comparison if it is decided by value ranges, else `default`."""
+  if not isinstance(x, UOp): return bool(x)
+  if x.dtype != dtypes.bool: raise ValueError(f"resolve needs a boolean expression, got {x!r}")
+  return bool(x.vmin) if x.vmin == x.vmax else default
+
+def sint_eq(a: sint, b: sint) -> bool:
+  """Structural equality of two shape entries (symbolic entries compare by identity after interning)."""
+  return a is b if isinstance(a, UOp) or isinstance(b, UOp) else a == b
+
+def ssimplify(x: sint) -> sint:
+  if not isinstance(x, UOp): return x
+  r = x.simplify()
+  return r.arg if r.op is Ops.CONST else r
+
+def smax(*xs: sint) -> sint:
+  xs_ = xs[0] if len(xs) == 1 and isinstance(xs[0], (tuple, list)) else xs
+  if all(isinstance(x, int) for x in xs_): return max(xs_)
+  ret = xs_[0]
+  for x in xs_[1:]: ret = x.maximum(ret) if isinstance(x, UOp) else ret.maximum(x) if isinstance(ret, UOp) else max(ret, x)
+  return ssimplify(ret)
+
+def smin(*xs: sint) -> sint:
+  xs_ = xs[0] if len(xs) == 1 and isinstance(xs[0], (tuple, list)) else xs
+  if all(isinstance(x, int) for x in xs_): return min(xs_)
+  ret = xs_[0]
+  for x in xs_[1:]: ret = x.minimum(ret) if isinstance(x, UOp) else ret.minimum(x) if isinstance(ret, UOp) else min(ret, x)
+  return ssimplify(ret)
+
+def sym_infer(x: sint, var_vals: dict[UOp, int]) -> int:
+  """Evaluate a symbolic integer given values for its Variables."""
+  if isinstance(x, int): return x
+  env: dict[UOp, ConstType] = {}
+  for n in x.toposort():
+    if n.op is Ops.CONST: env[n] = n.arg
+    elif n.op is Ops.DEFINE_VAR:
+      if n not in var_vals: raise KeyError(f"no value for Variable {n.arg[0]!r}")
+      env[n] = var_vals[n]
+    elif n.op is Ops.BIND: env[n] = n.src[1].arg
+    elif n.op in _PY_ALU: env[n] = exec_alu(n.op, n.dtype, [env[s] for s in n.src])
+    elif n.op is Ops.CAST: env[n] = dtypes.as_const(env[n.src[0]], n.dtype)
+    else: raise ValueError(f"cannot evaluate {n.op} symbolically")
+  return env[x]
+
+__all__ = ["UOp", "Variable", "sint", "resolve", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
+           "PtrDType"]
