@@ -6,3 +6,6 @@ from tinysched.dtype import dtypes, DType
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, Variable, sint, resolve
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
+from tinysched.shape import View, ShapeTracker
+from tinysched.device import Device
+from tinysched.tensor import Tensor

@@ -14,6 +14,7 @@ from tinysched.ops import Ops, GroupOp
 from tinysched.helpers import cdiv, cmod
 
 sint = Union[int, "UOp"]  # a shape entry: a python int or a symbolic integer UOp
+_MISSING = object()
 
 def _intern_arg(arg: Any) -> Any:
   # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
@@ -66,6 +67,7 @@ class UOp(metaclass=_UOpMeta):
   @cached_property
   def key(self) -> str:
     """Content hash, identical across processes (hex sha256)."""
+    _fill_children(self, "key")  # children first, without recursion: deep graphs must not hit the recursion limit
     h = hashlib.sha256()
     h.update(f"{self.op.name}|{self.dtype!r}|{stable_repr(self.arg)}|{len(self.src)}".encode())
     for s in self.src: h.update(s.key.encode())
@@ -161,12 +163,27 @@ class UOp(metaclass=_UOpMeta):
     return UOp(Ops.VIEW, self.dtype, (self,), st)
   @property
   def st(self):
-    """The ShapeTracker of a VIEW / LOAD / STORE / VALID node (None if it has none)."""
-    if self.op is Ops.VIEW: return self.arg
-    if self.op in GroupOp.Buffer:
+    """The ShapeTracker a node's value has: a VIEW's own, a buffer op's VIEW source, an elementwise
+    op's first source with one, a reduce's input reduced; None for nodes without a shape."""
+    if (ret := self.__dict__.get("_st", _MISSING)) is not _MISSING: return ret
+    ret = None
+    if self.op is Ops.VIEW: ret = self.arg
+    elif self.op in GroupOp.Buffer:
       for s in self.src:
-        if s.op is Ops.VIEW: return s.arg
-    return None
+        if s.op is Ops.VIEW:
+          ret = s.arg
+          break
+    elif self.op is Ops.REDUCE_AXIS:
+      if (sst := self.src[0].st) is not None: ret = type(sst).from_shape(sst.reduce(self.axis_arg))
+    elif self.src and self.op not in (Ops.SINK, Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.BIND):
+      for s in self.src:
+        if (ret := s.st) is not None: break
+    self.__dict__["_st"] = ret
+    return ret
+  @property
+  def shape(self) -> tuple[sint, ...]:
+    if (st := self.st) is None: raise ValueError(f"{self.op} has no shape")
+    return st.shape
   @property
   def buf_uop(self) -> UOp:
     """The BUFFER / DEFINE_GLOBAL a buffer op or VIEW refers to."""
@@ -223,7 +240,9 @@ class UOp(metaclass=_UOpMeta):
     return [x for x in self.toposort() if x.op is Ops.DEFINE_VAR or x.op is Ops.BIND]
 
   @cached_property
-  def _min_max(self) -> tuple[ConstType, ConstType]: return _range(self)
+  def _min_max(self) -> tuple[ConstType, ConstType]:
+    _fill_children(self, "_min_max")
+    return _range(self)
   @property
   def vmin(self) -> ConstType: return self._min_max[0]
   @property
@@ -239,6 +258,18 @@ class UOp(metaclass=_UOpMeta):
   def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
     from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
     return graph_rewrite(self, PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute"), dvars)
+
+def _fill_children(root: UOp, attr: str) -> None:
+  """Compute the cached property `attr` of every descendant of `root` that lacks it, children before parents,
+  iteratively (the property of a node then only reads its direct children's cached values)."""
+  stack: list[tuple[UOp, bool]] = [(s, False) for s in reversed(root.src)]
+  while stack:
+    n, ready = stack.pop()
+    if attr in n.__dict__: continue
+    if ready: getattr(n, attr)
+    else:
+      stack.append((n, True))
+      stack.extend((s, False) for s in reversed(n.src) if attr not in s.__dict__)
 
 _SYM_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.NEG, Ops.CMPLT,
                       Ops.CMPNE, Ops.AND, Ops.OR, Ops.WHERE, Ops.RANGE, Ops.SPECIAL, Ops.XOR})
@@ -278,15 +309,16 @@ def _range(u: UOp) -> tuple[ConstType, ConstType]:
   if op is Ops.BIND: return s[0].vmin, s[0].vmax
   if op is Ops.RANGE: return s[0].vmin, s[1].vmax - 1
   if op is Ops.SPECIAL: return 0, u.arg[1] - 1
-  if op is Ops.CAST and dtypes.is_int(u.dtype) and dtypes.is_int(s[0].dtype):
-    return max(dmin, s[0].vmin), min(dmax, s[0].vmax)
-  if op is Ops.NEG and not dtypes.is_bool(u.dtype): return -s[0].vmax, -s[0].vmin
+  # a result that may leave the dtype's range wraps around (exec_alu), so then it can be anything
+  def fit(lo, hi): return (lo, hi) if dmin <= lo and hi <= dmax else (dmin, dmax)
+  if op is Ops.CAST and dtypes.is_int(u.dtype) and dtypes.is_int(s[0].dtype): return fit(s[0].vmin, s[0].vmax)
+  if op is Ops.NEG and not dtypes.is_bool(u.dtype): return fit(-s[0].vmax, -s[0].vmin)
   if len(s) >= 2:
     (a0, a1), (b0, b1) = s[0]._min_max, s[1]._min_max
-    if op is Ops.ADD: return max(dmin, a0 + b0), min(dmax, a1 + b1)
+    if op is Ops.ADD: return fit(a0 + b0, a1 + b1)
     if op is Ops.MUL:
       vals = [a0*b0, a0*b1, a1*b0, a1*b1]
-      return max(dmin, min(vals)), min(dmax, max(vals))
+      return fit(min(vals), max(vals))
     if op is Ops.MAX: return max(a0, b0), max(a1, b1)
     if op is Ops.IDIV and b0 == b1 and isinstance(b0, int) and b0 != 0:
       lo, hi = cdiv(a0, b0), cdiv(a1, b0)
@@ -308,17 +340,23 @@ def _range(u: UOp) -> tuple[ConstType, ConstType]:
 _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|",
           Ops.XOR: "^"}
 
-def _render(u: UOp) -> str:
+def _render(root: UOp) -> str:
+  # children before parents, iteratively: a deep expression must not hit the recursion limit
+  memo: dict[UOp, str] = {}
+  for u in root.toposort(): memo[u] = _render_one(u, memo)
+  return memo[root]
+
+def _render_one(u: UOp, memo: dict[UOp, str]) -> str:
   if u.op is Ops.CONST: return repr(u.arg)
   if u.op is Ops.DEFINE_VAR: return u.arg[0]
   if u.op is Ops.BIND: return f"{u.src[0].arg[0]}={u.src[1].arg}"
   if u.op is Ops.RANGE: return f"r{u.arg}" if not isinstance(u.arg, tuple) else f"r{u.arg[0]}"
   if u.op is Ops.SPECIAL: return str(u.arg[0])
-  if u.op is Ops.NEG: return f"(-{_render(u.src[0])})"
-  if u.op is Ops.MAX: return f"max({_render(u.src[0])}, {_render(u.src[1])})"
-  if u.op is Ops.WHERE: return f"({_render(u.src[0])} ? {_render(u.src[1])} : {_render(u.src[2])})"
-  if u.op in _INFIX and len(u.src) == 2: return f"({_render(u.src[0])}{_INFIX[u.op]}{_render(u.src[1])})"
-  return f"{u.op.name}({', '.join(_render(s) for s in u.src)})"
+  if u.op is Ops.NEG: return f"(-{memo[u.src[0]]})"
+  if u.op is Ops.MAX: return f"max({memo[u.src[0]]}, {memo[u.src[1]]})"
+  if u.op is Ops.WHERE: return f"({memo[u.src[0]]} ? {memo[u.src[1]]} : {memo[u.src[2]]})"
+  if u.op in _INFIX and len(u.src) == 2: return f"({memo[u.src[0]]}{_INFIX[u.op]}{memo[u.src[1]]})"
+  return f"{u.op.name}({', '.join(memo[s] for s in u.src)})"
 
 # *** helpers over sint (int or symbolic UOp) ***
 

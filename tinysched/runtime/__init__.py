@@ -1,0 +1,1 @@
+"""Device backends: the NUMPY reference interpreter and OpenCL."""
