@@ -348,6 +348,8 @@ def _preload_to_load(ctx: ScheduleItemContext, x: UOp, b: UOp) -> UOp:
 to_si = PatternMatcher([
   (UPat(Ops.VIEW, name="x"), _unbind_view, "unbind_view"),
   (UPat(Ops.PRELOAD, src=(UPat.var("b"), UPat()), name="x"), _preload_to_load, "preload_to_load"),
+  # the store already targets the assigned buffer: the ASSIGN node has done its job
+  (UPat(Ops.ASSIGN, src=(UPat(), UPat.var("x"))), lambda x: x, "drop_assign"),
   (UPat(Ops.SINK, src=(UPat(Ops.STORE, src=(UPat.var("b"), UPat(), UPat(GroupOp.Meta, name="x"))),)),
    lambda b, x: x.replace(src=(b, *x.src)), "meta_kernel"),
 ], name="to_si")
