@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
 from tinysched.dtype import dtypes, DType
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, resolve
@@ -23,13 +22,10 @@ from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.lazy import LazyBuffer, Metadata
 from tinysched.device import Buffer
-from tinysched.helpers import prod, dedup, all_same, all_int, getenv
+from tinysched.helpers import prod, dedup, all_same, all_int
+from tinysched import capture_hook
 
 class ScheduleError(RuntimeError): pass
-
-# *** capture hook: replay installs a function here; tinysched never imports replay ***
-# called as hook(level, inputs, output); None (the default) costs one global lookup per kernel
-CAPTURE_HOOK: Callable[..., None] | None = None
 
 @dataclass(frozen=True, eq=False)
 class ScheduleItem:
@@ -396,7 +392,7 @@ def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, Non
   for x in sink.src if sink.op is Ops.SINK else (sink,):
     if x.src and x.src[0].op is Ops.BUFFER: _number_buf(ctx, x.src[0])
   sink = graph_rewrite(sink, append_bufs, ctx)
-  if CAPTURE_HOOK is not None: CAPTURE_HOOK("kernel", (pre, var_vals, assigned), sink)
+  if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), sink)
   return sink, ctx
 
 def _assign_read_ok(s: ShapeTracker) -> bool:
