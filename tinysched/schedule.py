@@ -70,11 +70,23 @@ def UPatSrc(*args, **kwargs) -> UPat:
 
 @dataclass
 class ScheduleContext:
-  ubuf_metadata: dict[UOp, Metadata] = field(default_factory=dict)  # BUFFER -> Metadata of the Tensor method
+  """What the grouping step needs to know about the big graph; derived from it by `build_context`."""
   var_vals: dict[UOp, int] = field(default_factory=dict)            # DEFINE_VAR -> bound value
   assigns: dict[UOp, None] = field(default_factory=dict)            # BUFFERs that are ASSIGN targets
   allbufs: dict[UOp, UOp] = field(default_factory=dict)             # BUFFER -> its scheduled VIEW(BUFFER, op)
   children: dict[UOp, dict[UOp, None]] = field(default_factory=dict)
+
+def build_context(big_graph: UOp, var_vals: dict[UOp, int]) -> ScheduleContext:
+  ctx = ScheduleContext(var_vals=dict(var_vals))
+  for u in big_graph.toposort():
+    if not is_scheduled(u): continue
+    ubuf = u.src[0]
+    ctx.allbufs[ubuf] = u
+    op = uval(u)
+    if op.op is Ops.ASSIGN: ctx.assigns[ubuf] = None
+    for x in op.src:
+      if is_scheduled(base_of(x)): ctx.children.setdefault(base_of(x).buf_uop, {})[ubuf] = None
+  return ctx
 
 def _lazy_toposort(outs: list[LazyBuffer]) -> list[LazyBuffer]:
   """Every LazyBuffer reachable from outs, sources first; iterative (graphs are deep)."""
@@ -95,7 +107,10 @@ def _lazy_toposort(outs: list[LazyBuffer]) -> list[LazyBuffer]:
       if id(d) not in seen: stack.append((d, False))
   return order
 
-def to_uop(outs: list[LazyBuffer], ctx: ScheduleContext, buffers: dict[UOp, Buffer], lazybufs: dict[Buffer, LazyBuffer]) -> list[UOp]:
+def to_uop(outs: list[LazyBuffer], buffers: dict[UOp, Buffer], lazybufs: dict[Buffer, LazyBuffer],
+           ubuf_metadata: dict[UOp, Metadata]) -> tuple[UOp, dict[UOp, int]]:
+  """The lazy graph as one big UOp graph (a SINK over the outputs) and the values of its bound Variables."""
+  var_vals: dict[UOp, int] = {}
   cache: dict[int, UOp] = {}  # id(LazyBuffer) -> UOp; the LazyBuffers are alive for the whole call
   for buf in _lazy_toposort(outs):
     if buf is not buf.base:
@@ -104,7 +119,7 @@ def to_uop(outs: list[LazyBuffer], ctx: ScheduleContext, buffers: dict[UOp, Buff
     dtype = buf.dtype
     if buf.realized is None and buf.op is Ops.CONST:
       val = buf.arg
-      if isinstance(val, UOp): ctx.var_vals.update([val.unbind()])
+      if isinstance(val, UOp): var_vals.update([val.unbind()])
       cache[id(buf)] = UOp(Ops.VALID, dtypes.bool, (st_uop(buf.st),)).where(UOp.const(dtype, val), UOp.const(dtype, 0))
       continue
     if buf.realized is not None:
@@ -114,21 +129,17 @@ def to_uop(outs: list[LazyBuffer], ctx: ScheduleContext, buffers: dict[UOp, Buff
     elif buf.op is Ops.ASSIGN:
       target, new_val = (cache[id(x)] for x in buf.srcs)
       ubuf = target.buf_uop
-      ctx.assigns[ubuf] = None
       op = UOp(Ops.ASSIGN, dtype, (ubuf, new_val), buf.arg)
     else:
       ubuf = new_buffer(buf.device, buf.buffer.size, buf.buffer.dtype, len(buffers))
       buffers[ubuf] = buf.buffer
       op = UOp(buf.op, dtype, tuple(cache[id(x)] for x in buf.srcs), None if buf.op in (Ops.CAST, Ops.BITCAST) else buf.arg)
-    ret = UOp(Ops.VIEW, dtype, (ubuf,) if op is None else (ubuf, UOp(Ops.CONTIGUOUS, dtype, (op,)) if buf.forced_realize else op), buf.st)
-    cache[id(buf)] = ret
+    cache[id(buf)] = UOp(Ops.VIEW, dtype, (ubuf,) if op is None else (ubuf, UOp(Ops.CONTIGUOUS, dtype, (op,)) if buf.forced_realize else op),
+                         buf.st)
     if op is not None:
-      if buf.metadata is not None: ctx.ubuf_metadata[ubuf] = buf.metadata
+      if buf.metadata is not None: ubuf_metadata[ubuf] = buf.metadata
       lazybufs[buf.buffer] = buf
-      for x in op.src:
-        if is_scheduled(base_of(x)): ctx.children.setdefault(base_of(x).buf_uop, {})[ubuf] = None
-      ctx.allbufs[ubuf] = ret
-  return [cache[id(x)] for x in outs]
+  return UOp.sink_of(*(cache[id(x)] for x in outs)), var_vals
 
 # *** step 2: what must be realized ***
 
@@ -405,58 +416,83 @@ def _assign_read_ok(s: ShapeTracker) -> bool:
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 
-def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
-  outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST)
-  if not outs: return [], {}
-  for out in outs: out.forced_realize = True
-  ctx = ScheduleContext()
-  buffers: dict[UOp, Buffer] = {}
-  lazybufs: dict[Buffer, LazyBuffer] = {}
-  big_graph = UOp.sink_of(*to_uop(outs, ctx, buffers, lazybufs))
+@dataclass(frozen=True)
+class ScheduledKernel:
+  """One kernel of a scheduled graph: its AST, the BUFFER nodes in DEFINE_GLOBAL order, the assign targets it
+  reads before they are written, and every buffer whose op it computes (outputs and fused intermediates)."""
+  ast: UOp
+  bufs: tuple[UOp, ...]
+  assign_preloads: tuple[UOp, ...]
+  computes: tuple[UOp, ...]
+  @property
+  def outputs(self) -> tuple[UOp, ...]:
+    idxs = tuple(x.src[0].arg for x in self.ast.src) if self.ast.op is Ops.SINK else (0,)
+    return tuple(self.bufs[i] for i in idxs)
+  @property
+  def inputs(self) -> tuple[UOp, ...]:
+    outs = self.outputs
+    return tuple(b for b in self.bufs if b not in outs)
+
+def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int]) -> tuple[list[ScheduledKernel], dict[UOp, int]]:
+  """Steps 2-6 on the big graph: a pure function (the schedule-level capture point)."""
+  ctx = build_context(big_graph, var_vals)
   realizes: dict[UOp, UOp] = {}
   graph_rewrite(big_graph, do_realize, realizes)
   store_groups = group_realizes(ctx, realizes)
   graph_rewrite(big_graph, break_sched, realizes)
-  sinks = [UOp.sink_of(*(realizes[u] for u in stores)) for stores in store_groups]
-  prescheduled: list[ScheduleItem] = []
-  for sink in sinks:
-    metadata = dedup(mx for x in sink.toposort() if (x.op is Ops.STORE or is_scheduled(x)) and (mx := ctx.ubuf_metadata.get(x.buf_uop)))
+  kernels: list[ScheduledKernel] = []
+  for stores in store_groups:
+    sink = UOp.sink_of(*(realizes[u] for u in stores))
+    computes = tuple(dedup(x.buf_uop for x in sink.toposort() if x.op is Ops.STORE or is_scheduled(x)))
     ast, ast_ctx = full_ast_rewrite(sink, ctx.var_vals, ctx.assigns)
     ctx.var_vals.update(ast_ctx.var_vals)  # Variables found in the kernel's views
-    prescheduled.append(ScheduleItem(ast, tuple(buffers[u] for u in ast_ctx.bufs), tuple(metadata), tuple(ast_ctx.assign_preloads)))
-  schedule = order_schedule(prescheduled, buffers)
+    kernels.append(ScheduledKernel(ast, tuple(ast_ctx.bufs), tuple(ast_ctx.assign_preloads), computes))
+  return order_schedule(kernels), ctx.var_vals
+
+def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
+  outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST)
+  if not outs: return [], {}
+  for out in outs: out.forced_realize = True
+  buffers: dict[UOp, Buffer] = {}
+  lazybufs: dict[Buffer, LazyBuffer] = {}
+  ubuf_metadata: dict[UOp, Metadata] = {}
+  big_graph, var_vals = to_uop(outs, buffers, lazybufs, ubuf_metadata)
+  kernels, var_vals = schedule_graph(big_graph, var_vals)
+  if capture_hook.HOOK is not None: capture_hook.HOOK("schedule", (big_graph, var_vals), [k.ast for k in kernels])
+  schedule = [ScheduleItem(k.ast, tuple(buffers[u] for u in k.bufs), tuple(dedup(m for u in k.computes if (m := ubuf_metadata.get(u)))),
+                           k.assign_preloads) for k in kernels]
   for si in schedule:
     for b in si.outputs:
       if b in lazybufs and hasattr(lazybufs[b], "srcs"): del lazybufs[b].srcs  # scheduled: realized from now on
-  return schedule, ctx.var_vals
+  return schedule, var_vals
 
-def order_schedule(prescheduled: list[ScheduleItem], buffers: dict[UOp, Buffer]) -> list[ScheduleItem]:
+def order_schedule(kernels: list[ScheduledKernel]) -> list[ScheduledKernel]:
   """Kahn's algorithm over kernels: producers before consumers; a kernel that reads a buffer's old
-  value runs before the kernel that assigns to it."""
-  producer: dict[Buffer, int] = {}
-  for i, si in enumerate(prescheduled):
-    for out in si.outputs: producer[out] = i
-  edges: list[list[int]] = [[] for _ in prescheduled]
-  in_degree = [0] * len(prescheduled)
-  for i, si in enumerate(prescheduled):
-    assigners = dedup(j for x in si.assign_preloads if (j := producer.get(buffers[x])) is not None and j != i)
+  value runs before the kernel that assigns to it. Ties keep the grouping order (deterministic)."""
+  producer: dict[UOp, int] = {}
+  for i, k in enumerate(kernels):
+    for out in k.outputs: producer[out] = i
+  edges: list[list[int]] = [[] for _ in kernels]
+  in_degree = [0] * len(kernels)
+  for i, k in enumerate(kernels):
+    assigners = dedup(j for x in k.assign_preloads if (j := producer.get(x)) is not None and j != i)
     for j in assigners:
       edges[i].append(j); in_degree[j] += 1
-    for j in dedup(j for x in si.inputs if (j := producer.get(x)) is not None and j not in assigners and j != i):
+    for j in dedup(j for x in k.inputs if (j := producer.get(x)) is not None and j not in assigners and j != i):
       edges[j].append(i); in_degree[i] += 1
-  queue = deque(i for i in range(len(prescheduled)) if in_degree[i] == 0)
+  queue = deque(i for i in range(len(kernels)) if in_degree[i] == 0)
   order: list[int] = []
   while queue:
     order.append(i := queue.popleft())
     for j in edges[i]:
       in_degree[j] -= 1
       if in_degree[j] == 0: queue.append(j)
-  if len(order) != len(prescheduled):
-    stuck = [i for i in range(len(prescheduled)) if in_degree[i] > 0]
-    raise ScheduleError(f"cycle detected in graph: grouped {len(prescheduled)} kernels but only {len(order)} can be ordered; "
+  if len(order) != len(kernels):
+    stuck = [i for i in range(len(kernels)) if in_degree[i] > 0]
+    raise ScheduleError(f"cycle detected in graph: grouped {len(kernels)} kernels but only {len(order)} can be ordered; "
                         f"kernels {stuck[:8]} wait on each other (often two assigns reading each other's targets).\n"
                         "help: realize one of the assigns first, or use .contiguous() on the value read before the assign")
-  return [prescheduled[i] for i in order]
+  return [kernels[i] for i in order]
 
 def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   schedule, var_vals = create_schedule_with_vars(outs)
