@@ -9,3 +9,6 @@ from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import View, ShapeTracker
 from tinysched.device import Device
 from tinysched.tensor import Tensor
+
+from tinysched import capture_hook as _capture_hook
+_capture_hook.autoload()

@@ -458,9 +458,10 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
   ubuf_metadata: dict[UOp, Metadata] = {}
   big_graph, var_vals = to_uop(outs, buffers, lazybufs, ubuf_metadata)
   kernels, var_vals = schedule_graph(big_graph, var_vals)
-  if capture_hook.HOOK is not None: capture_hook.HOOK("schedule", (big_graph, var_vals), [k.ast for k in kernels])
   schedule = [ScheduleItem(k.ast, tuple(buffers[u] for u in k.bufs), tuple(dedup(m for u in k.computes if (m := ubuf_metadata.get(u)))),
                            k.assign_preloads) for k in kernels]
+  if capture_hook.HOOK is not None:
+    capture_hook.HOOK("schedule", (big_graph, var_vals), [k.ast for k in kernels], {"metadata": [[repr(m) for m in si.metadata] for si in schedule]})
   for si in schedule:
     for b in si.outputs:
       if b in lazybufs and hasattr(lazybufs[b], "srcs"): del lazybufs[b].srcs  # scheduled: realized from now on

@@ -1,0 +1,182 @@
+"""Capture: record what tinysched's scheduler and code generator do, into a capture store.
+
+Switch it on with
+- the environment: `TINYSCHED_CAPTURE=path.db` (+ `TINYSCHED_CAPTURE_LABEL`, `TINYSCHED_CAPTURE_LEVELS=kernel,schedule,program`);
+  tinysched finds this module through the `tinysched.capture` entry point, so tinysched never imports replay;
+- the context manager `with replay.capture(path, label=...)`;
+- the command `replay capture --db PATH --label L -- <command ...>`.
+
+Each capture is encoded when it happens (cheap: the graphs are small and encodings are memoized by node),
+queued, and written in batches: every `FLUSH_EVERY` captures, when capture stops, at exit, on SIGTERM and
+on KeyboardInterrupt.
+"""
+from __future__ import annotations
+import atexit, contextlib, datetime, json, os, platform, signal, socket, subprocess, sys, threading
+from pathlib import Path
+from typing import Any, Iterator
+from tinysched import capture_hook
+from tinysched.ops import Ops
+from tinysched.uop import UOp
+from replay.encode import encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
+from replay.store import Store, graph_row, dumps, LEVELS
+
+FLUSH_EVERY = 512
+ENV_FLAGS = ("TINYSCHED_DEVICE", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_THRESHOLD", "REDUCEOP_SPLIT_SIZE", "CAST_BEFORE_VIEW", "NOOPT")
+
+def _git(args: list[str], cwd: Path) -> str | None:
+  try:
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    return r.stdout.strip() if r.returncode == 0 else None
+  except (OSError, subprocess.SubprocessError): return None
+
+def run_info(label: str, levels: tuple[str, ...]) -> dict[str, Any]:
+  import numpy, tinysched
+  from tinysched.device import Device
+  src = Path(tinysched.__file__).resolve().parent.parent
+  try:
+    import pyopencl
+    pcl = pyopencl.VERSION_TEXT
+  except Exception: pcl = None
+  status = _git(["status", "--porcelain", "--untracked-files=no"], src)
+  return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "git_commit": _git(["rev-parse", "HEAD"], src), "git_dirty": None if status is None else int(bool(status)),
+          "git_branch": _git(["rev-parse", "--abbrev-ref", "HEAD"], src), "label": label, "argv": json.dumps(sys.argv),
+          "device": Device.DEFAULT, "python": platform.python_version(), "numpy": numpy.__version__, "pyopencl": pcl,
+          "tinysched": getattr(tinysched, "__version__", "0.1.0"), "levels": ",".join(levels),
+          "env": dumps({k: os.environ[k] for k in ENV_FLAGS if k in os.environ}), "host": socket.gethostname()}
+
+def _shapes(ast: UOp) -> list:
+  out = []
+  for s in (ast.src if ast.op is Ops.SINK else ()):
+    if s.op is Ops.STORE and s.src[1].op is Ops.VIEW: out.append([x if isinstance(x, int) else x.render_sym() for x in s.src[1].arg.shape])
+  return out
+
+def _ops(u: UOp) -> list[str]: return sorted({x.op.name for x in u.toposort()})
+
+class Capturer:
+  """Receives hook calls and writes them to one store; one per process."""
+  def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS):
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(LEVELS)}")
+    self.path, self.label, self.levels = Path(path), label, tuple(levels)
+    self.store = Store(self.path)
+    self.run_id = self.store.new_run(run_info(label, self.levels))
+    self.seq = 0
+    self.graphs: dict[str, dict] = {}
+    self.rows: list[dict] = []
+    self.seen: set[tuple[str, str]] = set()  # (level, input_key) already queued or written by this run
+    self.pending_kernels: dict[UOp, dict] = {}  # output AST -> row, to attach Tensor metadata from the schedule call
+    self.lock = threading.Lock()
+    self.closed = False
+
+  def _graph(self, data: bytes, kind: str, root: UOp | None = None) -> str:
+    key = key_of(data)
+    if key not in self.graphs:
+      self.graphs[key] = graph_row(key, data, kind, len(root.toposort()) if root is not None else None, _ops(root) if root is not None else ())
+    return key
+
+  def _add(self, level: str, in_key: str, out_key: str, **summary: Any) -> dict | None:
+    if (level, in_key) in self.seen: return None
+    self.seen.add((level, in_key))
+    self.seq += 1
+    row = {"run_id": self.run_id, "seq": self.seq, "level": level, "label": self.label, "input_key": in_key, "output_key": out_key,
+           "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
+           "metadata": None, "extra": None, **summary}
+    self.rows.append(row)
+    if len(self.rows) >= FLUSH_EVERY: self.flush()
+    return row
+
+  def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
+    if level not in self.levels or self.closed: return
+    with self.lock:
+      if level == "kernel":
+        pre, var_vals, assigns = inputs
+        in_key = self._graph(encode_kernel_input(pre, var_vals, assigns), "kernel_input", pre)
+        out_key = self._graph(encode_graph([output]), "ast", output)
+        names = {x.arg[0] for x in pre.toposort() if x.op is Ops.DEFINE_VAR}
+        row = self._add("kernel", in_key, out_key, node_count=len(pre.toposort()), kernel_count=1, op_names=" ".join(_ops(output)),
+                        output_shapes=dumps(_shapes(output)), var_vals=dumps({v.arg[0]: val for v, val in var_vals.items() if v.arg[0] in names}),
+                        assigns=dumps(sorted(b.arg[0] for b in assigns if b in pre.toposort())))
+        if row is not None: self.pending_kernels[output] = row
+      elif level == "schedule":
+        big_graph, var_vals = inputs
+        in_key = self._graph(encode_schedule_input(big_graph, var_vals), "schedule_input", big_graph)
+        out_doc = encode_graph(list(output)) if output else canonical_bytes({"format": "tinysched-uop", "version": 1, "nodes": [], "roots": []})
+        out_key = self._graph(out_doc, "ast_list")
+        metadata = (info or {}).get("metadata", [[] for _ in output])
+        for ast, md in zip(output, metadata):
+          if (krow := self.pending_kernels.pop(ast, None)) is not None and md: krow["metadata"] = dumps(md)
+        self._add("schedule", in_key, out_key, node_count=len(big_graph.toposort()), kernel_count=len(output),
+                  op_names=" ".join(sorted({n for a in output for n in _ops(a)})), var_vals=dumps({v.arg[0]: val for v, val in var_vals.items()}),
+                  metadata=dumps(metadata), output_shapes=dumps([_shapes(a) for a in output]))
+      elif level == "program":
+        ast, opts, target = inputs
+        in_key = self._graph(encode_graph([ast], {"opts": _jsonable(opts), "target": _jsonable(target)}), "program_input", ast)
+        out_key = self._graph(str(output).encode(), "source")
+        self._add("program", in_key, out_key, node_count=len(ast.toposort()), kernel_count=1, op_names=" ".join(_ops(ast)),
+                  output_shapes=dumps(_shapes(ast)), extra=dumps({"opts": _jsonable(opts), "target": _jsonable(target)}))
+      if len(self.pending_kernels) > 4 * FLUSH_EVERY: self.pending_kernels.clear()
+
+  def flush(self) -> None:
+    if not self.rows and not self.graphs: return
+    graphs, rows = list(self.graphs.values()), self.rows
+    self.graphs, self.rows = {}, []
+    self.store.write_batch(graphs, rows)
+
+  def close(self) -> None:
+    with self.lock:
+      if self.closed: return
+      self.flush()
+      self.store.finish_run(self.run_id, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+      self.store.close()
+      self.closed = True
+
+def _jsonable(x: Any) -> Any:
+  """Optimization choices and targets as plain JSON (dataclasses by field, enums by name)."""
+  import dataclasses, enum
+  if x is None or isinstance(x, (bool, int, float, str)): return x
+  if isinstance(x, enum.Enum): return x.name
+  if dataclasses.is_dataclass(x): return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+  if isinstance(x, (list, tuple)): return [_jsonable(a) for a in x]
+  if isinstance(x, dict): return {str(k): _jsonable(v) for k, v in x.items()}
+  return repr(x)
+
+# *** switching capture on and off ***
+
+_active: Capturer | None = None
+
+def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Capturer:
+  global _active
+  if _active is not None: raise RuntimeError(f"capture is already on (into {_active.path}); stop it first")
+  _active = Capturer(path, label, levels)
+  capture_hook.HOOK = _active
+  return _active
+
+def stop() -> None:
+  global _active
+  if _active is None: return
+  capture_hook.HOOK = None
+  c, _active = _active, None
+  c.close()
+
+@contextlib.contextmanager
+def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Iterator[Capturer]:
+  """Capture everything tinysched schedules and compiles inside the block into the store at `path`."""
+  c = start(path, label, levels)
+  try: yield c
+  finally: stop()
+
+def _on_sigterm(signum, frame):
+  stop()
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  os.kill(os.getpid(), signal.SIGTERM)
+
+def install_from_env() -> None:
+  """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file."""
+  path = os.environ.get("TINYSCHED_CAPTURE")
+  if not path or _active is not None: return
+  levels = tuple(x.strip() for x in os.environ.get("TINYSCHED_CAPTURE_LEVELS", ",".join(LEVELS)).split(",") if x.strip())
+  start(path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels)
+  atexit.register(stop)
+  if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    signal.signal(signal.SIGTERM, _on_sigterm)
