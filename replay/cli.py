@@ -1,8 +1,147 @@
-"""The `replay` command line."""
-import sys
+"""The `replay` command line (click).
 
-def main(argv=None) -> int:
-  print("replay: not implemented yet", file=sys.stderr)
-  return 2
+Exit codes, for every command: 0 nothing changed / success; 1 changes or mismatches found; 2 errors,
+incompatible captures or bad usage. Every failure says what to do next.
+"""
+from __future__ import annotations
+import glob, json, os, subprocess, sys
+from pathlib import Path
+import click
+from replay.store import Store, StoreError, LEVELS
+from replay.encode import IncompatibleCapture
 
-if __name__ == "__main__": sys.exit(main())
+DEFAULT_GLOB = "captures/*.db"
+
+def _fail(msg: str, hint: str | None = None) -> None:
+  click.echo(f"replay: error: {msg}", err=True)
+  if hint: click.echo(f"  next: {hint}", err=True)
+  sys.exit(2)
+
+def _dbs(paths: tuple[str, ...]) -> list[str]:
+  if paths: return list(paths)
+  found = sorted(glob.glob(DEFAULT_GLOB))
+  if not found: _fail(f"no capture stores given and none match {DEFAULT_GLOB} in {os.getcwd()}",
+                      "pass DB paths, or run `replay suite` / `replay capture` to make captures")
+  return found
+
+def _shard(s: str | None) -> tuple[int, int] | None:
+  if s is None: return None
+  try:
+    i, n = (int(x) for x in s.split("/"))
+    if not (n >= 1 and 0 <= i < n): raise ValueError
+    return i, n
+  except ValueError: _fail(f"--shard {s!r}: expected I/N with 0 <= I < N, e.g. 0/4"); raise
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+  """Process replay for tinysched: capture, replay, diff and gate scheduler/codegen changes."""
+
+@main.command("check")
+@click.argument("dbs", nargs=-1)
+@click.option("--level", type=click.Choice(LEVELS), help="only this capture level")
+@click.option("--label", help="only captures with this label (model)")
+@click.option("--key", help="only captures whose input or output key starts with this")
+@click.option("-j", "--jobs", type=int, default=None, help="parallel workers (default: all cores)")
+@click.option("--shard", help="replay only shard I of N (I/N), split deterministically by capture key")
+@click.option("--exec", "exec_mode", flag_value="changed", default=None, help="run changed kernels old vs new on the device")
+@click.option("--exec-all", "exec_mode", flag_value="all", help="run every captured kernel old vs new on the device")
+@click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT)")
+@click.option("--slower-threshold", type=float, default=0.10, show_default=True, help="flag kernels slower by more than this fraction")
+@click.option("--report-md", type=click.Path(dir_okay=False), help="write a Markdown report (PR comment / job summary)")
+@click.option("--report-json", type=click.Path(dir_okay=False), help="write the JSON report (schema in replay/report.py)")
+@click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML")
+@click.option("-v", "--verbose", is_flag=True, help="print diffs and tracebacks")
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, report_md, report_json, junit, verbose) -> None:
+  """Replay the stored captures (default captures/*.db) through the current code."""
+  from replay.check import check, terminal_progress
+  rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress())
+  if exec_mode:
+    from replay.execcheck import exec_report
+    exec_report(rep, mode=exec_mode, device=device, slower_threshold=slower_threshold, progress=terminal_progress())
+  _emit(rep, report_md, report_json, junit, verbose)
+
+def _emit(rep, report_md, report_json, junit, verbose) -> None:
+  from replay import report as R
+  click.echo(R.terminal(rep, verbose=verbose))
+  if report_md: Path(report_md).write_text(R.markdown(rep))
+  if report_json: R.write_json(rep, report_json)
+  if junit: Path(junit).write_text(R.junit(rep))
+  sys.exit(rep.exit_code())
+
+@main.command("diff")
+@click.argument("old_db")
+@click.argument("new_db")
+@click.option("--level", type=click.Choice(LEVELS))
+@click.option("--label")
+@click.option("--report-md", type=click.Path(dir_okay=False))
+@click.option("--report-json", type=click.Path(dir_okay=False))
+@click.option("--junit", type=click.Path(dir_okay=False))
+@click.option("-v", "--verbose", is_flag=True)
+def diff_cmd(old_db, new_db, level, label, report_md, report_json, junit, verbose) -> None:
+  """Compare two capture stores produced by different code."""
+  from replay.compare import compare
+  try: rep = compare(old_db, new_db, level=level, label=label)
+  except StoreError as e: _fail(str(e), "pass two .db files written by `replay capture` or `replay suite`")
+  _emit(rep, report_md, report_json, junit, verbose)
+
+@main.command("capture", context_settings={"ignore_unknown_options": True})
+@click.option("--db", required=True, type=click.Path(dir_okay=False), help="capture store to write (created if missing)")
+@click.option("--label", default="", help="label for this run (e.g. the model name)")
+@click.option("--levels", default=",".join(LEVELS), show_default=True, help="comma-separated capture levels")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def capture_cmd(db, label, levels, command) -> None:
+  """Run COMMAND with capture on: replay capture --db x.db --label mlp -- python train.py"""
+  lv = [x for x in levels.split(",") if x]
+  if bad := [x for x in lv if x not in LEVELS]: _fail(f"unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
+  try: Store(db).close()  # fail early, before running anything, if the file is not a usable store
+  except StoreError as e: _fail(str(e), "choose a new file name or an existing capture store")
+  env = {**os.environ, "TINYSCHED_CAPTURE": str(Path(db).resolve()), "TINYSCHED_CAPTURE_LABEL": label, "TINYSCHED_CAPTURE_LEVELS": ",".join(lv)}
+  try: rc = subprocess.call(list(command), env=env)
+  except OSError as e: _fail(f"cannot run {command[0]!r}: {e}")
+  except KeyboardInterrupt: rc = 130
+  if rc != 0: click.echo(f"replay: the command exited with {rc}; what it captured before is kept in {db}", err=True)
+  sys.exit(rc if rc in (0,) else (rc if rc < 128 else 2))
+
+@main.command("stats")
+@click.argument("db")
+def stats_cmd(db) -> None:
+  """Summarize a capture store: runs, captures per level and label, distinct kernels, top ops, size."""
+  from replay.info import stats
+  try: click.echo(stats(db))
+  except StoreError as e: _fail(str(e))
+
+@main.command("show")
+@click.argument("db")
+@click.argument("key")
+def show_cmd(db, key) -> None:
+  """Print one capture: input graph, output AST, var_vals, assigns (KEY: a prefix of its input or output key)."""
+  from replay.info import show
+  try: click.echo(show(db, key))
+  except StoreError as e: _fail(str(e))
+  except IncompatibleCapture as e: _fail(f"capture {key} cannot be decoded: {e}", "re-capture it with this version")
+  except KeyError as e: _fail(str(e.args[0]), f"list keys with: sqlite-utils {db} 'select level, label, input_key from captures'")
+
+@main.group("report")
+def report_grp() -> None:
+  """Work with JSON reports."""
+
+@report_grp.command("merge")
+@click.argument("reports", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="merged JSON report")
+@click.option("--report-md", type=click.Path(dir_okay=False))
+@click.option("--junit", type=click.Path(dir_okay=False))
+def report_merge_cmd(reports, output, report_md, junit) -> None:
+  """Combine shard JSON reports (replay check --shard I/N --report-json ...) into one."""
+  from replay import report as R
+  reps = []
+  for p in reports:
+    try: reps.append(R.from_json(json.loads(Path(p).read_text())))
+    except (OSError, ValueError, KeyError, TypeError) as e: _fail(f"{p}: not a replay JSON report ({e})")
+  rep = R.merge(reps)
+  R.write_json(rep, output)
+  if report_md: Path(report_md).write_text(R.markdown(rep))
+  if junit: Path(junit).write_text(R.junit(rep))
+  click.echo(R.terminal(rep))
+  sys.exit(rep.exit_code())
+
+if __name__ == "__main__": main()

@@ -1,0 +1,117 @@
+"""`replay check`: replay every stored capture of one or more stores, in parallel, and group the changes."""
+from __future__ import annotations
+import hashlib, multiprocessing as mp, os, sys, time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+from replay.store import Store, StoreError
+from replay.runner import Result, replay_row, OUTCOMES
+
+@dataclass
+class Report:
+  results: list[Result] = field(default_factory=list)
+  sources: list[str] = field(default_factory=list)
+  elapsed: float = 0.0
+  workers: int = 1
+  fatal: list[str] = field(default_factory=list)     # stores that could not be opened at all
+  shard: str | None = None
+  def counts(self) -> dict[str, int]:
+    c = {o: 0 for o in OUTCOMES}
+    for r in self.results: c[r.outcome] += 1
+    return c
+  def groups(self) -> list[dict[str, Any]]:
+    """Changes (and errors, incompatibilities) grouped by signature, largest first."""
+    g: dict[tuple[str, str], list[Result]] = {}
+    for r in self.results:
+      if r.outcome == "identical": continue
+      sig = r.signature if r.outcome == "changed" else f"{r.level}: {r.outcome}: {(r.reason or '').splitlines()[0][:120] if r.reason else ''}"
+      g.setdefault((r.outcome, sig or ""), []).append(r)
+    out = [{"outcome": o, "signature": s, "count": len(rs), "example": rs[0], "members": rs} for (o, s), rs in g.items()]
+    out.sort(key=lambda x: (-x["count"], x["outcome"], x["signature"]))
+    return out
+  def exit_code(self) -> int:
+    c = self.counts()
+    if self.fatal or c["error"] or c["incompatible"]: return 2
+    if any(r.exec and r.exec.get("verdict") in ("mismatch", "failed") for r in self.results): return 1
+    return 1 if c["changed"] else 0
+
+def shard_of(key: str, n: int) -> int:
+  """Deterministic shard of a capture: by its input key, so shards are stable across machines and runs."""
+  return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % n
+
+def _select(store: Store, level: str | None, label: str | None, key: str | None, shard: tuple[int, int] | None) -> list[dict]:
+  rows = list(store.captures(level=level, label=label, key=key))
+  if shard is not None: rows = [r for r in rows if shard_of(f"{r['level']}:{r['input_key']}", shard[1]) == shard[0]]
+  return rows
+
+def _work(args: tuple[str, list[dict], bool]) -> list[Result]:
+  path, rows, detail = args
+  store = Store(path, readonly=True)
+  try:
+    out: list[Result] = []
+    memo: dict[tuple[str, str], Result] = {}
+    for row in rows:
+      k = (row["level"], row["input_key"])
+      if (m := memo.get(k)) is not None and m.stored_key == row["output_key"]:
+        # the same input replayed once: copy the verdict for this row
+        out.append(Result(**{**m.to_dict(), "run_id": row["run_id"], "seq": row["seq"], "label": row["label"] or "",
+                             "metadata": row.get("metadata")}))
+        continue
+      r = replay_row(store, row, detail)
+      memo[k] = r
+      out.append(r)
+    return out
+  finally: store.close()
+
+def check(paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None, jobs: int | None = None,
+          shard: tuple[int, int] | None = None, detail: bool = True, progress: Callable[[int, int], None] | None = None) -> Report:
+  rep = Report(sources=[str(p) for p in paths], shard=f"{shard[0]}/{shard[1]}" if shard else None)
+  t0 = time.perf_counter()
+  tasks: list[tuple[str, list[dict], bool]] = []
+  for p in paths:
+    try: store = Store(p, readonly=True)
+    except StoreError as e:
+      rep.fatal.append(str(e))
+      continue
+    try: rows = _select(store, level, label, key, shard)
+    finally: store.close()
+    tasks += _chunks(str(p), rows, detail)
+  total = sum(len(t[1]) for t in tasks)
+  jobs = max(1, jobs or os.cpu_count() or 1)
+  rep.workers = min(jobs, max(1, len(tasks)))
+  done = 0
+  if rep.workers == 1:
+    for t in tasks:
+      rep.results += _work(t)
+      done += len(t[1])
+      if progress: progress(done, total)
+  else:
+    with mp.get_context("fork").Pool(rep.workers) as pool:
+      for res in pool.imap(_work, tasks):
+        rep.results += res
+        done += len(res)
+        if progress: progress(done, total)
+  rep.results.sort(key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
+  rep.elapsed = time.perf_counter() - t0
+  return rep
+
+def _chunks(path: str, rows: list[dict], detail: bool, size: int = 256) -> list[tuple[str, list[dict], bool]]:
+  # rows with the same input go to one chunk so they are replayed once
+  rows = sorted(rows, key=lambda r: (r["level"], r["input_key"], r["run_id"], r["seq"]))
+  out, cur = [], []
+  for r in rows:
+    if len(cur) >= size and (cur[-1]["level"], cur[-1]["input_key"]) != (r["level"], r["input_key"]):
+      out.append((path, cur, detail)); cur = []
+    cur.append(r)
+  if cur: out.append((path, cur, detail))
+  return out
+
+def terminal_progress() -> Callable[[int, int], None] | None:
+  if not sys.stderr.isatty(): return None
+  def show(done: int, total: int) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r  replaying [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total: sys.stderr.write("\n")
+    sys.stderr.flush()
+  return show

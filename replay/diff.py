@@ -1,0 +1,113 @@
+"""What changed between a stored output and the current one.
+
+- `structural_diff`: deepdiff over a canonical tree of the AST, reported with readable paths such as
+  `SINK.src[0].STORE.src[2].ADD.src[1]`;
+- `text_diff`: a unified diff of the printed ASTs (or of the sources, at program level);
+- `kernel_list_diff`: at schedule level, how the kernel list changed (counts, kernels that appeared or
+  disappeared, matched by their AST keys);
+- `signature`: the shape of a diff (kinds of change and where, without the values) so that a
+  thousand kernels changed the same way form one group.
+"""
+from __future__ import annotations
+import difflib, re
+from typing import Any
+from deepdiff import DeepDiff
+from tinysched.ops import Ops
+from tinysched.uop import UOp, stable_repr
+
+MAX_TREE_NODES = 4000  # expanded trees bigger than this (heavy sharing) get only the text diff
+
+def ast_tree(u: UOp, budget: list[int] | None = None) -> Any:
+  """{op: {"dtype", "arg", "src": [...]}} with shared nodes expanded, so paths read like the AST."""
+  budget = budget if budget is not None else [MAX_TREE_NODES]
+  budget[0] -= 1
+  if budget[0] < 0: raise OverflowError("tree too large")
+  node: dict[str, Any] = {"dtype": repr(u.dtype)}
+  if u.arg is not None: node["arg"] = stable_repr(u.arg)
+  if u.src: node["src"] = [ast_tree(s, budget) for s in u.src]
+  return {u.op.name: node}
+
+_PATH_TOKEN = re.compile(r"\['([^']*)'\]|\[(\d+)\]")
+
+def pretty_path(path: str) -> str:
+  """root['SINK']['src'][0]['STORE']['src'][2] -> SINK.src[0].STORE.src[2]"""
+  out = ""
+  for name, idx in _PATH_TOKEN.findall(path):
+    if idx: out += f"[{idx}]"
+    else: out += ("." if out else "") + name
+  return out
+
+def structural_diff(old: UOp, new: UOp, limit: int = 50) -> list[dict[str, Any]]:
+  """Changes from old to new as [{"kind", "path", "old", "new"}], at most `limit` (the count is kept by the caller)."""
+  try: t_old, t_new = ast_tree(old), ast_tree(new)
+  except OverflowError: return [{"kind": "too_large", "path": "", "old": None, "new": None}]
+  dd = DeepDiff(t_old, t_new, verbose_level=2, cache_size=0)
+  out: list[dict[str, Any]] = []
+  for kind in ("values_changed", "type_changes", "dictionary_item_added", "dictionary_item_removed", "iterable_item_added",
+               "iterable_item_removed"):
+    for path, change in (dd.get(kind) or {}).items():
+      if isinstance(change, dict) and "old_value" in change:
+        o, n = change.get("old_value"), change.get("new_value")
+      elif kind.endswith("added"): o, n = None, change
+      else: o, n = change, None
+      out.append({"kind": kind, "path": pretty_path(path), "old": _brief(o), "new": _brief(n)})
+  out.sort(key=lambda c: (c["path"], c["kind"]))
+  return out[:limit]
+
+def _brief(x: Any) -> Any:
+  if isinstance(x, dict) and len(x) == 1:  # a whole subtree: name its op
+    (op, body), = x.items()
+    return f"<{op} {body.get('dtype', '')}>"
+  return x
+
+def text_diff(old_text: str, new_text: str, old_name: str = "stored", new_name: str = "current", context: int = 3) -> str:
+  return "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True), old_name, new_name, n=context))
+
+def kernel_list_diff(old: list[UOp], new: list[UOp]) -> dict[str, Any]:
+  """How a schedule's kernel list changed; kernels are matched by AST key, and the ones only on one side are
+  described by their output shapes (what buffers they write)."""
+  ok, nk = [a.key for a in old], [a.key for a in new]
+  common = set(ok) & set(nk)
+  removed = [i for i, k in enumerate(ok) if k not in common]
+  added = [i for i, k in enumerate(nk) if k not in common]
+  return {"old_count": len(old), "new_count": len(new), "unchanged": len([k for k in nk if k in common]),
+          "removed": [{"index": i, "outputs": _outputs(old[i]), "ops": _op_summary(old[i])} for i in removed],
+          "added": [{"index": i, "outputs": _outputs(new[i]), "ops": _op_summary(new[i])} for i in added],
+          "reordered": [k for k in ok if k in common] != [k for k in nk if k in common]}
+
+def _outputs(ast: UOp) -> list[str]:
+  out = []
+  for s in ast.src if ast.op is Ops.SINK else ():
+    if s.op is Ops.STORE and s.src[1].op is Ops.VIEW:
+      out.append(f"{s.src[0].dtype.base.name}{tuple(x if isinstance(x, int) else x.render_sym() for x in s.src[1].arg.shape)}")
+  return out
+
+def _op_summary(ast: UOp) -> str:
+  ops = [x.op.name for x in ast.toposort() if x.op not in (Ops.VIEW, Ops.DEFINE_GLOBAL, Ops.SINK, Ops.STORE, Ops.LOAD, Ops.CONST)]
+  return " ".join(sorted(set(ops)))
+
+_NUM = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+def _local(path: str) -> str:
+  """The last two named steps of a path, without indices' values in args: where the change happened."""
+  parts = path.split(".")
+  return ".".join(parts[-2:])
+
+def signature(level: str, changes: list[dict[str, Any]], kl: dict[str, Any] | None = None) -> str:
+  """The shape of a diff: kinds of change and their local place, values (shapes, constants) removed."""
+  if kl is not None and (kl["removed"] or kl["added"]):
+    return f"{level}: kernels {kl['old_count']}->{kl['new_count']} (" + ", ".join(sorted({r['ops'] for r in kl["removed"]})) + \
+      " -> " + ", ".join(sorted({a['ops'] for a in kl["added"]})) + ")"
+  items = set()
+  for c in changes:
+    where = _NUM.sub("#", _local(c["path"]))
+    what = ""
+    if c["path"].endswith(".arg") or c["path"].endswith(".dtype"): what = ""
+    elif isinstance(c["old"], str) and isinstance(c["new"], str) and c["old"].startswith("<"): what = f" {c['old']}->{c['new']}"
+    items.add(f"{c['kind']}@{where}{_NUM.sub('#', what)}")
+  return f"{level}: " + "; ".join(sorted(items)) if items else f"{level}: output changed"
+
+def changed_nodes(old: UOp, new: UOp) -> set[str]:
+  """Keys of nodes in `new` that do not exist in `old`."""
+  old_keys = {x.key for x in old.toposort()}
+  return {x.key for x in new.toposort() if x.key not in old_keys}

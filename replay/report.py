@@ -1,0 +1,164 @@
+"""Reports of a replay: terminal summary, Markdown (PR comment / job summary), JSON (stable schema), JUnit XML.
+
+JSON schema `tinysched-replay-report` version 1:
+  {"schema", "version", "sources": [db paths], "shard": "I/N"|null, "elapsed_s", "workers",
+   "summary": {"total", "identical", "changed", "error", "incompatible", "exec": {verdict: count}},
+   "exit_code", "fatal": [messages],
+   "groups": [{"outcome", "signature", "count", "example": <result>, "members": [input keys]}],   largest first
+   "results": [<result>]}                                                                          in store order
+  <result> = {"db", "run_id", "seq", "level", "label", "input_key", "stored_key", "new_key", "outcome", "reason",
+              "traceback", "changes": [{"kind","path","old","new"}], "change_count", "text_diff", "kernel_list",
+              "signature", "rules", "metadata", "exec"}
+"""
+from __future__ import annotations
+import json
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+from replay.check import Report
+from replay.runner import Result, OUTCOMES
+
+SCHEMA, VERSION = "tinysched-replay-report", 1
+NEXT_STEPS = {
+  "changed": "review the diffs; if the change is intended, run `replay accept` and commit the new captures "
+             "(CI: put [replay:accept] in the PR title or head commit message)",
+  "error": "the current code raised on a stored input: fix the regression (see the traceback), or re-capture if the input is obsolete",
+  "incompatible": "the stored input cannot be decoded by this code (format or ops changed): re-capture the baseline with `replay accept`",
+  "mismatch": "old and new kernels compute different numbers: this is a miscompile, not a cosmetic change",
+}
+
+def exec_counts(rep: Report) -> dict[str, int]:
+  out: dict[str, int] = {}
+  for r in rep.results:
+    if r.exec: out[r.exec.get("verdict", "?")] = out.get(r.exec.get("verdict", "?"), 0) + 1
+  return dict(sorted(out.items()))
+
+def to_json(rep: Report) -> dict[str, Any]:
+  c = rep.counts()
+  return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
+          "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep)}, "exit_code": rep.exit_code(),
+          "fatal": rep.fatal,
+          "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
+                      "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
+          "results": [r.to_dict() for r in rep.results]}
+
+def write_json(rep: Report, path: str) -> None:
+  with open(path, "w") as f: json.dump(to_json(rep), f, indent=1, sort_keys=True)
+
+def from_json(doc: dict) -> Report:
+  if doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
+    raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
+  rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
+               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"))
+  return rep
+
+def merge(reports: list[Report]) -> Report:
+  """Shard reports -> one report (results deduplicated by (db, run, seq, level, input) and re-sorted)."""
+  seen: dict[tuple, Result] = {}
+  out = Report(elapsed=max((r.elapsed for r in reports), default=0.0), workers=sum(r.workers for r in reports))
+  for rep in reports:
+    for s in rep.sources:
+      if s not in out.sources: out.sources.append(s)
+    out.fatal += [f for f in rep.fatal if f not in out.fatal]
+    for r in rep.results: seen.setdefault((r.db, r.run_id, r.seq, r.level, r.input_key), r)
+  out.results = sorted(seen.values(), key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
+  return out
+
+def _exec_line(r: Result) -> str:
+  e = r.exec or {}
+  if not e: return ""
+  parts = [e.get("verdict", "")]
+  if e.get("max_abs_err") is not None: parts.append(f"max abs err {e['max_abs_err']:.3g}")
+  if e.get("old_time_s") and e.get("new_time_s"):
+    parts.append(f"time {e['old_time_s']*1e6:.1f}us -> {e['new_time_s']*1e6:.1f}us" + (" SLOWER" if e.get("slower") else ""))
+  return ", ".join(p for p in parts if p)
+
+def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
+  c = rep.counts()
+  lines = [f"replayed {len(rep.results)} captures from {len(rep.sources)} store(s) in {rep.elapsed:.2f}s "
+           f"({len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s, {rep.workers} worker(s))" + (f", shard {rep.shard}" if rep.shard else "")]
+  lines.append("  " + "  ".join(f"{o}: {c[o]}" for o in OUTCOMES))
+  if ec := exec_counts(rep): lines.append("  exec: " + "  ".join(f"{k}: {v}" for k, v in ec.items()))
+  for f in rep.fatal: lines.append(f"  FATAL {f}")
+  groups = rep.groups()
+  for g in groups[:max_groups]:
+    ex: Result = g["example"]
+    lines.append(f"\n[{g['outcome']}] x{g['count']}  {g['signature']}")
+    lines.append(f"  example: {ex.label or '-'} {ex.level} input {ex.input_key[:16]} ({ex.db})")
+    if ex.metadata: lines.append(f"  made by: {ex.metadata}")
+    if ex.rules: lines.append(f"  rules that built the changed nodes: {', '.join(ex.rules)}")
+    if ex.kernel_list and (ex.kernel_list['removed'] or ex.kernel_list['added']):
+      kl = ex.kernel_list
+      lines.append(f"  kernels: {kl['old_count']} -> {kl['new_count']}; removed {[k['outputs'] for k in kl['removed']]}; "
+                   f"added {[k['outputs'] for k in kl['added']]}")
+    for ch in ex.changes[:6]: lines.append(f"  {ch['kind']}: {ch['path']}: {ch['old']!r} -> {ch['new']!r}")
+    if ex.reason: lines.append(f"  {ex.reason.splitlines()[0]}")
+    if ex.exec: lines.append(f"  exec: {_exec_line(ex)}")
+    if verbose and ex.text_diff: lines += ["  " + ln for ln in ex.text_diff.splitlines()[:60]]
+    if verbose and ex.traceback: lines += ["  " + ln for ln in ex.traceback.splitlines()[-12:]]
+  if len(groups) > max_groups: lines.append(f"\n... and {len(groups) - max_groups} more groups (see --report-md/--report-json)")
+  code = rep.exit_code()
+  lines.append("")
+  if code == 0: lines.append("OK: every capture replays identically.")
+  else:
+    lines.append(f"exit {code}: " + ("errors or incompatible captures" if code == 2 else "changes found"))
+    for o in ("changed", "error", "incompatible"):
+      if c[o]: lines.append(f"  next: {NEXT_STEPS[o]}")
+    if any(r.exec and r.exec.get("verdict") == "mismatch" for r in rep.results): lines.append(f"  next: {NEXT_STEPS['mismatch']}")
+  return "\n".join(lines)
+
+def markdown(rep: Report, max_groups: int = 20) -> str:
+  c = rep.counts()
+  code = rep.exit_code()
+  icon = {0: "✅", 1: "⚠️", 2: "❌"}[code]
+  out = [f"## {icon} process replay: {len(rep.results)} captures", "",
+         "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
+         f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s | {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
+  if ec := exec_counts(rep): out += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
+  for f in rep.fatal: out.append(f"- **fatal**: `{f}`")
+  groups = rep.groups()
+  if groups:
+    out += ["### Groups (largest first)", "", "| # | outcome | count | signature |", "|---:|---|---:|---|"]
+    for i, g in enumerate(groups[:max_groups]): out.append(f"| {i+1} | {g['outcome']} | {g['count']} | `{_md(g['signature'])[:200]}` |")
+    out.append("")
+    for i, g in enumerate(groups[:max_groups]):
+      ex: Result = g["example"]
+      out += [f"<details><summary>{i+1}. {g['outcome']} ×{g['count']}: {ex.label or '-'} {ex.level} <code>{ex.input_key[:12]}</code></summary>", ""]
+      if ex.metadata: out.append(f"made by: `{_md(ex.metadata)}`  ")
+      if ex.rules: out.append(f"rules: `{', '.join(ex.rules)}`  ")
+      if ex.exec: out.append(f"exec: {_exec_line(ex)}  ")
+      if ex.reason: out += ["", "```", ex.reason[:2000], "```"]
+      if ex.changes:
+        out += ["", "| change | path | old | new |", "|---|---|---|---|"]
+        out += [f"| {ch['kind']} | `{_md(ch['path'])}` | `{_md(str(ch['old']))[:80]}` | `{_md(str(ch['new']))[:80]}` |" for ch in ex.changes[:12]]
+      if ex.text_diff: out += ["", "```diff", "\n".join(ex.text_diff.splitlines()[:80]), "```"]
+      if ex.traceback: out += ["", "```", "\n".join(ex.traceback.splitlines()[-15:]), "```"]
+      out += ["", "</details>", ""]
+  if code:
+    out.append("**Next steps**")
+    for o in ("changed", "error", "incompatible"):
+      if c[o]: out.append(f"- {o}: {NEXT_STEPS[o]}")
+  return "\n".join(out) + "\n"
+
+def _md(s: str) -> str: return s.replace("|", "\\|").replace("`", "'")
+
+def junit(rep: Report) -> str:
+  by_suite: dict[str, list[Result]] = {}
+  for r in rep.results: by_suite.setdefault(f"replay.{r.level}", []).append(r)
+  parts = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<testsuites name="process-replay" tests="{len(rep.results)}" time="{rep.elapsed:.3f}">']
+  for suite, rs in sorted(by_suite.items()):
+    fails = sum(r.outcome == "changed" or bool(r.exec and r.exec.get("verdict") == "mismatch") for r in rs)
+    errs = sum(r.outcome in ("error", "incompatible") for r in rs)
+    parts.append(f'  <testsuite name={quoteattr(suite)} tests="{len(rs)}" failures="{fails}" errors="{errs}">')
+    for r in rs:
+      name = f"{r.label or '-'}:{r.level}:{r.input_key[:16]}"
+      parts.append(f'    <testcase classname={quoteattr(suite + "." + (r.label or "unlabelled"))} name={quoteattr(name)}>')
+      if r.outcome == "changed" or (r.exec and r.exec.get("verdict") == "mismatch"):
+        body = (r.signature or "") + "\n" + (r.text_diff or "")[:4000] + ("\n" + _exec_line(r) if r.exec else "")
+        parts.append(f'      <failure message={quoteattr((r.signature or "changed")[:200])}>{escape(body)}</failure>')
+      elif r.outcome in ("error", "incompatible"):
+        parts.append(f'      <error message={quoteattr((r.reason or r.outcome)[:200])}>{escape((r.traceback or r.reason or "")[:4000])}</error>')
+      parts.append("    </testcase>")
+    parts.append("  </testsuite>")
+  parts.append("</testsuites>")
+  return "\n".join(parts) + "\n"

@@ -1,0 +1,127 @@
+"""Replaying one stored capture through the current code.
+
+Outcomes: `identical` (same output key), `changed` (a different output: diffs attached), `error` (the
+current code raised: the traceback is kept), `incompatible` (the stored input cannot be decoded by this
+code: the reason is kept). Replaying never writes to the store.
+"""
+from __future__ import annotations
+import traceback
+from dataclasses import dataclass, field, asdict
+from typing import Any
+from tinysched import capture_hook
+from tinysched.uop import UOp
+from replay.encode import IncompatibleCapture, decode_kernel_input, decode_schedule_input, decode_graph, encode_graph, key_of, parse
+from replay.store import Store
+from replay import diff as D
+
+OUTCOMES = ("identical", "changed", "error", "incompatible")
+
+@dataclass
+class Result:
+  db: str
+  run_id: int
+  seq: int
+  level: str
+  label: str
+  input_key: str
+  stored_key: str
+  new_key: str | None = None
+  outcome: str = "identical"
+  reason: str | None = None            # incompatible: why; error: the exception line
+  traceback: str | None = None
+  changes: list[dict] = field(default_factory=list)
+  change_count: int = 0
+  text_diff: str | None = None
+  kernel_list: dict | None = None
+  signature: str | None = None
+  rules: list[str] = field(default_factory=list)
+  metadata: str | None = None
+  exec: dict | None = None             # filled by the execution check
+  def to_dict(self) -> dict[str, Any]: return asdict(self)
+
+def replay_output(level: str, data: bytes) -> tuple[Any, bytes]:
+  """Run the current code on a decoded input: (new output object, its canonical bytes)."""
+  if level == "kernel":
+    from tinysched.schedule import full_ast_rewrite
+    pre, var_vals, assigns = decode_kernel_input(data)
+    ast, _ = full_ast_rewrite(pre, var_vals, assigns)
+    return ast, encode_graph([ast])
+  if level == "schedule":
+    from tinysched.schedule import schedule_graph
+    big_graph, var_vals = decode_schedule_input(data)
+    kernels, _ = schedule_graph(big_graph, var_vals)
+    asts = [k.ast for k in kernels]
+    return asts, _encode_list(asts)
+  if level == "program":
+    from replay.program import replay_program
+    src = replay_program(parse(data))
+    return src, src.encode()
+  raise IncompatibleCapture(f"unknown capture level {level!r}")
+
+def _encode_list(asts: list[UOp]) -> bytes:
+  if asts: return encode_graph(asts)
+  from replay.encode import canonical_bytes
+  return canonical_bytes({"format": "tinysched-uop", "version": 1, "nodes": [], "roots": []})
+
+def decode_output(level: str, data: bytes) -> Any:
+  if level == "kernel": return decode_graph(data)[0]
+  if level == "schedule": return _decode_list(data)
+  return data.decode()
+
+def _decode_list(data: bytes) -> list[UOp]:
+  d = parse(data)
+  if not d.doc.get("roots"): return []
+  return d.roots()
+
+def replay_row(store: Store, row: dict, detail: bool = True) -> Result:
+  res = Result(str(store.path), row["run_id"], row["seq"], row["level"], row["label"] or "", row["input_key"], row["output_key"],
+               metadata=row.get("metadata"))
+  hook, capture_hook.HOOK = capture_hook.HOOK, None  # replaying must not capture itself
+  try:
+    try: data = store.blob(row["input_key"])
+    except IncompatibleCapture as e:
+      res.outcome, res.reason = "incompatible", str(e)
+      return res
+    try: new, new_bytes = replay_output(row["level"], data)
+    except IncompatibleCapture as e:
+      res.outcome, res.reason = "incompatible", str(e)
+      return res
+    except Exception as e:  # the code under test raised: that is the finding, keep going
+      res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()
+      return res
+    res.new_key = key_of(new_bytes)
+    if res.new_key == row["output_key"]: return res
+    res.outcome = "changed"
+    if detail: describe_change(store, res, new)
+    return res
+  finally:
+    capture_hook.HOOK = hook
+
+def describe_change(store: Store, res: Result, new: Any) -> None:
+  try: old = decode_output(res.level, store.blob(res.stored_key))
+  except IncompatibleCapture as e:
+    res.reason = f"stored output unreadable: {e}"
+    res.signature = f"{res.level}: stored output unreadable"
+    return
+  if res.level == "kernel":
+    res.changes = D.structural_diff(old, new)
+    res.change_count = len(res.changes)
+    res.text_diff = D.text_diff(old.pretty(), new.pretty())
+    res.signature = D.signature("kernel", res.changes)
+  elif res.level == "schedule":
+    res.kernel_list = D.kernel_list_diff(old, new)
+    changes: list[dict] = []
+    if len(old) == len(new):
+      for i, (a, b) in enumerate(zip(old, new)):
+        if a is not b: changes += [{**c, "path": f"kernel[{i}].{c['path']}"} for c in D.structural_diff(a, b)]
+    res.changes, res.change_count = changes[:50], len(changes)
+    res.text_diff = D.text_diff("\n\n".join(a.pretty() for a in old), "\n\n".join(b.pretty() for b in new))
+    res.signature = D.signature("schedule", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], res.kernel_list)
+  else:
+    res.text_diff = D.text_diff(old, new)
+    res.signature = "program: " + _source_signature(res.text_diff)
+
+def _source_signature(text_diff: str) -> str:
+  import re
+  lines = [ln for ln in text_diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+  return "; ".join(sorted({re.sub(r"\d+", "#", ln.strip())[:60] for ln in lines})[:6])
