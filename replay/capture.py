@@ -51,6 +51,15 @@ def _shapes(ast: UOp) -> list:
     if s.op is Ops.STORE and s.src[1].op is Ops.VIEW: out.append([x if isinstance(x, int) else x.render_sym() for x in s.src[1].arg.shape])
   return out
 
+def _var_values(u: UOp, var_vals: dict[UOp, int]) -> dict[str, int]:
+  """{name: value} of the Variables a graph uses: bound inside the shapes of its views, or given in var_vals."""
+  out: dict[str, int] = {}
+  for x in u.toposort():
+    if x.op is Ops.DEFINE_VAR and x in var_vals: out[x.arg[0]] = var_vals[x]
+    elif x.op is Ops.VIEW and x.arg is not None:
+      for v, val in x.arg.var_vals.items(): out[v.arg[0]] = val
+  return dict(sorted(out.items()))
+
 def _ops(u: UOp) -> list[str]: return sorted({x.op.name for x in u.toposort()})
 
 class Capturer:
@@ -93,9 +102,8 @@ class Capturer:
         pre, var_vals, assigns = inputs
         in_key = self._graph(encode_kernel_input(pre, var_vals, assigns), "kernel_input", pre)
         out_key = self._graph(encode_graph([output]), "ast", output)
-        names = {x.arg[0] for x in pre.toposort() if x.op is Ops.DEFINE_VAR}
         row = self._add("kernel", in_key, out_key, node_count=len(pre.toposort()), kernel_count=1, op_names=" ".join(_ops(output)),
-                        output_shapes=dumps(_shapes(output)), var_vals=dumps({v.arg[0]: val for v, val in var_vals.items() if v.arg[0] in names}),
+                        output_shapes=dumps(_shapes(output)), var_vals=dumps(_var_values(pre, var_vals)),
                         assigns=dumps(sorted(b.arg[0] for b in assigns if b in pre.toposort())))
         if row is not None: self.pending_kernels[output] = row
       elif level == "schedule":
@@ -148,6 +156,7 @@ _active: Capturer | None = None
 def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Capturer:
   global _active
   if _active is not None: raise RuntimeError(f"capture is already on (into {_active.path}); stop it first")
+  if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None  # an explicit start wins over the environment
   _active = Capturer(path, label, levels)
   capture_hook.HOOK = _active
   return _active
@@ -175,6 +184,7 @@ def install_from_env() -> None:
   """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file."""
   path = os.environ.get("TINYSCHED_CAPTURE")
   if not path or _active is not None: return
+  if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None
   levels = tuple(x.strip() for x in os.environ.get("TINYSCHED_CAPTURE_LEVELS", ",".join(LEVELS)).split(",") if x.strip())
   start(path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels)
   atexit.register(stop)

@@ -10,14 +10,26 @@ from typing import Any, Callable
 
 HOOK: Callable[..., None] | None = None  # HOOK(level, inputs, output, info=None)
 
-def autoload() -> None:
-  """When TINYSCHED_CAPTURE is set, start the capture tool registered under the `tinysched.capture`
-  entry point (replay registers one). Discovery by entry point keeps tinysched independent of replay."""
-  import os, sys
-  if not os.environ.get("TINYSCHED_CAPTURE") or HOOK is not None: return
+def _load_tool() -> Callable[..., None] | None:
   from importlib.metadata import entry_points
+  import sys
   eps = list(entry_points(group="tinysched.capture"))
   if not eps:
     print("tinysched: TINYSCHED_CAPTURE is set but no capture tool is installed (pip install -e . installs replay's)", file=sys.stderr)
-    return
-  eps[0].load()()
+    return None
+  eps[0].load()()  # the tool installs its hook into HOOK
+  return HOOK if HOOK is not _first_call else None
+
+def _first_call(*args, **kwargs) -> None:
+  # resolved at the first capture point, not at import: the capture tool itself imports tinysched
+  global HOOK
+  HOOK = None
+  hook = _load_tool()
+  if hook is not None: hook(*args, **kwargs)
+
+def autoload() -> None:
+  """When TINYSCHED_CAPTURE is set, the first capture point starts the capture tool registered under the
+  `tinysched.capture` entry point (replay registers one): discovery keeps tinysched independent of replay."""
+  import os
+  global HOOK
+  if os.environ.get("TINYSCHED_CAPTURE") and HOOK is None: HOOK = _first_call
