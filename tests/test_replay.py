@@ -1,0 +1,176 @@
+"""Replay: planted changes in the scheduler are found, grouped, reported, with the right exit codes."""
+import hashlib, json, sqlite3, zlib
+from pathlib import Path
+import pytest
+from click.testing import CliRunner
+import replay
+from replay.cli import main as cli
+from replay.check import check, shard_of
+from replay.encode import key_of
+from replay import report as R
+import tinysched.schedule as S
+from tinysched import Tensor, Variable, UOp, Ops
+from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
+
+def workload():
+  Tensor.manual_seed(3)
+  x, w = Tensor.rand(4, 8), Tensor.rand(8, 3)
+  for _ in range(2): (x @ w).relu().sum(1).realize()   # repeated: the same captures replay once
+  e = (x - x.max(1, keepdim=True)).exp()
+  (e / e.sum(1, keepdim=True)).realize()
+  (x * 2 + 1).realize()
+  (x.pad(((1, 1), (0, 0))) * 3).sum(1).realize()
+  v = Variable("n", 1, 4)
+  (x.shrink(((0, v.bind(3)), None)) + 1).sum(0).realize()
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+  p = tmp_path_factory.mktemp("replay") / "base.db"
+  with replay.capture(p, label="unit"): workload()
+  c = sqlite3.connect(p); c.execute("PRAGMA journal_mode=DELETE"); c.close()
+  return p
+
+def sha(p: Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
+
+def invoke(*args):
+  return CliRunner().invoke(cli, [str(a) for a in args])
+
+# planted changes: wrap full_ast_rewrite and post-process the AST it returns
+def patch_ast(monkeypatch, fn):
+  orig = S.full_ast_rewrite
+  def patched(pre, var_vals, assigned):
+    ast, ctx = orig(pre, var_vals, assigned)
+    return fn(ast), ctx
+  monkeypatch.setattr(S, "full_ast_rewrite", patched)
+
+swap_commutative = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
+                                    lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None)], name="swap")
+def double_consts(ast: UOp) -> UOp:
+  pm = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg not in (0.0,)
+                        and not c.arg != c.arg else None)], name="double")
+  return graph_rewrite(ast, pm)
+
+def test_unmodified_code_is_identical(db):
+  before = sha(db)
+  r = invoke("check", db, "-j", "2")
+  assert r.exit_code == 0, r.output
+  assert "changed: 0" in r.output and "identical:" in r.output
+  assert sha(db) == before
+
+def test_equivalent_rewrite_is_changed_one_group(db, monkeypatch, tmp_path):
+  patch_ast(monkeypatch, lambda ast: graph_rewrite(ast, swap_commutative))
+  before = sha(db)
+  rep = check([str(db)], level="kernel", jobs=1)
+  assert rep.exit_code() == 1
+  changed = [r for r in rep.results if r.outcome == "changed"]
+  assert changed and all(r.text_diff and r.changes for r in changed)
+  groups = [g for g in rep.groups() if g["outcome"] == "changed"]
+  assert len({g["signature"] for g in groups}) == len(groups)
+  # every planted swap shows up as reordered sources, never as a constant change
+  assert all("arg" not in g["signature"] for g in groups)
+  r = invoke("check", db, "--level", "kernel", "-j", "1", "--report-json", tmp_path / "r.json", "--report-md", tmp_path / "r.md",
+             "--junit", tmp_path / "r.xml")
+  assert r.exit_code == 1
+  doc = json.loads((tmp_path / "r.json").read_text())
+  assert doc["schema"] == "tinysched-replay-report" and doc["summary"]["changed"] == len(changed)
+  assert "<failure" in (tmp_path / "r.xml").read_text()
+  assert "process replay" in (tmp_path / "r.md").read_text()
+  assert sha(db) == before
+
+def test_constant_change_is_a_different_group(db, monkeypatch):
+  patch_ast(monkeypatch, lambda ast: graph_rewrite(ast, swap_commutative))
+  swap_sigs = {g["signature"] for g in check([str(db)], level="kernel", jobs=1).groups()}
+  monkeypatch.undo()
+  patch_ast(monkeypatch, double_consts)
+  rep = check([str(db)], level="kernel", jobs=1)
+  assert rep.exit_code() == 1
+  const_sigs = {g["signature"] for g in rep.groups()}
+  assert const_sigs and not (const_sigs & swap_sigs)
+  assert any("CONST.arg" in s for s in const_sigs)
+  ex = next(r for r in rep.results if r.outcome == "changed")
+  assert any(c["path"].endswith("CONST.arg") for c in ex.changes)
+
+def test_schedule_level_sees_fusion_changes(db, monkeypatch):
+  # a grouping change: fuse nothing, every intermediate buffer becomes its own kernel
+  orig = S.group_realizes
+  def no_fusion(ctx, realizes):
+    for r in ctx.allbufs: realizes[r] = r
+    return orig(ctx, realizes)
+  monkeypatch.setattr(S, "group_realizes", no_fusion)
+  rep = check([str(db)], level="schedule", jobs=1)
+  changed = [r for r in rep.results if r.outcome == "changed"]
+  assert changed
+  assert all(r.kernel_list and r.kernel_list["new_count"] > r.kernel_list["old_count"] for r in changed)
+  assert all(r.signature.startswith("schedule: kernels") for r in changed)
+
+def test_error_is_reported_and_run_goes_on(db, monkeypatch):
+  orig = S.full_ast_rewrite
+  def boom(pre, var_vals, assigned):
+    if any(x.op is Ops.REDUCE_AXIS for x in pre.toposort()): raise ZeroDivisionError("planted failure")
+    return orig(pre, var_vals, assigned)
+  monkeypatch.setattr(S, "full_ast_rewrite", boom)
+  rep = check([str(db)], level="kernel", jobs=1)
+  c = rep.counts()
+  assert c["error"] > 0 and c["identical"] > 0  # the run went on after the first error
+  err = next(r for r in rep.results if r.outcome == "error")
+  assert "planted failure" in err.reason and "Traceback" in err.traceback
+  assert rep.exit_code() == 2
+  r = invoke("check", db, "--level", "kernel", "-j", "1", "-v")
+  assert r.exit_code == 2 and "planted failure" in r.output and "next:" in r.output
+
+def test_unknown_op_is_incompatible(db, tmp_path):
+  copy = tmp_path / "copy.db"
+  copy.write_bytes(db.read_bytes())
+  c = sqlite3.connect(copy)
+  (key,) = c.execute("SELECT input_key FROM captures WHERE level='kernel' LIMIT 1").fetchone()
+  doc = json.loads(zlib.decompress(c.execute("SELECT data FROM graphs WHERE key=?", (key,)).fetchone()[0]))
+  doc["nodes"][-1][0] = "TELEPORT"
+  data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+  c.execute("INSERT INTO graphs (key, kind, data, size) VALUES (?,?,?,?)", (key_of(data), "kernel_input", zlib.compress(data), len(data)))
+  c.execute("UPDATE captures SET input_key=? WHERE input_key=?", (key_of(data), key))
+  c.commit(); c.close()
+  before = sha(copy)
+  r = invoke("check", copy, "-j", "1")
+  assert r.exit_code == 2
+  assert "incompatible: 1" in r.output and "TELEPORT" in r.output
+  assert sha(copy) == before
+
+def test_diff_two_stores(db, tmp_path, monkeypatch):
+  r = invoke("diff", db, db)
+  assert r.exit_code == 0, r.output
+  new = tmp_path / "new.db"
+  # a rule inside the code under capture (wrapping full_ast_rewrite would change what it returns, not what it captures)
+  monkeypatch.setattr(S, "view_right", S.view_right + swap_commutative)
+  with replay.capture(new, label="unit"): workload()
+  r = invoke("diff", db, new, "--level", "kernel")
+  assert r.exit_code == 1 and "changed:" in r.output and "SINK.src[0].STORE" in r.output
+
+def test_shards_partition_and_merge(db, tmp_path):
+  whole = check([str(db)], jobs=1)
+  parts = [check([str(db)], jobs=1, shard=(i, 3)) for i in range(3)]
+  keys = [(r.level, r.input_key, r.run_id, r.seq) for p in parts for r in p.results]
+  assert len(keys) == len(set(keys)) == len(whole.results)
+  paths = []
+  for i, p in enumerate(parts):
+    R.write_json(p, tmp_path / f"s{i}.json"); paths.append(tmp_path / f"s{i}.json")
+  r = invoke("report", "merge", *paths, "-o", tmp_path / "m.json")
+  assert r.exit_code == 0, r.output
+  merged = json.loads((tmp_path / "m.json").read_text())
+  full = R.to_json(whole)
+  strip = lambda d: [{k: v for k, v in x.items()} for x in d["results"]]
+  assert strip(merged) == strip(full) and merged["summary"] == full["summary"]
+
+def test_bad_usage_exit_2(tmp_path):
+  assert invoke("check", tmp_path / "missing.db").exit_code == 2
+  assert invoke("check", "--shard", "5/2", tmp_path / "x.db").exit_code == 2
+  assert invoke("check", "--level", "nope").exit_code == 2
+  assert invoke("show", tmp_path / "missing.db", "abc").exit_code == 2
+
+def test_show_and_stats(db):
+  r = invoke("stats", db)
+  assert r.exit_code == 0 and "distinct kernel ASTs" in r.output
+  s = sqlite3.connect(db)
+  (key,) = s.execute("SELECT input_key FROM captures WHERE level='kernel' LIMIT 1").fetchone()
+  s.close()
+  r = invoke("show", db, key[:10])
+  assert r.exit_code == 0 and "== output ==" in r.output and "DEFINE_GLOBAL" in r.output
