@@ -176,9 +176,8 @@ def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = 
   finally: stop()
 
 def _on_sigterm(signum, frame):
-  stop()
-  signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  os.kill(os.getpid(), signal.SIGTERM)
+  # unwind normally (releasing any lock the interrupted code holds); the atexit handler then flushes
+  raise SystemExit(128 + signum)
 
 def install_from_env() -> None:
   """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file."""

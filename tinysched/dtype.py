@@ -7,25 +7,31 @@ import numpy as np
 
 ConstType = Union[float, int, bool]
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, eq=False)
 class DType:
+  """A scalar, vector or pointer type. Instances are canonical (vec/ptr are cached), so equality and hashing
+  are identity, in C: dtypes are compared on every hot path of the compiler."""
   priority: int      # promotion order: lower promotes to higher
   itemsize: int      # bytes per element (of the whole vector for vector types)
   name: str          # the OpenCL / printed name
   fmt: str | None    # numpy type character, None for void
   count: int = 1     # lanes for vector types (float4 in codegen)
   def __repr__(self): return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+  def __lt__(self, other: DType) -> bool: return (self.priority, self.itemsize, self.name, self.count) < \
+    (other.priority, other.itemsize, other.name, other.count)
+  @functools.lru_cache(None)  # noqa: B019 (dtypes live forever)
   def vec(self, n: int) -> DType:
     if self.count != 1 or n < 1: raise ValueError(f"cannot vectorize {self} by {n}")
     return self if n == 1 else DType(self.priority, self.itemsize*n, f"{self.name}{n}", None, n)
   def scalar(self) -> DType: return self if self.count == 1 else _SCALARS[self.name.rstrip("0123456789")]
+  @functools.lru_cache(None)  # noqa: B019
   def ptr(self) -> PtrDType: return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self)
   @property
   def base(self) -> DType: return self
   @property
   def np(self) -> np.dtype | None: return np.dtype(self.fmt) if self.fmt is not None else None
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, eq=False)
 class PtrDType(DType):
   """A pointer to a buffer of `_base` (the dtype of BUFFER and DEFINE_GLOBAL nodes)."""
   _base: DType = None  # type: ignore[assignment]

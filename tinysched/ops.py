@@ -21,6 +21,9 @@ class Ops(Enum):
   IF = auto(); ENDIF = auto(); BARRIER = auto(); VECTORIZE = auto(); GEP = auto(); INDEX = auto()  # noqa: E702
   def __repr__(self): return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value  # lets nodes sort deterministically
+  # identity hash (C speed) instead of Enum's hash of the name: ops are dict keys on every hot path. Sets of
+  # ops are never iterated into an output (Enum's name hash is randomized per process anyway)
+  __hash__ = object.__hash__
 
 class GroupOp:
   Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG})

@@ -23,14 +23,18 @@ def _intern_arg(arg: Any) -> Any:
   if type(arg) is tuple: return (tuple, tuple(_intern_arg(a) for a in arg))
   return (type(arg), arg)
 
+_ucache: dict[tuple, weakref.ref] = {}  # intern table: key -> weak reference (a dead node frees its entry)
+
 class _UOpMeta(type):
-  _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-    k = (op, dtype, src, _intern_arg(arg))
-    if (ret := _UOpMeta._cache.get(k)) is not None: return ret
+    k = (op, dtype, src, arg if type(arg) in _PLAIN_ARGS else _intern_arg(arg))
+    if (ref := _ucache.get(k)) is not None and (ret := ref()) is not None: return ret
     ret = super().__call__(op, dtype, src, arg)
-    _UOpMeta._cache[k] = ret
+    _ucache[k] = weakref.ref(ret, lambda r, k=k: _ucache.pop(k) if _ucache.get(k) is r else None)
     return ret
+
+# args that intern by plain equality (no float/bool/int confusion possible inside): skip _intern_arg
+_PLAIN_ARGS = (type(None), str)
 
 def stable_repr(x: Any) -> str:
   """A deterministic text form of a node argument; the input of `key` and of printed ASTs."""
@@ -59,6 +63,9 @@ class UOp(metaclass=_UOpMeta):
   def __setattr__(self, name, value):
     if name in ("op", "dtype", "src", "arg"): raise AttributeError(f"UOp is immutable: cannot set {name}")
     object.__setattr__(self, name, value)
+  def __delattr__(self, name):
+    if name in ("op", "dtype", "src", "arg"): raise AttributeError(f"UOp is immutable: cannot delete {name}")
+    object.__delattr__(self, name)
   def __reduce__(self): raise TypeError("UOps are not picklable by design: use replay's canonical encoding")
   def replace(self, **kwargs) -> UOp:
     return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
@@ -217,8 +224,7 @@ class UOp(metaclass=_UOpMeta):
   def logical_not(self): return self.alu(Ops.CMPNE, self.const_like(True))
   def maximum(self, x): return self.alu(Ops.MAX, self.ufix(x))
   def minimum(self, x): return -((-self).maximum(-self.ufix(x)))
-  def __hash__(self): return id(self)
-  def __eq__(self, other): return self is other
+  # equality and hashing are object identity (inherited from object, in C): nodes are interned
   def __bool__(self): raise TypeError(f"the truth value of symbolic {self!r} is unknown: use resolve()")
 
   def bind(self, val: int) -> UOp:
@@ -393,16 +399,19 @@ def sym_infer(x: sint, var_vals: dict[UOp, int]) -> int:
   """Evaluate a symbolic integer given values for its Variables."""
   if isinstance(x, int): return x
   env: dict[UOp, ConstType] = {}
+  def get(n: UOp) -> ConstType:
+    # a Variable needs a value only where it is used unbound (the one under a BIND is not evaluated)
+    if n.op is Ops.DEFINE_VAR and n not in env: raise KeyError(f"no value for Variable {n.arg[0]!r}")
+    return env[n]
   for n in x.toposort():
     if n.op is Ops.CONST: env[n] = n.arg
     elif n.op is Ops.DEFINE_VAR:
-      if n not in var_vals: raise KeyError(f"no value for Variable {n.arg[0]!r}")
-      env[n] = var_vals[n]
+      if n in var_vals: env[n] = var_vals[n]
     elif n.op is Ops.BIND: env[n] = n.src[1].arg
-    elif n.op in _PY_ALU: env[n] = exec_alu(n.op, n.dtype, [env[s] for s in n.src])
-    elif n.op is Ops.CAST: env[n] = dtypes.as_const(env[n.src[0]], n.dtype)
+    elif n.op in _PY_ALU: env[n] = exec_alu(n.op, n.dtype, [get(s) for s in n.src])
+    elif n.op is Ops.CAST: env[n] = dtypes.as_const(get(n.src[0]), n.dtype)
     else: raise ValueError(f"cannot evaluate {n.op} symbolically")
-  return env[x]
+  return get(x)
 
 __all__ = ["UOp", "Variable", "sint", "resolve", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
            "PtrDType"]
