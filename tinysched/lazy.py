@@ -30,8 +30,10 @@ def create_lazybuffer(device: str, st: ShapeTracker, dtype: DType, op: Ops | Non
                       srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None, enable_cache: bool = True) -> LazyBuffer:
   if st.size == 0 and op is not Ops.EMPTY: op, arg, srcs, base = Ops.CONST, 0, (), None
   if op is Ops.CONST: arg, enable_cache = (dtypes.as_const(arg, dtype) if not isinstance(arg, UOp) else arg), True
-  # the key holds the sources themselves (hashed by identity, looked up only, never iterated)
-  cache_key = (device, st, dtype, op, arg if not isinstance(arg, float) else (float, repr(arg)), srcs, base)
+  # sources enter the key as weak references (looked up only, never iterated): once a scheduled buffer drops
+  # its sources they die, and building the same op again makes a new buffer instead of aliasing the old one
+  key_arg = (float, repr(arg)) if isinstance(arg, float) else arg
+  cache_key = (device, st, dtype, op, key_arg, tuple(weakref.ref(x) for x in srcs)) if base is None else (st, weakref.ref(base))
   if enable_cache and (rret := _lazycache.get(cache_key)) is not None: return rret
   ret = LazyBuffer(device, st, dtype, op, arg, srcs, base=base, metadata=METADATA.get())
   if enable_cache: _lazycache[cache_key] = ret

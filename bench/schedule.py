@@ -1,0 +1,86 @@
+"""Scheduling time and kernel counts per model: graph build and schedule() timed separately, median of runs.
+
+  python bench/schedule.py                      # tinysched only
+  python bench/schedule.py --baseline PYTHON    # also tinygrad 0.10.0 from another interpreter, side by side
+  (make the baseline with: python -m venv /tmp/tgvenv && /tmp/tgvenv/bin/pip install tinygrad==0.10.0 numpy)
+
+Each library runs in its own process with the same model code (bench/models.py); the parent prints the table.
+"""
+from __future__ import annotations
+import argparse, gc, json, os, platform, statistics, subprocess, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+def measure(lib: str, models: list[str], runs: int) -> dict:
+  sys.path.insert(0, str(HERE.parent)); sys.path.insert(0, str(HERE))
+  if lib == "tinygrad":
+    os.environ.setdefault("GPU", "1")  # weights are made on PoCL; scheduling itself never touches the device
+    from tinygrad import Tensor
+    from tinygrad.nn.optim import Adam
+  else:
+    from tinysched import Tensor
+    from tinysched.nn.optim import Adam
+  from models import MODELS
+  out = {}
+  for name in models:
+    try: out[name] = _measure_one(Tensor, Adam, MODELS[name], runs)
+    except Exception as e:  # a library that cannot schedule a model is a result too (tinygrad 0.10.0 crashes on some)
+      out[name] = {"error": f"{type(e).__name__}: {str(e)[:80]}"}
+  return out
+
+def _measure_one(Tensor, Adam, model, runs: int) -> dict:
+  setup, forward = model(Tensor, Adam)
+  state = setup()
+  builds, scheds, kernels = [], [], 0
+  for _ in range(runs):
+    t0 = time.perf_counter()
+    outs = forward(state)
+    t1 = time.perf_counter()
+    sched = outs[0].schedule(*outs[1:])
+    t2 = time.perf_counter()
+    builds.append(t1 - t0); scheds.append(t2 - t1)
+    kernels = len([si for si in sched if si.ast.op.name == "SINK"])
+    # drop this run's graph: the lazy cache would otherwise hand the next run the already-scheduled buffers
+    del outs, sched
+    gc.collect()
+  return {"build_ms": statistics.median(builds) * 1e3, "schedule_ms": statistics.median(scheds) * 1e3, "kernels": kernels}
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--models", default="mlp,cnn,gpt2,resnet18,mlp_adam")
+  ap.add_argument("--runs", type=int, default=5)
+  ap.add_argument("--baseline", help="python interpreter with tinygrad==0.10.0 installed")
+  ap.add_argument("--worker", choices=["tinysched", "tinygrad"], help=argparse.SUPPRESS)
+  a = ap.parse_args()
+  models = a.models.split(",")
+  if a.worker:
+    print(json.dumps(measure(a.worker, models, a.runs)))
+    return
+  def run(py: str, lib: str) -> dict:
+    env = {**os.environ, "TINYSCHED_DEVICE": os.environ.get("TINYSCHED_DEVICE", "NUMPY")}
+    r = subprocess.run([py, __file__, "--worker", lib, "--models", a.models, "--runs", str(a.runs)], capture_output=True, text=True, env=env)
+    if r.returncode != 0: sys.exit(f"{lib} worker failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+  ours = run(sys.executable, "tinysched")
+  base = run(a.baseline, "tinygrad") if a.baseline else None
+  print(f"# scheduling time, median of {a.runs} runs — {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}\n")
+  hdr = "| model | kernels | build ms | schedule ms |"
+  sep = "|---|---:|---:|---:|"
+  if base: hdr, sep = hdr + " tinygrad kernels | tinygrad build ms | tinygrad schedule ms | schedule ratio | total ratio |", sep + "---:|---:|---:|---:|---:|"
+  print(hdr); print(sep)
+  for m in models:
+    o = ours[m]
+    if "error" in o:
+      print(f"| {m} | failed: {o['error']} |")
+      continue
+    row = f"| {m} | {o['kernels']} | {o['build_ms']:.1f} | {o['schedule_ms']:.1f} |"
+    if base and "error" in base[m]: row += f" tinygrad failed: {base[m]['error']} |"
+    elif base:
+      b = base[m]
+      row += (f" {b['kernels']} | {b['build_ms']:.1f} | {b['schedule_ms']:.1f} | {o['schedule_ms']/b['schedule_ms']:.2f}x |"
+              f" {(o['schedule_ms']+o['build_ms'])/(b['schedule_ms']+b['build_ms']):.2f}x |")
+    print(row)
+
+if __name__ == "__main__": main()
