@@ -9,7 +9,7 @@ import inspect, itertools, os
 from typing import Any, Callable, Iterable, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp
+from tinysched.uop import UOp, _intern_arg
 
 class _Any:
   def __repr__(self): return "ANY"
@@ -96,10 +96,8 @@ class _UPatAny(UPat):
     return [b for p in self.src for b in p.match(u, store)]  # type: ignore[union-attr]
 
 def _arg_eq(a: Any, b: Any) -> bool:
-  # type-strict: True must not match 1, and 0.0 must not match -0.0
-  if type(a) is not type(b): return False
-  if type(a) is float: return repr(a) == repr(b)
-  return a == b
+  # type-strict like interning, also inside tuples: True must not match 1, and 0.0 must not match -0.0
+  return _intern_arg(a) == _intern_arg(b)
 
 Rule = Union[tuple[UPat, Callable], tuple[UPat, Callable, str]]
 
@@ -144,22 +142,27 @@ class PatternMatcher:
 
 class RewriteLoop(RuntimeError): pass
 
+# how many rewrites may nest (a rule firing on a node some earlier rewrite created) before graph_rewrite
+# gives up: a rule that keeps producing new nodes would otherwise never reach a fixed point
+REWRITE_DEPTH_LIMIT = 10000
+
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None) -> UOp:
   """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
   until no rule fires (a fixed point). Results are memoized for the duration of the call.
   `track`, if given, receives (rule name, before, after) for every rule that fired."""
   done: dict[UOp, UOp] = {}
   active: set[UOp] = set()  # membership only (never iterated): detects a rule that re-creates its own input
-  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  # entries: (node, stage, rewrite result, depth = how many rewrites created this node's position)
+  stack: list[tuple[UOp, int, UOp | None, int]] = [(root, 0, None, 0)]
   while stack:
-    n, stage, other = stack.pop()
+    n, stage, other, depth = stack.pop()
     if stage == 0:
       if n in done: continue
       if n in active: raise RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
       active.add(n)
-      stack.append((n, 1, None))
+      stack.append((n, 1, None, depth))
       for s in reversed(n.src):
-        if s not in done: stack.append((s, 0, None))
+        if s not in done: stack.append((s, 0, None, depth))
     elif stage == 1:
       new_src = tuple(done[s] for s in n.src)
       nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
@@ -173,8 +176,11 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tu
         done[n] = done[r[0]]
         active.discard(n)
         continue
-      stack.append((n, 2, r[0]))
-      stack.append((r[0], 0, None))
+      if depth >= REWRITE_DEPTH_LIMIT:
+        raise RewriteLoop(f"{pm.name}: {REWRITE_DEPTH_LIMIT} nested rewrites without reaching a fixed point "
+                          f"(last rule {r[1]!r} on {n.op}); a rule loops")
+      stack.append((n, 2, r[0], depth))
+      stack.append((r[0], 0, None, depth + 1))
     else:
       done[n] = done[other]  # type: ignore[index]
       active.discard(n)

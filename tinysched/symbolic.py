@@ -45,11 +45,40 @@ def fold_by_range(x: UOp) -> UOp | None:
   if not (dtypes.is_int(x.dtype) or dtypes.is_bool(x.dtype)): return None
   return UOp.const(x.dtype, x.vmin) if x.vmin == x.vmax else None
 
+def _merge_divmod(merged: dict[UOp, int]) -> dict[UOp, int] | None:
+  """Fold pairs of terms that split one value by a constant c; for every integer x (C division too)
+  c*(x//c) + x%c == x and c*((x//c)%e) + x%c == x%(c*e). None if no pair was found."""
+  out, changed = merged, False
+  work = [t for t in out if t.op is Ops.MOD and t.src[1].op is Ops.CONST and t.src[1].arg > 0]
+  while work:
+    t = work.pop()
+    if (k := out.get(t, 0)) == 0: continue
+    x, c = t.src
+    div = UOp(Ops.IDIV, t.dtype, (x, c))
+    partner: UOp | None = None
+    if out.get(div) == k*c.arg: partner, new = div, x
+    else:
+      for u, ku in out.items():
+        if ku == k*c.arg and u.op is Ops.MOD and u.src[0] is div and u.src[1].op is Ops.CONST and u.src[1].arg > 0:
+          partner, new = u, UOp(Ops.MOD, t.dtype, (x, UOp.const(t.dtype, c.arg*u.src[1].arg)))
+          break
+    if partner is None: continue
+    # the merged term takes the partner's place (and merges with an equal term already there)
+    nxt: dict[UOp, int] = {}
+    for u, ku in out.items():
+      if u is t: continue
+      if u is partner: u, ku = new, k
+      nxt[u] = nxt.get(u, 0) + ku
+    out, changed = nxt, True
+    if new.op is Ops.MOD: work.append(new)
+  return out if changed else None
+
 def combine_terms(x: UOp) -> UOp | None:
   """Flatten a sum, merge like terms and constants; fires only when that makes it shorter."""
   terms, const = _decompose(x)
   merged: dict[UOp, int] = {}
   for t, c in terms: merged[t] = merged.get(t, 0) + c
+  if (dm := _merge_divmod(merged)) is not None: return _rebuild(x.dtype, list(dm.items()), const)
   nconsts = sum(1 for u in _flat_adds(x) if u.op is Ops.CONST)
   if len(merged) == len(terms) and nconsts <= 1 and all(c != 0 for c in merged.values()):
     # already combined: only move a constant that is not last to the end
@@ -108,6 +137,13 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
   if rem.vmin < 0: return None
   return rem if rem.vmax < d else UOp(Ops.MOD, x.dtype, (rem, c))
 
+def lt_move_const(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+  """x + c1 < c2 -> x < c2 - c1 for integers, unless x + c1 may wrap around (then the two differ)."""
+  if not dtypes.is_int(x.dtype): return None
+  lo, hi, d = x.vmin + c1.arg, x.vmax + c1.arg, x.dtype
+  if not (dtypes.min(d) <= lo and hi <= dtypes.max(d) and dtypes.min(d) <= c2.arg - c1.arg <= dtypes.max(d)): return None
+  return UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, c2.arg - c1.arg)))
+
 INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 
 symbolic = PatternMatcher([
@@ -145,7 +181,5 @@ symbolic = PatternMatcher([
   (UPat(Ops.IDIV, INTS, src=(UPat.var("x"), UPat.cvar("c"))), fold_div),
   (UPat(Ops.MOD, INTS, src=(UPat.var("x"), UPat.cvar("c"))), fold_mod),
   # comparisons against constants: move constant terms across
-  (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))),
-   lambda x, c1, c2: UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, c2.arg - c1.arg))) if dtypes.is_int(x.dtype) else None,
-   "lt_move_const"),
+  (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), lt_move_const),
 ], name="symbolic")
