@@ -5,7 +5,7 @@ structure. `key` is a sha256 over op, dtype, arg and the children's keys: it nev
 Python's randomized str hash, so it is identical in every process.
 """
 from __future__ import annotations
-import hashlib, math, struct, weakref
+import hashlib, math, struct, threading, weakref
 from enum import Enum
 from functools import cached_property
 from typing import Any, Callable, Iterator, Union
@@ -36,13 +36,18 @@ class _UOpMeta(type):
 # args that intern by plain equality (no float/bool/int confusion possible inside): skip _intern_arg
 _PLAIN_ARGS = (type(None), str)
 
+_KEYING = threading.local()  # .active: computing a key (per thread)
+
 def stable_repr(x: Any) -> str:
   """A deterministic text form of a node argument; the input of `key` and of printed ASTs."""
   if x is None or type(x) in (bool, int, str): return repr(x)
   if type(x) is float:
     if math.isnan(x): return "nan" if not math.copysign(1, x) < 0 else "-nan"
     return repr(x)  # repr round-trips exactly and keeps -0.0 and inf
-  if isinstance(x, UOp): return x.render_sym() if x.op in _SYM_OPS else f"UOp#{x.key[:16]}"
+  if isinstance(x, UOp):
+    # inside a content key a node counts by its own full key (bounds and dtypes of Variables included);
+    # for printing, symbolic integers read as infix text
+    return f"UOp#{x.key}" if getattr(_KEYING, "active", False) else (x.render_sym() if x.op in _SYM_OPS else f"UOp#{x.key[:16]}")
   if isinstance(x, Enum): return f"{type(x).__name__}.{x.name}"
   if isinstance(x, DType): return repr(x)
   if isinstance(x, tuple): return "(" + ", ".join(stable_repr(a) for a in x) + ("," if len(x) == 1 else "") + ")"
@@ -76,7 +81,10 @@ class UOp(metaclass=_UOpMeta):
     """Content hash, identical across processes (hex sha256)."""
     _fill_children(self, "key")  # children first, without recursion: deep graphs must not hit the recursion limit
     h = hashlib.sha256()
-    h.update(f"{self.op.name}|{self.dtype!r}|{stable_repr(self.arg)}|{len(self.src)}".encode())
+    prev, _KEYING.active = getattr(_KEYING, "active", False), True
+    try: arg = stable_repr(self.arg)
+    finally: _KEYING.active = prev
+    h.update(f"{self.op.name}|{self.dtype!r}|{arg}|{len(self.src)}".encode())
     for s in self.src: h.update(s.key.encode())
     return h.hexdigest()
 
