@@ -97,13 +97,14 @@ def replay_row(store: Store, row: dict, detail: bool = True) -> Result:
   finally:
     capture_hook.HOOK = hook
 
-def describe_change(store: Store, res: Result, new: Any) -> None:
+def describe_change(store: Store, res: Result, new: Any, data: bytes) -> None:
   try: old = decode_output(res.level, store.blob(res.stored_key))
   except IncompatibleCapture as e:
     res.reason = f"stored output unreadable: {e}"
     res.signature = f"{res.level}: stored output unreadable"
     return
   if res.level == "kernel":
+    res.rules = rules_behind(data, old)
     res.changes = D.structural_diff(old, new)
     res.change_count = len(res.changes)
     res.text_diff = D.text_diff(old.pretty(), new.pretty())
@@ -125,3 +126,22 @@ def _source_signature(text_diff: str) -> str:
   import re
   lines = [ln for ln in text_diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
   return "; ".join(sorted({re.sub(r"\d+", "#", ln.strip())[:60] for ln in lines})[:6])
+
+def rules_behind(data: bytes, old: UOp) -> list[str]:
+  """Replay the kernel once more with rule tracing on: the rules whose results are nodes of the new AST that
+  the stored AST does not have are the ones that made the difference (most frequent first)."""
+  from tinysched import rewrite
+  from tinysched.schedule import full_ast_rewrite
+  from replay.encode import decode_kernel_input
+  trace: list = []
+  prev, rewrite.TRACE = rewrite.TRACE, trace
+  try:
+    pre, vv, asg = decode_kernel_input(data)
+    new, _ = full_ast_rewrite(pre, vv, asg)
+  except Exception: return []
+  finally: rewrite.TRACE = prev
+  fresh = D.changed_nodes(old, new)
+  counts: dict[str, int] = {}
+  for name, _, after in trace:
+    if after.key in fresh: counts[name] = counts.get(name, 0) + 1
+  return [n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:5]

@@ -44,7 +44,8 @@ def patch_ast(monkeypatch, fn):
   monkeypatch.setattr(S, "full_ast_rewrite", patched)
 
 swap_commutative = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
-                                    lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None)], name="swap")
+                                    lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None, "swap_commutative")],
+                                  name="swap")
 def double_consts(ast: UOp) -> UOp:
   pm = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg not in (0.0,)
                         and not c.arg != c.arg else None)], name="double")
@@ -68,6 +69,8 @@ def test_equivalent_rewrite_is_changed_one_group(db, monkeypatch, tmp_path):
   assert len({g["signature"] for g in groups}) == len(groups)
   # every planted swap shows up as reordered sources, never as a constant change
   assert all("arg" not in g["signature"] for g in groups)
+  # the planted rule is named as the one that built the changed nodes
+  assert all("swap_commutative" in r.rules for r in changed)
   r = invoke("check", db, "--level", "kernel", "-j", "1", "--report-json", tmp_path / "r.json", "--report-md", tmp_path / "r.md",
              "--junit", tmp_path / "r.xml")
   assert r.exit_code == 1

@@ -28,12 +28,15 @@ class UPat:
   arg: the exact argument, or ANY. name: bind the matched node under this name; a name bound twice
   must bind the same node. allow_any_len: a tuple src matches a prefix of the node's sources.
   """
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_perms", "_all", "early_reject")
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_perms", "_all", "early_reject", "_opset", "_dtset")
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = ANY, name: str | None = None,
                allow_any_len: bool = False):
     self.op: tuple[Ops, ...] | None = tuple(sorted(_as_tuple(op))) if op is not None else None  # type: ignore[type-var]
     self.dtype = _as_tuple(dtype)
+    # sets for the membership tests on the hot path; the tuples keep a deterministic order for everything else
+    self._opset = frozenset(self.op) if self.op is not None else None
+    self._dtset = frozenset(self.dtype) if self.dtype is not None else None
     self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
     self.src = src
     self._all: UPat | None = src if isinstance(src, UPat) else None
@@ -65,8 +68,8 @@ class UPat:
 
   def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
     """Every binding under which `u` matches (more than one only through any-order sources)."""
-    if self.op is not None and u.op not in self.op: return []
-    if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype: return []
+    if self._opset is not None and u.op not in self._opset: return []
+    if self._dtset is not None and u.dtype not in self._dtset and u.dtype.scalar() not in self._dtset: return []
     if self.arg is not ANY and not _arg_eq(self.arg, u.arg): return []
     if self.name is not None:
       if (b := store.get(self.name)) is not None:
@@ -131,7 +134,11 @@ class PatternMatcher:
 
   def rewrite_named(self, u: UOp, ctx: Any = None) -> tuple[UOp, str] | None:
     """Try the rules in order on one node: (new node, rule name) of the first that fires."""
+    src_ops: set[Ops] | None = None
     for pat, fn, name, has_ctx in self.pdict[u.op]:
+      if pat.early_reject:  # cheap pre-check before the recursive match
+        if src_ops is None: src_ops = {s.op for s in u.src}
+        if not pat.early_reject.issubset(src_ops): continue
       for bound in pat.match(u, {}):
         ret = fn(ctx=ctx, **bound) if has_ctx else fn(**bound)
         if ret is not None and ret is not u: return ret, name
@@ -146,11 +153,17 @@ class RewriteLoop(RuntimeError): pass
 # gives up: a rule that keeps producing new nodes would otherwise never reach a fixed point
 REWRITE_DEPTH_LIMIT = 10000
 
+# when set (a list), every graph_rewrite call also records (rule name, before, after) there: replay uses it to
+# name the rules that built the nodes of a changed output
+TRACE: list[tuple[str, UOp, UOp]] | None = None
+
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None) -> UOp:
   """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
   until no rule fires (a fixed point). Results are memoized for the duration of the call.
   `track`, if given, receives (rule name, before, after) for every rule that fired."""
+  if track is None: track = TRACE
   done: dict[UOp, UOp] = {}
+  pdict = pm.pdict
   active: set[UOp] = set()  # membership only (never iterated): detects a rule that re-creates its own input
   # entries: (node, stage, rewrite result, depth = how many rewrites created this node's position)
   stack: list[tuple[UOp, int, UOp | None, int]] = [(root, 0, None, 0)]
@@ -165,8 +178,8 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tu
         if s not in done: stack.append((s, 0, None, depth))
     elif stage == 1:
       new_src = tuple(done[s] for s in n.src)
-      nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
-      r = pm.rewrite_named(nn, ctx)
+      nn = n if new_src == n.src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
+      r = pm.rewrite_named(nn, ctx) if pdict[nn.op] else None
       if r is None:
         done[n] = nn
         active.discard(n)
