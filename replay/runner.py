@@ -92,7 +92,7 @@ def replay_row(store: Store, row: dict, detail: bool = True) -> Result:
     res.new_key = key_of(new_bytes)
     if res.new_key == row["output_key"]: return res
     res.outcome = "changed"
-    if detail: describe_change(store, res, new)
+    if detail: describe_change(store, res, new, data)
     return res
   finally:
     capture_hook.HOOK = hook
