@@ -12,15 +12,13 @@ import argparse, os, platform, sys, tempfile, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# this file is named like the `replay` package: keep its folder off the import path
+# this file is named like the `replay` package: keep its folder off the import path, import bench.models
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 
 def _models():
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("bench_models", HERE / "models.py")
-  mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)  # type: ignore[union-attr]
-  return mod.MODELS
+  from bench.models import MODELS
+  return MODELS
 
 # several sizes per model, as users run them: distinct shapes make distinct kernels
 SIZES = {"mlp": [{"batch": b} for b in (1, 16, 64, 128)], "cnn": [{"batch": b} for b in (1, 8)],

@@ -13,7 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 def measure(lib: str, models: list[str], runs: int) -> dict:
-  sys.path.insert(0, str(HERE.parent)); sys.path.insert(0, str(HERE))
+  sys.path.insert(0, str(HERE.parent))  # for bench.models
   if lib == "tinygrad":
     os.environ.setdefault("GPU", "1")  # weights are made on PoCL; scheduling itself never touches the device
     from tinygrad import Tensor
@@ -21,7 +21,7 @@ def measure(lib: str, models: list[str], runs: int) -> dict:
   else:
     from tinysched import Tensor
     from tinysched.nn.optim import Adam
-  from models import MODELS
+  from bench.models import MODELS
   out = {}
   for name in models:
     try: out[name] = _measure_one(Tensor, Adam, MODELS[name], runs)

@@ -25,12 +25,21 @@ FORMAT, VERSION = "tinysched-uop", 1
 class IncompatibleCapture(ValueError):
   """A stored capture cannot be decoded by this code (unknown version, op, dtype or a malformed node)."""
 
+_DTYPE_ENC: dict[DType, dict] = {}  # dtypes are canonical objects: encode each once
 def _enc_dtype(d: DType) -> dict:
+  if (out := _DTYPE_ENC.get(d)) is not None: return out
   base = d.base if isinstance(d, PtrDType) else d
-  out: dict[str, Any] = {"dt": base.scalar().name}
+  out = {"dt": base.scalar().name}
   if base.count != 1: out["n"] = base.count
   if isinstance(d, PtrDType): out["ptr"] = 1
-  return out
+  return _DTYPE_ENC.setdefault(d, out)
+
+def _has_uop(x: Any) -> bool:
+  if isinstance(x, UOp): return True
+  if isinstance(x, tuple): return any(_has_uop(a) for a in x)
+  if isinstance(x, View): return not x._ints
+  if isinstance(x, ShapeTracker): return any(not v._ints for v in x.views)
+  return False
 
 class _Encoder:
   def __init__(self, canonical_buffers: bool = True):
@@ -56,7 +65,11 @@ class _Encoder:
       if u.op is Ops.BUFFER and self.canonical_buffers:
         # renumber by first appearance: buffer numbers depend on the whole program, not on this graph
         arg = (self.buf_nums.setdefault(arg[0], len(self.buf_nums)), arg[1])
-      enc_arg = self.arg(arg)  # may add symbolic nodes first
+      if arg is u.arg and (enc_arg := u.__dict__.get("_enc_arg")) is not None: pass
+      else:
+        enc_arg = self.arg(arg)  # may add symbolic nodes first
+        # an argument without nodes inside encodes the same in every document: keep it on the (immutable) node
+        if arg is u.arg and not _has_uop(arg): u.__dict__["_enc_arg"] = enc_arg
       self.index[u] = len(self.nodes)
       self.nodes.append([u.op.name, _enc_dtype(u.dtype), [self.index[s] for s in u.src], enc_arg])
     return self.index[root]
@@ -66,14 +79,16 @@ def canonical_bytes(doc: dict) -> bytes:
 
 def key_of(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
 
-def encode_graph(roots: list[UOp], extra: dict | None = None, encoder: _Encoder | None = None) -> bytes:
-  """Canonical bytes of a document holding `roots` (and `extra`, which may hold {"u": i} refs made by the encoder)."""
+def encode_graph(roots: list[UOp], extra: dict | None = None, encoder: _Encoder | None = None, stats: dict | None = None) -> bytes:
+  """Canonical bytes of a document holding `roots` (and `extra`, which may hold {"u": i} refs made by the encoder).
+  `stats`, if given, receives the document's node count and op names (summary columns of the store)."""
   enc = encoder or _Encoder()
   root_idx = [enc.node(r) for r in roots]
   doc = {"format": FORMAT, "version": VERSION, "nodes": enc.nodes, "roots": root_idx, **(extra or {})}
+  if stats is not None: stats.update(node_count=len(enc.nodes), ops=sorted({n[0] for n in enc.nodes}))
   return canonical_bytes(doc)
 
-def encode_kernel_input(pre: UOp, var_vals: dict[UOp, int], assigns) -> bytes:
+def encode_kernel_input(pre: UOp, var_vals: dict[UOp, int], assigns, stats: dict | None = None) -> bytes:
   """(pre-sink, var_vals, assigns) of one full_ast_rewrite call. Only the Variables and assign targets that
   appear in `pre` are kept: the others cannot influence the kernel, and keeping them would make the key depend
   on the rest of the program."""
@@ -82,13 +97,13 @@ def encode_kernel_input(pre: UOp, var_vals: dict[UOp, int], assigns) -> bytes:
   present = enc.index
   vv = sorted(([enc.node(v), int(val)] for v, val in var_vals.items() if v in present), key=lambda p: p[0])
   asg = sorted(enc.index[b] for b in assigns if b in present)
-  return encode_graph([pre], {"var_vals": vv, "assigns": asg}, enc)
+  return encode_graph([pre], {"var_vals": vv, "assigns": asg}, enc, stats)
 
-def encode_schedule_input(big_graph: UOp, var_vals: dict[UOp, int]) -> bytes:
+def encode_schedule_input(big_graph: UOp, var_vals: dict[UOp, int], stats: dict | None = None) -> bytes:
   enc = _Encoder()
   enc.node(big_graph)
   vv = sorted(([enc.node(v), int(val)] for v, val in var_vals.items()), key=lambda p: p[0])
-  return encode_graph([big_graph], {"var_vals": vv}, enc)
+  return encode_graph([big_graph], {"var_vals": vv}, enc, stats)
 
 # *** decoding ***
 

@@ -21,6 +21,7 @@ from replay.encode import encode_kernel_input, encode_schedule_input, encode_gra
 from replay.store import Store, graph_row, dumps, LEVELS
 
 FLUSH_EVERY = 512
+SCHEDULE_FLUSH_EVERY = 16
 ENV_FLAGS = ("TINYSCHED_DEVICE", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_THRESHOLD", "REDUCEOP_SPLIT_SIZE", "CAST_BEFORE_VIEW", "NOOPT")
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -60,10 +61,13 @@ def _var_values(u: UOp, var_vals: dict[UOp, int]) -> dict[str, int]:
       for v, val in x.arg.var_vals.items(): out[v.arg[0]] = val
   return dict(sorted(out.items()))
 
-def _ops(u: UOp) -> list[str]: return sorted({x.op.name for x in u.toposort()})
-
 class Capturer:
-  """Receives hook calls and writes them to one store; one per process."""
+  """Receives hook calls and writes them to one store; one per process.
+
+  The hook itself only queues references (UOps are immutable, so that is safe) and drops exact repeats
+  (same nodes, same values); encoding, hashing and the SQLite transaction happen in `flush`, every
+  FLUSH_EVERY queued captures (or SCHEDULE_FLUSH_EVERY schedules, whose graphs are big), at stop, at exit
+  and on SIGTERM."""
   def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS):
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(LEVELS)}")
@@ -71,65 +75,83 @@ class Capturer:
     self.store = Store(self.path)
     self.run_id = self.store.new_run(run_info(label, self.levels))
     self.seq = 0
-    self.graphs: dict[str, dict] = {}
-    self.rows: list[dict] = []
-    self.seen: set[tuple[str, str]] = set()  # (level, input_key) already queued or written by this run
-    self.pending_kernels: dict[UOp, dict] = {}  # output AST -> row, to attach Tensor metadata from the schedule call
-    self.lock = threading.Lock()
+    self.queue: list[tuple[str, Any, Any, dict | None]] = []
+    self.queued_schedules = 0
+    self.recent: set = set()     # identity keys of queued or written captures (membership only)
+    self.seen: set[tuple[str, str]] = set()  # (level, input_key) written by this run
+    self.lock = threading.RLock()
     self.closed = False
-
-  def _graph(self, data: bytes, kind: str, root: UOp | None = None) -> str:
-    key = key_of(data)
-    if key not in self.graphs:
-      self.graphs[key] = graph_row(key, data, kind, len(root.toposort()) if root is not None else None, _ops(root) if root is not None else ())
-    return key
-
-  def _add(self, level: str, in_key: str, out_key: str, **summary: Any) -> dict | None:
-    if (level, in_key) in self.seen: return None
-    self.seen.add((level, in_key))
-    self.seq += 1
-    row = {"run_id": self.run_id, "seq": self.seq, "level": level, "label": self.label, "input_key": in_key, "output_key": out_key,
-           "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
-           "metadata": None, "extra": None, **summary}
-    self.rows.append(row)
-    if len(self.rows) >= FLUSH_EVERY: self.flush()
-    return row
 
   def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
     if level not in self.levels or self.closed: return
     with self.lock:
       if level == "kernel":
         pre, var_vals, assigns = inputs
-        in_key = self._graph(encode_kernel_input(pre, var_vals, assigns), "kernel_input", pre)
-        out_key = self._graph(encode_graph([output]), "ast", output)
-        row = self._add("kernel", in_key, out_key, node_count=len(pre.toposort()), kernel_count=1, op_names=" ".join(_ops(output)),
-                        output_shapes=dumps(_shapes(output)), var_vals=dumps(_var_values(pre, var_vals)),
-                        assigns=dumps(sorted(b.arg[0] for b in assigns if b in pre.toposort())))
-        if row is not None: self.pending_kernels[output] = row
+        ident: tuple = ("kernel", pre, output, tuple(sorted((v.arg[0], x) for v, x in var_vals.items())), tuple(assigns))
+        inputs = (pre, dict(var_vals), dict(assigns))  # the caller's dicts keep changing
       elif level == "schedule":
         big_graph, var_vals = inputs
-        in_key = self._graph(encode_schedule_input(big_graph, var_vals), "schedule_input", big_graph)
-        out_doc = encode_graph(list(output)) if output else canonical_bytes({"format": "tinysched-uop", "version": 1, "nodes": [], "roots": []})
-        out_key = self._graph(out_doc, "ast_list")
-        metadata = (info or {}).get("metadata", [[] for _ in output])
-        for ast, md in zip(output, metadata):
-          if (krow := self.pending_kernels.pop(ast, None)) is not None and md: krow["metadata"] = dumps(md)
-        self._add("schedule", in_key, out_key, node_count=len(big_graph.toposort()), kernel_count=len(output),
-                  op_names=" ".join(sorted({n for a in output for n in _ops(a)})), var_vals=dumps({v.arg[0]: val for v, val in var_vals.items()}),
-                  metadata=dumps(metadata), output_shapes=dumps([_shapes(a) for a in output]))
-      elif level == "program":
+        ident = ("schedule", big_graph, tuple(sorted((v.arg[0], x) for v, x in var_vals.items())))
+        inputs = (big_graph, dict(var_vals))
+        self.queued_schedules += 1
+      else:
         ast, opts, target = inputs
-        in_key = self._graph(encode_graph([ast], {"opts": _jsonable(opts), "target": _jsonable(target)}), "program_input", ast)
-        out_key = self._graph(str(output).encode(), "source")
-        self._add("program", in_key, out_key, node_count=len(ast.toposort()), kernel_count=1, op_names=" ".join(_ops(ast)),
-                  output_shapes=dumps(_shapes(ast)), extra=dumps({"opts": _jsonable(opts), "target": _jsonable(target)}))
-      if len(self.pending_kernels) > 4 * FLUSH_EVERY: self.pending_kernels.clear()
+        ident = ("program", ast, repr(opts), repr(target))
+      if ident in self.recent and level != "schedule": return
+      self.recent.add(ident)
+      self.queue.append((level, inputs, output, info))
+      if len(self.queue) >= FLUSH_EVERY or self.queued_schedules >= SCHEDULE_FLUSH_EVERY: self.flush()
 
   def flush(self) -> None:
-    if not self.rows and not self.graphs: return
-    graphs, rows = list(self.graphs.values()), self.rows
-    self.graphs, self.rows = {}, []
-    self.store.write_batch(graphs, rows)
+    with self.lock:
+      queue, self.queue, self.queued_schedules = self.queue, [], 0
+      if not queue: return
+      graphs: dict[str, dict] = {}
+      rows: list[dict] = []
+      kernel_rows: dict[UOp, dict] = {}  # output AST -> row: the schedule call that follows names the Tensor methods
+      def graph(data: bytes, kind: str, stats: dict | None = None) -> str:
+        key = key_of(data)
+        if key not in graphs: graphs[key] = graph_row(key, data, kind, (stats or {}).get("node_count"), (stats or {}).get("ops", ()))
+        return key
+      def add(level: str, in_key: str, out_key: str, **summary: Any) -> dict | None:
+        if (level, in_key) in self.seen: return None
+        self.seen.add((level, in_key))
+        self.seq += 1
+        row = {"run_id": self.run_id, "seq": self.seq, "level": level, "label": self.label, "input_key": in_key, "output_key": out_key,
+               "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
+               "metadata": None, "extra": None, **summary}
+        rows.append(row)
+        return row
+      for level, inputs, output, info in queue:
+        if level == "kernel":
+          pre, var_vals, assigns = inputs
+          si, so = {}, {}
+          in_key = graph(encode_kernel_input(pre, var_vals, assigns, si), "kernel_input", si)
+          out_key = graph(encode_graph([output], stats=so), "ast", so)
+          if (level, in_key) in self.seen: continue  # the same kernel again (another layer): the summary is known
+          row = add("kernel", in_key, out_key, node_count=si["node_count"], kernel_count=1, op_names=" ".join(so["ops"]),
+                    output_shapes=dumps(_shapes(output)), var_vals=dumps(_var_values(pre, var_vals)),
+                    assigns=dumps(sorted(b.arg[0] for b in assigns if b in pre.toposort())))
+          if row is not None: kernel_rows[output] = row
+        elif level == "schedule":
+          big_graph, var_vals = inputs
+          si, so = {}, {}
+          in_key = graph(encode_schedule_input(big_graph, var_vals, si), "schedule_input", si)
+          out_doc = encode_graph(list(output), stats=so) if output else \
+            canonical_bytes({"format": "tinysched-uop", "version": 1, "nodes": [], "roots": []})
+          metadata = (info or {}).get("metadata", [[] for _ in output])
+          for ast, md in zip(output, metadata):
+            if (krow := kernel_rows.get(ast)) is not None and md and krow["metadata"] is None: krow["metadata"] = dumps(md)
+          add("schedule", in_key, graph(out_doc, "ast_list", so), node_count=si["node_count"], kernel_count=len(output),
+              op_names=" ".join(so.get("ops", [])), var_vals=dumps({v.arg[0]: val for v, val in var_vals.items()}),
+              metadata=dumps(metadata), output_shapes=dumps([_shapes(a) for a in output]))
+        else:
+          ast, opts, target = inputs
+          extra = {"opts": _jsonable(opts), "target": _jsonable(target)}
+          si = {}
+          add("program", graph(encode_graph([ast], extra, stats=si), "program_input", si), graph(str(output).encode(), "source"),
+              node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(extra))
+      self.store.write_batch(list(graphs.values()), rows)
 
   def close(self) -> None:
     with self.lock:

@@ -12,10 +12,12 @@ from tinysched.lazy import LazyBuffer
 from tinysched.helpers import argsort
 
 class Function:
+  differentiable = True  # False for comparisons and integer/bitwise ops: their outputs never require grad (like torch)
   def __init__(self, device: str, *tensors, metadata=None):
     self.device = device
     self.needs_input_grad = [t.requires_grad for t in tensors]
     self.requires_grad = True if any(self.needs_input_grad) else None if None in self.needs_input_grad else False
+    if not self.differentiable: self.requires_grad = False
     if self.requires_grad: self.parents = tensors
     self.metadata = metadata
   def forward(self, *args, **kwargs): raise NotImplementedError(f"forward not implemented for {type(self)}")
@@ -46,6 +48,8 @@ class Cast(Function):
     return x.cast(dtype, bitcast)
   def backward(self, grad: LazyBuffer) -> LazyBuffer:
     if self.bitcast: raise RuntimeError("bitcast cannot backward")
+    # a cast from float to int/bool is a step function: its gradient is 0 (so floor/round/trunc have torch's zero gradient)
+    if dtypes.is_float(self.input_dtype) and not dtypes.is_float(grad.dtype): return grad.cast(self.input_dtype).const_like(0)
     return grad.cast(self.input_dtype)
 
 class Neg(Function):
@@ -106,26 +110,35 @@ class Sign(Function):
 # *** binary ***
 
 class Less(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.CMPLT, y)
   def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]: return None, None
 
 class Neq(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.CMPNE, y)
   def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]: return None, None
 
 class Xor(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.XOR, y)
 class BitwiseAnd(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.AND, y)
 class BitwiseOr(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.OR, y)
 class IDiv(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.IDIV, y)
 class Mod(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.MOD, y)
 class Shl(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.SHL, y)
 class Shr(Function):
+  differentiable = False
   def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer: return x.alu(Ops.SHR, y)
 
 class Add(Function):

@@ -3,15 +3,15 @@
 Nothing runs until realize()/numpy(): every method builds LazyBuffers through autograd Functions.
 """
 from __future__ import annotations
-import functools, math
-from typing import Any, Callable, Iterable, Sequence, Union
+import contextlib, functools, math
+from typing import Any, Callable, Sequence, Union
 import numpy as np
 from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType
 from tinysched.ops import Ops
-from tinysched.uop import UOp, sint, resolve, smax, sym_infer
+from tinysched.uop import UOp, sint, resolve, smax
 from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
-from tinysched.helpers import prod, argsort, all_int, make_tuple, flatten, round_up
+from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
 
 DTypeLike = Union[DType, str]
@@ -72,7 +72,7 @@ class Tensor:
     elif isinstance(data, np.ndarray):
       arr = data if dt is None else data.astype(dt.np)
       if arr.dtype == np.float64 and dt is None: arr = arr  # numpy float64 stays float64 (as in tinygrad)
-      lb = _from_np(np.ascontiguousarray(arr), dev)
+      lb = _from_np(np.require(arr, requirements="C"), dev)  # not ascontiguousarray: it turns 0-d arrays into shape (1,)
     elif isinstance(data, Tensor): lb = data.lazydata if dt is None else data.cast(dt).lazydata
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if lb.device != dev and not isinstance(data, LazyBuffer): lb = lb.copy_to_device(dev)
@@ -263,9 +263,13 @@ class Tensor:
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False).reshape(self.shape)
     if gradient.shape != self.shape: raise ValueError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
     if self._ctx is None and not self.requires_grad: raise RuntimeError("backward on a tensor that does not require grad")
+    nodes = self._deepwalk()
+    for t in nodes: t.grad = None  # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
     self.grad = gradient
-    for t0 in reversed(self._deepwalk()):
-      if t0.grad is None: raise RuntimeError(f"tensor {t0.shape} has no gradient (is it connected to the loss?)")
+    for t0 in reversed(nodes):
+      if t0.grad is None:  # reached only through non-differentiable uses (a where's condition): nothing to propagate
+        if not retain_graph: t0._ctx = None
+        continue
       token = METADATA.set(Metadata(name=t0._ctx.metadata.name, backward=True) if t0._ctx.metadata else None)
       try: grads = t0._ctx.backward(t0.grad.lazydata)
       finally: METADATA.reset(token)
@@ -333,7 +337,11 @@ class Tensor:
     if all(b == 0 and a == 0 for b, a in pads if isinstance(b, int) and isinstance(a, int)) and all_int(flatten(pads)): return self
     ret = F.Pad.apply(self, arg=pads)
     if value == 0: return ret
-    return ret + F.Pad.apply(Tensor.ones_like(self), arg=pads).where(0, value)
+    inside = F.Pad.apply(Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device, requires_grad=False), arg=pads)
+    return inside.where(ret, Tensor(dtypes.as_const(value, self.dtype), device=self.device, dtype=self.dtype))
+  def pad2d(self, padding: Sequence[int], value: float = 0.0) -> Tensor:
+    """Pad the last len(padding)//2 dims with a flat (left, right, top, bottom, ...) tuple, last dim first."""
+    return self.pad(tuple(padding), value=value)
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
     order = list(range(self.ndim))
     d0, d1 = self._resolve_dim(dim0), self._resolve_dim(dim1)
@@ -359,6 +367,213 @@ class Tensor:
     if not isinstance(dim, int) or not -max(1, total) <= dim < max(1, total):
       raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-max(1, total)}, {max(1, total) - 1}])")
     return dim + total if dim < 0 else dim
+
+  # *** indexing ***
+  def __iter__(self):
+    for i in range(len(self)): yield self[i]
+  def _normalize_indices(self, indices) -> list[Any]:
+    """One entry per index item, Ellipsis expanded, lists turned into int Tensors, missing trailing dims as full slices."""
+    items = list(indices) if isinstance(indices, tuple) else [indices]
+    for i, it in enumerate(items):
+      if isinstance(it, list): items[i] = Tensor(it, device=self.device, requires_grad=False)
+      elif isinstance(it, np.ndarray): items[i] = Tensor(it, device=self.device, requires_grad=False)
+      elif isinstance(it, bool) or not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
+        raise TypeError(f"invalid index {it!r} of type {type(it).__name__}: use int, slice, None, Ellipsis, or an int Tensor/list")
+    if sum(1 for it in items if it is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if consumed > self.ndim: raise IndexError(f"too many indices for tensor of shape {self.shape}: {consumed} indices for {self.ndim} dims")
+    fill = [slice(None)] * (self.ndim - consumed)
+    if any(it is Ellipsis for it in items):
+      at = next(i for i, it in enumerate(items) if it is Ellipsis)
+      return items[:at] + fill + items[at + 1:]
+    return items + fill
+  def __getitem__(self, indices) -> Tensor:
+    """numpy-style indexing: ints, slices (any step), None, Ellipsis, and int Tensors/lists (advanced indexing).
+
+    Basic indices become shrink/flip/pad/reshape views. Tensor indices become a one-hot compare against an arange and a
+    masked sum (a gather that stays lazy and differentiable); out-of-range tensor index values select zeros.
+    Int indices are applied first, like torch and tinygrad, so they do not separate tensor indices when placing the
+    broadcast dims: x[1, :, idx] has shape (4, *idx.shape) for x of shape (3, 4, 5) (numpy would put idx's dims first).
+    """
+    items = self._normalize_indices(indices)
+    x, dim = self, 0
+    shrinks: list[tuple[sint, sint]] = []
+    flips: list[int] = []
+    steps: list[int] = []
+    out_shape: list[sint] = []         # shape after the basic indices
+    tensor_idx: list[tuple[int, Tensor]] = []  # (position in out_shape, index tensor)
+    for it in items:
+      if it is None:
+        out_shape.append(1); continue
+      size = self.shape[dim]
+      if isinstance(it, Tensor):
+        if not (dtypes.is_int(it.dtype)):
+          raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} (boolean masks have a data-dependent shape)")
+        tensor_idx.append((len(out_shape), it))
+        shrinks.append((0, size)); steps.append(1); out_shape.append(size)
+      elif isinstance(it, UOp):  # a bound Variable as an int index (e.g. a KV cache position)
+        shrinks.append((it, it + 1)); steps.append(1)
+      elif isinstance(it, int):
+        if not isinstance(size, int): raise IndexError(f"int index {it} on symbolic dimension {dim} of shape {self.shape}")
+        if not -size <= it < size: raise IndexError(f"index {it} is out of bounds for dimension {dim} with size {size} (shape {self.shape})")
+        i = it + size if it < 0 else it
+        shrinks.append((i, i + 1)); steps.append(1)
+      else:  # slice
+        if not all(v is None or isinstance(v, (int, UOp)) for v in (it.start, it.stop, it.step)):
+          raise TypeError(f"slice {it} must have int (or Variable) bounds")
+        if it.step == 0: raise ValueError("slice step cannot be zero")
+        if not isinstance(size, int) or isinstance(it.start, UOp) or isinstance(it.stop, UOp):
+          # symbolic: only forward slices with step 1 and non-negative bounds
+          if it.step not in (None, 1): raise IndexError(f"slice {it} with a step on a symbolic dimension of shape {self.shape}")
+          lo, hi = (0 if it.start is None else it.start), (size if it.stop is None else it.stop)
+          shrinks.append((lo, hi)); steps.append(1); out_shape.append(hi - lo)
+        else:
+          start, stop, step = it.indices(size)
+          n = len(range(start, stop, step))
+          if n == 0: lo = hi = 0
+          elif step > 0: lo, hi = start, start + (n - 1) * step + 1
+          else: lo, hi = start + (n - 1) * step, start + 1
+          shrinks.append((lo, hi)); steps.append(abs(step)); out_shape.append(n)
+          if step < 0: flips.append(dim)
+      dim += 1
+    x = x.shrink(tuple(shrinks))
+    if flips: x = x.flip(flips)
+    if any(st != 1 for st in steps):
+      # stride: pad each dim to n*step, view it as (n, step) and keep column 0
+      n_ = [(s + st - 1) // st if isinstance(s, int) else s for s, st in zip(x.shape, steps)]
+      x = x.pad(tuple((0, n * st - s) if isinstance(s, int) else None for s, n, st in zip(x.shape, n_, steps)))
+      x = x.reshape(flatten((n, st) for n, st in zip(n_, steps)))
+      x = x.shrink(tuple(flatten(((0, n), (0, 1)) for n in n_))).reshape(n_)
+    x = x.reshape(tuple(out_shape))
+    if not tensor_idx: return x
+    return x._index_with_tensors(tensor_idx)
+  def _index_with_tensors(self, tensor_idx: list[tuple[int, Tensor]]) -> Tensor:
+    dims = [d for d, _ in tensor_idx]
+    sizes = [self.shape[d] for d in dims]
+    idxs = [t if dtypes.is_unsigned(t.dtype) else (t < 0).where(t + s, t) for (_, t), s in zip(tensor_idx, sizes)]
+    bshape = _broadcast_shape(*(t.shape for t in idxs))
+    rest = [d for d in range(self.ndim) if d not in dims]
+    k, nb, nr = len(dims), len(bshape), len(rest)
+    # mask[*b, i_1..i_k] = all_j(idx_j[*b] == i_j)
+    mask: Tensor | None = None
+    for j, (t, s) in enumerate(zip(idxs, sizes)):
+      ar = Tensor.arange(s, device=self.device, requires_grad=False).cast(t.dtype).reshape(*[1] * j, s, *[1] * (k - j - 1))
+      m = t._broadcast_to(bshape).reshape(*bshape, *[1] * k) == ar
+      mask = m if mask is None else (mask & m)
+    assert mask is not None
+    xp = self.permute(*dims, *rest).reshape(*[1] * nb, *sizes, *[self.shape[d] for d in rest])
+    picked = mask.reshape(*mask.shape, *[1] * nr).where(xp, Tensor(0, device=self.device, dtype=self.dtype))
+    ret = picked.sum(tuple(range(nb, nb + k))).cast(self.dtype)  # one non-zero term per sum: exact for every dtype
+    # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first
+    if dims == list(range(dims[0], dims[0] + k)) and dims[0] > 0:
+      before = sum(1 for d in rest if d < dims[0])
+      order = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, nb + nr))
+      ret = ret.permute(order)
+    return ret
+  def __setitem__(self, indices, v) -> None:
+    """In-place write through any index __getitem__ accepts (last write wins for repeated tensor indices).
+
+    Builds the new value with a one-hot scatter and assigns it; this costs O(numel * selected) work, fine for small updates."""
+    if self.requires_grad or (isinstance(v, Tensor) and v.requires_grad):
+      raise RuntimeError("setitem on a tensor that requires grad is not supported: it would break the autograd graph")
+    if not all_int(self.shape): raise ValueError(f"setitem needs a concrete shape, got {self.shape}")
+    n = self.numel()
+    pos = Tensor.arange(n, device=self.device, requires_grad=False).reshape(self.shape)[indices]
+    vt = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
+    try: vt = vt.cast(self.dtype)._broadcast_to(pos.shape)
+    except ValueError: raise ValueError(f"setitem: cannot broadcast value of shape {vt.shape} to the indexed shape {pos.shape}") from None
+    m = pos.numel()
+    if m == 0: return
+    hit = pos.reshape(1, m) == Tensor.arange(n, device=self.device, requires_grad=False).reshape(n, 1)  # (n, m)
+    slot = Tensor.arange(1, m + 1, device=self.device, requires_grad=False).reshape(1, m)
+    last = hit.where(slot, 0).max(-1, keepdim=True)  # 1 + the last slot that writes each element, 0 for none
+    vals = (slot == last).where(vt.reshape(1, m), Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
+    new = (last.reshape(self.shape) > 0).where(vals.reshape(self.shape), self)
+    self.assign(new.contiguous() if not self.lazydata.is_realized else new)
+
+  # *** combining and splitting ***
+  def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
+    """Concatenate along dim: each tensor is padded to the full length and the results are added (one fused kernel)."""
+    tensors = [self, *args]
+    d = self._resolve_dim(dim)
+    for t in args:
+      if t.ndim != self.ndim or any(resolve(_ne(a, b)) for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
+        raise ValueError(f"cat along dim {dim}: shapes {', '.join(str(x.shape) for x in tensors)} differ outside that dim")
+    dt = least_upper_dtype(*(t.dtype for t in tensors))
+    offsets = [0]
+    for t in tensors: offsets.append(offsets[-1] + t.shape[d])
+    parts = [t.cast(dt).pad(tuple((offsets[i], offsets[-1] - offsets[i + 1]) if j == d else None for j in range(t.ndim)))
+             for i, t in enumerate(tensors)]
+    return functools.reduce(Tensor.add, parts)
+  def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
+    tensors = [self, *args]
+    for t in args:
+      if t.shape != self.shape: raise ValueError(f"stack needs tensors of one shape, got {', '.join(str(x.shape) for x in tensors)}")
+    d = self._resolve_dim(dim, extra=True)
+    return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+  def repeat(self, repeats, *args) -> Tensor:
+    """Tile the tensor repeats[i] times along dim i (torch's repeat, numpy's tile)."""
+    reps = _argfix(repeats, *args)
+    if len(reps) < self.ndim: raise ValueError(f"repeat {reps} needs at least {self.ndim} entries for shape {self.shape}")
+    if any(not isinstance(r, int) or r < 0 for r in reps): raise ValueError(f"repeat counts must be non-negative ints, got {reps}")
+    base = (1,) * (len(reps) - self.ndim) + self.shape
+    return self.reshape(flatten((1, s) for s in base)).expand(flatten((r, s) for r, s in zip(reps, base))) \
+      .reshape(tuple(r * s for r, s in zip(reps, base)))
+  def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    x, d = (self.flatten(), 0) if dim is None else (self, self._resolve_dim(dim))
+    return x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:]).flatten(d, d + 1)
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    d = self._resolve_dim(dim)
+    n = self.shape[d]
+    if isinstance(sizes, int):
+      if sizes <= 0: raise ValueError(f"split size must be positive, got {sizes}")
+      sizes = [min(sizes, n - i) for i in range(0, max(1, n), sizes)]
+    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} sum to {sum(sizes)}, but dim {dim} of shape {self.shape} has {n}")
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(self.shrink(tuple((s0, s0 + sz) if j == d else None for j in range(self.ndim))) for s0, sz in zip(starts, sizes))
+  def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    if chunks <= 0: raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
+    n = self.shape[self._resolve_dim(dim)]
+    return list(self.split(-(-n // chunks) if n else [0] * chunks, dim=dim))
+  def gather(self, dim: int, index: Tensor) -> Tensor:
+    """out[i][j][k] = self[index[i][j][k]][j][k] (for dim=0): a one-hot compare against an arange and a masked sum."""
+    d = self._resolve_dim(dim)
+    if index.ndim != self.ndim: raise ValueError(f"gather: index has {index.ndim} dims ({index.shape}), self has {self.ndim} ({self.shape})")
+    if not dtypes.is_int(index.dtype): raise TypeError(f"gather: index must be an int tensor, got {index.dtype}")
+    if any(resolve(i > s) for j, (s, i) in enumerate(zip(self.shape, index.shape)) if j != d):
+      raise ValueError(f"gather: index shape {index.shape} is larger than self {self.shape} outside dim {dim}")
+    n = self.shape[d]
+    x = self.shrink(tuple((0, i) if j != d else None for j, i in enumerate(index.shape))).unsqueeze(-1).transpose(-1, d)
+    onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device, requires_grad=False).cast(index.dtype)
+    return onehot.where(x, Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
+  def masked_fill(self, mask: Tensor, value) -> Tensor: return mask.where(value, self)
+  @staticmethod
+  def _tri(r: sint, c: sint, diagonal: int = 0, **kwargs) -> Tensor:
+    """bool (r, c): True where col - row >= diagonal."""
+    return Tensor.arange(r, **kwargs).unsqueeze(-1) + diagonal <= Tensor.arange(c, **kwargs)
+  def triu(self, diagonal: int = 0) -> Tensor:
+    if self.ndim < 2: raise ValueError(f"triu needs at least 2 dims, got shape {self.shape}")
+    keep = Tensor._tri(self.shape[-2], self.shape[-1], diagonal, device=self.device, requires_grad=False)
+    return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype))
+  def tril(self, diagonal: int = 0) -> Tensor:
+    if self.ndim < 2: raise ValueError(f"tril needs at least 2 dims, got shape {self.shape}")
+    drop = Tensor._tri(self.shape[-2], self.shape[-1], diagonal + 1, device=self.device, requires_grad=False)
+    return drop.where(Tensor(0, device=self.device, dtype=self.dtype), self)
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    """int32 one-hot along a new last dim; num_classes=-1 realizes self to find max+1."""
+    if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1
+    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device, requires_grad=False).cast(self.dtype)).where(1, 0)
+  def roll(self, shifts: int | tuple[int, ...], dims: int | tuple[int, ...]) -> Tensor:
+    sh, ds = make_tuple(shifts, 1), tuple(self._resolve_dim(d) for d in make_tuple(dims, 1))
+    if len(sh) != len(ds): raise ValueError(f"roll: {len(sh)} shifts for {len(ds)} dims")
+    x = self
+    for s, d in zip(sh, ds):
+      n = x.shape[d]
+      if n == 0 or s % n == 0: continue
+      s %= n
+      x = x.split([n - s, s], d)[1].cat(x.split([n - s, s], d)[0], dim=d)
+    return x
 
   # *** reduce ***
   def _reduce(self, fxn: type[F.Function], axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -388,6 +603,51 @@ class Tensor:
     n = prod(si for si, so in zip(self.shape, squares.sum(axis=axis, keepdim=True).shape) if resolve(_ne(si, so)))
     return squares.sum(axis=axis, keepdim=keepdim).div(smax(0, n - correction) if isinstance(n, UOp) else max(0, n - correction))
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+  def _reduced_shape(self, axis, keepdim: bool) -> tuple[sint, ...]:
+    axes = range(self.ndim) if axis is None else [self._resolve_dim(a) for a in make_tuple(axis, 1)]
+    return tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else tuple(s for i, s in enumerate(self.shape) if i not in axes)
+  def _inverse(self) -> Tensor:
+    """An order-reversing map (argmin = argmax of it): -x for floats, ~x for ints, not x for bools."""
+    return -self if dtypes.is_float(self.dtype) else (~self if dtypes.is_int(self.dtype) else self.logical_not())
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum along axis (of the flattened tensor when axis is None), as int32."""
+    if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
+    ax = self._resolve_dim(axis)
+    n = self.shape[ax]
+    is_max = self == self.max(axis=ax, keepdim=True)
+    # descending counter n..1: the max over it picks the first position that holds the maximum
+    counter = Tensor.arange(n, 0, -1, device=self.device, requires_grad=False).reshape(n, *[1] * (self.ndim - ax - 1))
+    return (n - is_max.where(counter, 0).max(axis=ax, keepdim=keepdim)).cast(dtypes.int32)
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis=axis, keepdim=keepdim)
+  def _softmax(self, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    x = self.cast(dtype) if dtype is not None else self
+    # subtracting the (detached: it cancels in the gradient) max keeps exp from overflowing
+    m = x - x.max(axis=axis, keepdim=True).detach()
+    e = m.exp()
+    return m, e, e.sum(axis=axis, keepdim=True)
+  def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    _, e, ss = self._softmax(axis, dtype)
+    return e.div(ss)
+  def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    m, _, ss = self._softmax(axis, dtype)
+    return m - ss.log()
+  def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
+    m = self.max(axis=axis, keepdim=True).detach()
+    m = m.isinf().where(0, m)  # all -inf (or +inf) rows: shift by 0 so the result is -inf (inf), not nan
+    ret = (self - m).exp().sum(axis=axis, keepdim=True).log() + m
+    return ret.reshape(self._reduced_shape(axis, keepdim))
+  def logcumsumexp(self, axis: int = 0) -> Tensor:
+    ax = self._resolve_dim(axis)
+    if self.ndim == 0: return self
+    m = self.max(axis=ax, keepdim=True).detach()
+    m = m.isinf().where(0, m)
+    return (self - m).exp().cumsum(ax).log() + m
+  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().max(axis=axis, keepdim=keepdim)
+  def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
 
   # *** elementwise ***
   def cast(self, dtype: DTypeLike) -> Tensor:
@@ -454,7 +714,10 @@ class Tensor:
   def leakyrelu(self, neg_slope: float = 0.01) -> Tensor: return self.relu() - (-neg_slope * self).relu()
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def celu(self, alpha: float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
-  def softplus(self, beta: float = 1) -> Tensor: return (1 / beta) * (1 + (self * beta).exp()).log()
+  def softplus(self, beta: float = 1) -> Tensor:
+    # log(1 + e^z) = max(z, 0) + log(1 + e^-|z|): no overflow for large z
+    z = self * beta
+    return (1 / beta) * (z.maximum(0) + (1 + (-z.abs()).exp()).log())
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softsign(self) -> Tensor: return self / (1 + self.abs())
 
@@ -509,17 +772,17 @@ class Tensor:
     r = F.Mod.apply(a, b)
     return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
   def pow(self, x, reverse: bool = False) -> Tensor:
-    if not isinstance(x, Tensor) and not reverse:
-      if x == 2: return self * self
-      if x == 1: return self
-      if x == 0.5: return self.sqrt()
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse:
       if x == 0: return self.ones_like()
-      if x == -1: return self.reciprocal()
+      if x == 0.5: return self.sqrt()
+      if float(x).is_integer() and 0 < x <= 1024:
+        # exact and cheap: square-and-multiply (x**3 is x*x*x, not exp(3*log|x|))
+        half = self.pow(int(x) // 2) if x >= 2 else None
+        sq = half * half if half is not None else None
+        return self if sq is None else (sq * self if int(x) % 2 else sq)
+      if float(x).is_integer() and -1024 <= x < 0 and not dtypes.is_int(self.dtype) and not dtypes.is_bool(self.dtype):
+        return self.pow(-int(x)).reciprocal()
     base, exponent = self._broadcasted(x, reverse)
-    if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype) and not isinstance(x, Tensor) and isinstance(x, int) and x > 0:
-      ret = base
-      for _ in range(x - 1): ret = ret * base
-      return ret
     bf = base._to_float()
     ef = exponent.cast(bf.dtype)
     # |b|^e, then the sign for negative bases with odd integer exponents; nan for negative bases and fractional exponents
@@ -529,7 +792,9 @@ class Tensor:
     neg = bf < 0
     signed = (neg & odd).where(-mag, mag)
     ret = (neg & ~is_int_exp).where(math.nan, signed)
-    return ((bf == 0) & (ef == 0)).where(1.0, ret)
+    ret = ((bf == 0) & (ef == 0)).where(1.0, ret)
+    # int ** int stays int (like torch), rounded so exp/log error does not truncate 2**3 to 7
+    return ret.round().cast(base.dtype) if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype) else ret
   def maximum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
     return F.Maximum.apply(a, b)
@@ -563,6 +828,7 @@ class Tensor:
   def rshift(self, x: int) -> Tensor: return F.Shr.apply(*self._bitwise(x))
 
   def __neg__(self) -> Tensor: return self.neg()
+  def __abs__(self) -> Tensor: return self.abs()
   def __add__(self, x) -> Tensor: return self.add(x)
   def __radd__(self, x) -> Tensor: return self.add(x, True)
   def __sub__(self, x) -> Tensor: return self.sub(x)
@@ -656,6 +922,199 @@ class Tensor:
     xup = xup.reshape(*noop, *flatten(((o, s) for o, s in zip(o_, s_))))
     xup = xup.shrink(tuple(noop + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
     return xup.permute(*range(len(noop)), *[len(noop) + i * 2 for i in range(len(i_))], *[len(noop) + i * 2 + 1 for i in range(len(i_))])
+
+
+  # *** neural network ops ***
+  def _padding_flat(self, padding: int | Sequence[int], dims: int) -> tuple[int, ...]:
+    """int, per-dim tuple (before = after), or the flat 2*dims form (left, right, top, bottom: last dim first)."""
+    if isinstance(padding, int): return (padding,) * (2 * dims)
+    padding = tuple(padding)
+    if len(padding) == 2 * dims: return padding
+    if len(padding) == dims: return tuple(flatten((p, p) for p in reversed(padding)))
+    raise ValueError(f"padding {padding} must be an int, {dims} ints, or {2 * dims} ints for {dims} spatial dims")
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | tuple[int, ...] = 1,
+             dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0, acc_dtype: DTypeLike | None = None) -> Tensor:
+    """N-d convolution (NCHW input, (cout, cin/groups, *kernel) weight) from _pool windows, a multiply and a sum."""
+    if self.ndim < 3 or weight.ndim != self.ndim:
+      raise ValueError(f"conv2d: input {self.shape} and weight {weight.shape} need the same number (>= 3) of dims")
+    (bs, cin_), (cout, cin), hw = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    if groups * cin != cin_:
+      raise ValueError(f"conv2d: input {self.shape} has {cin_} channels, weight {weight.shape} expects {cin} per group x {groups} groups")
+    if cout % groups != 0: raise ValueError(f"conv2d: {cout} output channels do not divide into {groups} groups")
+    if bias is not None and bias.shape != (cout,): raise ValueError(f"conv2d: bias shape {bias.shape} must be ({cout},)")
+    x = self.pad(self._padding_flat(padding, len(hw)))._pool(hw, stride, dilation)  # (bs, groups*cin, *oyx, *hw)
+    rcout, oyx = cout // groups, x.shape[2:-len(hw)]
+    nd = len(oyx)
+    # broadcast to (bs, groups, rcout, *oyx, cin, *hw) and reduce cin and the kernel window
+    x = x.reshape(bs, groups, cin, 1, *oyx, *hw).expand(bs, groups, cin, rcout, *oyx, *hw) \
+      .permute(0, 1, 3, *[4 + i for i in range(nd)], 2, *[4 + nd + i for i in range(len(hw))])
+    ret = (x * weight.reshape(1, groups, rcout, *[1] * nd, cin, *hw)).sum([-1 - i for i in range(1 + len(hw))], keepdim=True, acc_dtype=acc_dtype)
+    ret = ret.reshape(bs, cout, *oyx)
+    return ret if bias is None else ret.add(bias.reshape(1, -1, *[1] * nd))
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | tuple[int, ...] = 1,
+                       dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0) -> Tensor:
+    """Transposed convolution (weight (cin, cout/groups, *kernel)) as a conv2d over the stride-dilated input with a flipped kernel."""
+    hw = weight.shape[2:]
+    if weight.ndim != self.ndim or weight.shape[0] != self.shape[1] or weight.shape[0] % groups != 0:
+      raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} (cin, cout/groups, *kernel) do not fit with groups={groups}")
+    s_, d_, p_, op_ = (make_tuple(v, len(hw)) for v in (stride, dilation, padding, output_padding))
+    w = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:]).transpose(1, 2).flip(*range(3, weight.ndim + 1))
+    w = w.reshape(groups * weight.shape[1], weight.shape[0] // groups, *hw)
+    x = self
+    if any(s > 1 for s in s_):
+      # insert s-1 zeros between input elements: (k) -> (k, 1) -> pad to (k, s) -> (k*s) -> drop the trailing s-1
+      x = x.reshape(*x.shape[:2], *flatten((k, 1) for k in x.shape[2:]))
+      x = x.pad((None, None, *flatten((None, (0, s - 1)) for s in s_)))
+      x = x.reshape(*x.shape[:2], *[k * s for k, s in zip(x.shape[2::2], s_)])
+      x = x.shrink((None, None, *[(0, k - (s - 1)) for k, s in zip(x.shape[2:], s_)]))
+    pads = flatten(((k - 1) * d - p, (k - 1) * d - p + op) for k, d, p, op in reversed(list(zip(hw, d_, p_, op_))))
+    return x.conv2d(w, bias=bias, groups=groups, dilation=d_, padding=pads)
+  def _pool_pads(self, padding: int | Sequence[int], k_: tuple[int, ...], stride, dilation, ceil_mode: bool) -> tuple[list[int], list[int]]:
+    """(regular flat pads, pads with extra right padding for ceil_mode). Flat form: last dim first."""
+    pads = list(self._padding_flat(padding, len(k_)))
+    if not ceil_mode: return pads, pads
+    s_, d_ = make_tuple(stride, len(k_)), make_tuple(dilation, len(k_))
+    ceil_pads = list(pads)
+    for i, (n, k, s, d) in enumerate(zip(self.shape[-len(k_):], k_, s_, d_)):
+      j = len(k_) - 1 - i  # this dim's slot in the flat (last dim first) form
+      pb, pa = pads[2 * j], pads[2 * j + 1]
+      eff_k = d * (k - 1) + 1
+      o = -(-(n + pb + pa - eff_k) // s) + 1
+      if (o - 1) * s >= n + pb: o -= 1  # a window may not start in the right padding (torch's rule)
+      ceil_pads[2 * j + 1] = pa + max(0, (o - 1) * s + eff_k - (n + pb + pa))
+    return pads, ceil_pads
+  def max_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
+    k_ = make_tuple(kernel_size, 2)
+    st = stride if stride is not None else k_
+    _, pads = self._pool_pads(padding, k_, st, dilation, ceil_mode)
+    return self.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k_, st, dilation).max(tuple(range(-len(k_), 0)))
+  def avg_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> Tensor:
+    k_ = make_tuple(kernel_size, 2)
+    st = stride if stride is not None else k_
+    axes = tuple(range(-len(k_), 0))
+    reg, ceil = self._pool_pads(padding, k_, st, dilation, ceil_mode)
+    def pool(x: Tensor, p) -> Tensor: return x.pad(tuple(p))._pool(k_, st, dilation)
+    if not count_include_pad: return pool(self, ceil).sum(axes) / pool(self.ones_like(), ceil).sum(axes)
+    if not ceil_mode: return pool(self, reg).mean(axes)
+    # ceil_mode windows count the regular padding but not the extra right padding, like torch
+    extra = [c - r for c, r in zip(ceil, reg)]
+    return pool(self, ceil).sum(axes) / pool(self.pad(tuple(reg)).ones_like(), extra).sum(axes)
+  def max_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
+    return self.max_pool2d((kernel_size,), stride, dilation, padding, ceil_mode)
+  def avg_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    return self.avg_pool2d((kernel_size,), stride, dilation, padding, ceil_mode, count_include_pad)
+  def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
+    y = self - self.mean(axis, keepdim=True)
+    return y.mul((y * y).mean(axis, keepdim=True).add(eps).rsqrt())
+  def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | tuple[int, ...] = 1) -> Tensor:
+    """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`."""
+    axes = tuple(self._resolve_dim(a) for a in make_tuple(axis, 1))
+    shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+    x = self - mean.reshape(shape)
+    if weight is not None: x = x * weight.reshape(shape)
+    ret = x.mul(invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return (ret + bias.reshape(shape)) if bias is not None else ret
+  def dropout(self, p: float = 0.5) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1/(1-p); identity unless Tensor.training."""
+    if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not Tensor.training or p == 0: return self
+    if p == 1: return self * 0
+    keep = Tensor.rand(*self.shape, device=self.device, requires_grad=False) >= p
+    return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype)) * (1.0 / (1.0 - p))
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False) -> Tensor:
+    """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps the True positions."""
+    if is_causal:
+      if attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+      attn_mask = Tensor.ones(self.shape[-2], key.shape[-2], device=self.device, requires_grad=False, dtype=dtypes.bool).tril(0)
+    if attn_mask is not None and attn_mask.dtype == dtypes.bool:
+      attn_mask = attn_mask.where(0.0, -math.inf)
+    qk = self.matmul(key.transpose(-2, -1), acc_dtype=least_upper_dtype(self.dtype, key.dtype, dtypes.float32)) / math.sqrt(self.shape[-1])
+    return ((qk + attn_mask) if attn_mask is not None else qk).softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+
+  # *** losses ***
+  def _do_reduction(self, reduction: str = "mean") -> Tensor:
+    if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    return self.sum() if reduction == "sum" else self.mean() if reduction == "mean" else self
+  def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """BCE on probabilities (self in (0, 1))."""
+    return (-Y * self.log() - (1 - Y) * (1 - self).log())._do_reduction(reduction)
+  def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """BCE on logits, in the stable form max(x, 0) - x*y + log(1 + exp(-|x|))."""
+    return (self.maximum(0) - Y * self + (1 + self.abs().neg().exp()).log())._do_reduction(reduction)
+  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    """Cross entropy of logits (..., classes) against int labels Y (...); labels equal to ignore_index add nothing and are not counted."""
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if not dtypes.is_int(Y.dtype): raise TypeError(f"sparse_categorical_crossentropy: labels must be an int tensor, got {Y.dtype}")
+    if Y.shape != self.shape[:-1]:
+      raise ValueError(f"sparse_categorical_crossentropy: labels {Y.shape} must have the shape of logits {self.shape} without the class dim")
+    if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    log_probs = self.log_softmax()
+    # like tinygrad, ignore_index=-1 (the default) ignores nothing
+    loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
+    y = (Y.unsqueeze(-1) == Tensor.arange(self.shape[-1], device=self.device, requires_grad=False).cast(Y.dtype)) & loss_mask.unsqueeze(-1)
+    smoothing = label_smoothing * (log_probs.mean(-1) * loss_mask)
+    unreduced = (1 - label_smoothing) * y.where(log_probs, 0).sum(-1) + smoothing
+    # mean over the counted labels only, so Tensor.mean does not fit
+    if reduction == "mean": return -unreduced.sum() / loss_mask.sum()
+    return -(unreduced.sum() if reduction == "sum" else unreduced)
+  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """torch-style: logits (N, C, ...) with int labels (N, ...) or class probabilities (N, C, ...)."""
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if self.ndim < 2: raise ValueError(f"cross_entropy needs logits with a class dim (N, C, ...), got {self.shape}")
+    if Y.ndim == self.ndim - 1:
+      Y = Y.one_hot(num_classes=self.shape[1])
+      if self.ndim > 2: Y = Y.permute(0, Y.ndim - 1, *range(1, Y.ndim - 1))
+    if Y.shape != self.shape: raise ValueError(f"cross_entropy: target {Y.shape} does not fit logits {self.shape}")
+    Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]
+    return (-self.log_softmax(axis=1).mul(Y).sum(axis=1))._do_reduction(reduction)
+  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
+    """torch-style negative log likelihood of log-probabilities (N, C, ...) and int labels (N, ...)."""
+    if Y.ndim != self.ndim - 1: raise ValueError(f"nll_loss: labels {Y.shape} must have one dim less than input {self.shape}")
+    w = Y.ones_like(dtype=self.dtype, requires_grad=False) if weight is None else weight[Y]
+    masked = w if ignore_index is None else w * (Y != ignore_index)
+    nll = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * masked
+    return nll.sum() / masked.sum() if reduction == "mean" else nll._do_reduction(reduction)
+  def sequential(self, ll: list[Callable[[Tensor], Tensor]]) -> Tensor: return functools.reduce(lambda x, f: f(x), ll, self)
+  def interpolate(self, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    """Resize the last len(size) dims: mode 'linear' (bi/trilinear), 'nearest' or 'nearest-exact'."""
+    if not isinstance(size, (tuple, list)) or not all_int(size) or not 0 < len(size) <= self.ndim:
+      raise ValueError(f"interpolate: size must be a tuple of at most {self.ndim} ints, got {size}")
+    if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate: unknown mode {mode!r}")
+    x, expand = self, list(self.shape)
+    for i in range(-1, -len(size) - 1, -1):
+      n_in, n_out = self.shape[i], size[i]
+      reshape = [1] * self.ndim
+      reshape[i] = expand[i] = n_out
+      arr = Tensor.arange(n_out, dtype=dtypes.float32, device=self.device, requires_grad=False)
+      if mode == "linear":
+        if align_corners: index = arr * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        else: index = ((arr + 0.5) * (n_in / n_out) - 0.5).clip(0, n_in - 1)
+        low, high = index.floor(), index.ceil()
+        perc = (index - low).reshape(reshape).expand(expand)
+        lo_i, hi_i = (y.cast(dtypes.int32).reshape(reshape).expand(expand) for y in (low, high))
+        x = x.gather(i, lo_i).lerp(x.gather(i, hi_i), perc)
+      else:
+        scale = n_in / n_out
+        index = (arr * scale).floor() if mode == "nearest" else ((arr + 0.5) * scale).floor()
+        x = x.gather(i, index.clip(0, n_in - 1).cast(dtypes.int32).reshape(reshape).expand(expand))
+    return x.cast(self.dtype)
+
+  # *** training / inference switches ***
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    self.requires_grad = requires_grad
+    return self
+  class train(contextlib.ContextDecorator):
+    """`with Tensor.train():` sets Tensor.training (dropout, BatchNorm batch statistics, optimizer steps) inside the block."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self): self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc): Tensor.training = self.prev
+  class test(contextlib.ContextDecorator):
+    """`with Tensor.test():` sets Tensor.no_grad inside the block (no autograd graph is recorded), like tinygrad."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self): self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
+    def __exit__(self, *exc): Tensor.no_grad = self.prev
 
 def _sum_dtype(d: DType) -> DType:
   # like tinygrad: bools and small ints sum in the default int, unsigned in uint32
