@@ -739,8 +739,6 @@ def test_separately_realized_equal_ops_are_distinct_buffers():
   a.assign(Tensor([1.0, 2.0, 3.0])).realize()
   assert b.tolist() == [0.0, 0.0, 0.0]
 
-@pytest.mark.xfail(strict=True, raises=IndexError, reason="schedule.py: two ASSIGNs into one buffer that read a shared reduce crash "
-                   "group_realizes/recursive_group with IndexError (st_childs[0]) instead of a clear error")
 def test_two_assigns_into_one_buffer_give_a_clear_error():
   x = Tensor.full((5, 3), 2.0).contiguous().realize()
   g = x.sum(0)

@@ -81,6 +81,9 @@ def build_context(big_graph: UOp, var_vals: dict[UOp, int]) -> ScheduleContext:
   for u in big_graph.toposort():
     if not is_scheduled(u): continue
     ubuf = u.src[0]
+    if (other := ctx.allbufs.get(ubuf)) is not None and other is not u:
+      raise ScheduleError(f"buffer {ubuf.arg[0]} ({ubuf.arg[1][2]!r}, {ubuf.arg[1][1]} elements) is written by two different ops in one "
+                          "schedule (usually two assigns into the same buffer).\nhelp: realize the first assign before building the second")
     ctx.allbufs[ubuf] = u
     op = uval(u)
     if op.op is Ops.ASSIGN: ctx.assigns[ubuf] = None
