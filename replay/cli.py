@@ -121,6 +121,46 @@ def show_cmd(db, key) -> None:
   except IncompatibleCapture as e: _fail(f"capture {key} cannot be decoded: {e}", "re-capture it with this version")
   except KeyError as e: _fail(str(e.args[0]), f"list keys with: sqlite-utils {db} 'select level, label, input_key from captures'")
 
+@main.command("suite")
+@click.option("--models", help="comma-separated model names (default: the whole suite)")
+@click.option("--db", type=click.Path(dir_okay=False), help="write every model into this one store")
+@click.option("--out", type=click.Path(file_okay=False), default="captures", show_default=True,
+              help="without --db: one store per model, OUT/<model>.db (replaced)")
+@click.option("--full", is_flag=True, help="full-size models (default: the quick versions CI runs)")
+@click.option("--levels", default=",".join(LEVELS), show_default=True)
+def suite_cmd(models, db, out, full, levels) -> None:
+  """Run the real-model suite with capture on."""
+  from replay.suite import suite_models, run_model
+  names = models.split(",") if models else suite_models()
+  unknown = [n for n in names if n not in suite_models()]
+  if unknown: _fail(f"unknown model(s) {unknown}; the suite has {', '.join(suite_models())}")
+  failed = 0
+  for name in names:
+    target = Path(db) if db else Path(out) / f"{name}.db"
+    if not db:
+      target.parent.mkdir(parents=True, exist_ok=True)
+      for suffix in ("", "-wal", "-shm"): Path(str(target) + suffix).unlink(missing_ok=True)
+    r = run_model(name, target, quick=not full, levels=tuple(levels.split(",")))
+    if r.get("skipped"): click.echo(f"  {name}: skipped ({r['skipped']})")
+    elif r.get("ok"): click.echo(f"  {name}: captured into {target} in {r['seconds']}s  {json.dumps(r.get('summary'))[:160]}")
+    else:
+      failed += 1
+      click.echo(f"  {name}: FAILED after {r['seconds']}s: {r.get('error')}", err=True)
+      if r.get("stderr"): click.echo("    " + "\n    ".join(r["stderr"].splitlines()[-15:]), err=True)
+    if not db: compact(target)
+  if failed: _fail(f"{failed} model(s) failed", "fix the model or run the others with --models")
+
+def compact(path: Path) -> None:
+  """Checkpoint the WAL into the file and leave it in rollback mode: one self-contained file to commit."""
+  import sqlite3
+  if not path.exists(): return
+  c = sqlite3.connect(path)
+  try:
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.execute("PRAGMA journal_mode=DELETE")
+    c.execute("VACUUM")
+  finally: c.close()
+
 @main.group("report")
 def report_grp() -> None:
   """Work with JSON reports."""
@@ -143,5 +183,8 @@ def report_merge_cmd(reports, output, report_md, junit) -> None:
   if junit: Path(junit).write_text(R.junit(rep))
   click.echo(R.terminal(rep))
   sys.exit(rep.exit_code())
+
+from replay.cli_ci import register as _register_ci  # noqa: E402 (the CI commands live in their own module)
+_register_ci(main)
 
 if __name__ == "__main__": main()
