@@ -63,7 +63,7 @@ class LazyBuffer:
   @property
   def realized(self) -> Buffer | None:
     """The Buffer once this base has been scheduled or loaded (it holds data after run_schedule)."""
-    return self.buffer if self._base is None and not hasattr(self, "srcs") else None
+    return self.buffer if self._base is None and "srcs" not in self.__dict__ else None  # dict lookup: no exception cost
   @property
   def is_realized(self) -> bool: return self.base.realized is not None
   @property

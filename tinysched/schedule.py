@@ -379,9 +379,53 @@ multioutput = PatternMatcher([(UPat(Ops.LOAD, src=(UPat.var("b"), UPat())), lamb
 
 CONTIGUOUS_HINT = "help: consider using .contiguous():\n   - a += a.T\n   + a += a.T.contiguous()"
 
+_AST_MEMO: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
+AST_MEMO_SIZE = 8192
+
+def _canonical_buffers(pre: UOp) -> tuple[UOp, list[UOp]]:
+  """`pre` with its BUFFER nodes renumbered 0.. by first appearance, and the original BUFFERs in that order.
+  Kernels that differ only in which buffers they touch (the layers of a model) then share one canonical form."""
+  bufs: list[UOp] = []
+  new: dict[UOp, UOp] = {}
+  for u in pre.toposort():
+    if u.op is Ops.BUFFER:
+      new[u] = UOp(Ops.BUFFER, u.dtype, (), (len(bufs), u.arg[1]))
+      bufs.append(u)
+    elif u.src:
+      src = tuple(new[s] for s in u.src)
+      new[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+    else: new[u] = u
+  return new[pre], bufs
+
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None]) -> tuple[UOp, ScheduleItemContext]:
   """pre-sink -> kernel AST. Returns (ast, context); the context holds the kernel's buffers in
-  DEFINE_GLOBAL order (outputs first), its var_vals and the assign targets it reads early."""
+  DEFINE_GLOBAL order (outputs first), its var_vals and the assign targets it reads early.
+
+  Pure, so memoized on the pre-sink with canonical buffer numbers: a model's repeated layers are rewritten
+  once (the AST never depends on buffer numbers, nor on var_vals, which only pass through)."""
+  canon, bufs = _canonical_buffers(pre)
+  akey = tuple(i for i, b in enumerate(bufs) if b in assigned)
+  if (hit := _AST_MEMO.get((canon, akey))) is None:
+    ast, actx = _full_ast_rewrite(canon, {}, {bufs_c: None for bufs_c in (_nth_buffer(canon, i) for i in akey)})
+    # canonical BUFFER numbers are positions in `bufs`: the context maps back to this kernel's buffers
+    hit = (ast, tuple(b.arg[0] for b in actx.bufs), tuple(b.arg[0] for b in actx.assign_preloads), actx.var_vals)
+    if len(_AST_MEMO) >= AST_MEMO_SIZE: _AST_MEMO.clear()
+    _AST_MEMO[(canon, akey)] = hit
+  ast, buf_idx, preload_idx, found = hit
+  ctx = ScheduleItemContext({**var_vals, **found}, assigned, bufs=[bufs[i] for i in buf_idx], assign_preloads=[bufs[i] for i in preload_idx])
+  if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), ast)
+  return ast, ctx
+
+def clear_caches() -> None:
+  """Forget memoized kernel ASTs (after changing rewrite rules in a running process, e.g. in tests)."""
+  _AST_MEMO.clear()
+
+def _nth_buffer(canon: UOp, i: int) -> UOp:
+  for u in canon.toposort():
+    if u.op is Ops.BUFFER and u.arg[0] == i: return u
+  raise KeyError(i)
+
+def _full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None]) -> tuple[UOp, ScheduleItemContext]:
   # fuse, and fold loads of a buffer stored by this same kernel
   stored = {x.src[0]: x.src[2] for x in pre.src}
   sink = graph_rewrite(pre, lazy + multioutput if len(pre.src) > 1 else lazy, stored)
@@ -406,7 +450,6 @@ def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, Non
   for x in sink.src if sink.op is Ops.SINK else (sink,):
     if x.src and x.src[0].op is Ops.BUFFER: _number_buf(ctx, x.src[0])
   sink = graph_rewrite(sink, append_bufs, ctx)
-  if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), sink)
   return sink, ctx
 
 def _assign_read_ok(s: ShapeTracker) -> bool:
