@@ -161,7 +161,7 @@ def test_twenty_concurrent_writers(tmp_path):
 KILL_SCRIPT = textwrap.dedent("""
   import os, sys, time
   sys.path.insert(0, {root!r})
-  import replay.capture as rc
+  import replay.recorder as rc
   rc.FLUSH_EVERY = 1   # commit every capture, so the test knows what was committed before the kill
   from tests.test_capture import workload
   workload()
