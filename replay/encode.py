@@ -85,7 +85,7 @@ def encode_graph(roots: list[UOp], extra: dict | None = None, encoder: _Encoder 
   enc = encoder or _Encoder()
   root_idx = [enc.node(r) for r in roots]
   doc = {"format": FORMAT, "version": VERSION, "nodes": enc.nodes, "roots": root_idx, **(extra or {})}
-  if stats is not None: stats.update(node_count=len(enc.nodes), ops=sorted({n[0] for n in enc.nodes}))
+  if stats is not None: stats.update(node_count=len(enc.nodes), ops=sorted({n[0] for n in enc.nodes}), buf_nums=dict(enc.buf_nums))
   return canonical_bytes(doc)
 
 def encode_kernel_input(pre: UOp, var_vals: dict[UOp, int], assigns, stats: dict | None = None) -> bytes:

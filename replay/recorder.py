@@ -104,7 +104,9 @@ class Capturer:
 
   def flush(self) -> None:
     with self.lock:
-      queue, self.queue, self.queued_schedules = self.queue, [], 0
+      # the queue is only emptied once its transaction committed: a flush interrupted by SIGTERM (SystemExit)
+      # or an error leaves everything queued for the flush at exit
+      queue = list(self.queue)
       if not queue: return
       graphs: dict[str, dict] = {}
       rows: list[dict] = []
@@ -113,11 +115,11 @@ class Capturer:
         key = key_of(data)
         if key not in graphs: graphs[key] = graph_row(key, data, kind, (stats or {}).get("node_count"), (stats or {}).get("ops", ()))
         return key
+      seen_now: set[tuple[str, str]] = set()  # merged into self.seen only once written
       def add(level: str, in_key: str, out_key: str, **summary: Any) -> dict | None:
-        if (level, in_key) in self.seen: return None
-        self.seen.add((level, in_key))
-        self.seq += 1
-        row = {"run_id": self.run_id, "seq": self.seq, "level": level, "label": self.label, "input_key": in_key, "output_key": out_key,
+        if (level, in_key) in self.seen or (level, in_key) in seen_now: return None
+        seen_now.add((level, in_key))
+        row = {"run_id": self.run_id, "seq": self.seq + len(rows) + 1, "level": level, "label": self.label, "input_key": in_key, "output_key": out_key,
                "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
                "metadata": None, "extra": None, **summary}
         rows.append(row)
@@ -128,10 +130,12 @@ class Capturer:
           si, so = {}, {}
           in_key = graph(encode_kernel_input(pre, var_vals, assigns, si), "kernel_input", si)
           out_key = graph(encode_graph([output], stats=so), "ast", so)
-          if (level, in_key) in self.seen: continue  # the same kernel again (another layer): the summary is known
+          if (level, in_key) in self.seen or (level, in_key) in seen_now: continue  # the same kernel again (another layer)
+          nums = si["buf_nums"]  # original BUFFER number -> canonical number in the stored input
           row = add("kernel", in_key, out_key, node_count=si["node_count"], kernel_count=1, op_names=" ".join(so["ops"]),
                     output_shapes=dumps(_shapes(output)), var_vals=dumps(_var_values(pre, var_vals)),
-                    assigns=dumps(sorted(b.arg[0] for b in assigns if b in pre.toposort())))
+                    assigns=dumps(sorted(nums[b.arg[0]] for b in assigns if b.arg[0] in nums)),
+                    extra=dumps({"bufs": [nums[b.arg[0]] for b in (info or {}).get("bufs", [])]}))
           if row is not None: kernel_rows[output] = row
         elif level == "schedule":
           big_graph, var_vals = inputs
@@ -142,7 +146,9 @@ class Capturer:
           metadata = (info or {}).get("metadata", [[] for _ in output])
           for ast, md in zip(output, metadata):
             if (krow := kernel_rows.get(ast)) is not None and md and krow["metadata"] is None: krow["metadata"] = dumps(md)
-          add("schedule", in_key, graph(out_doc, "ast_list", so), node_count=si["node_count"], kernel_count=len(output),
+          nums = si["buf_nums"]
+          extra = {"bufs": [[nums[b.arg[0]] for b in kb] for kb in (info or {}).get("bufs", [])]}
+          add("schedule", in_key, graph(out_doc, "ast_list", so), node_count=si["node_count"], kernel_count=len(output), extra=dumps(extra),
               op_names=" ".join(so.get("ops", [])), var_vals=dumps({v.arg[0]: val for v, val in var_vals.items()}),
               metadata=dumps(metadata), output_shapes=dumps([_shapes(a) for a in output]))
         else:
@@ -152,6 +158,10 @@ class Capturer:
           add("program", graph(encode_graph([ast], extra, stats=si), "program_input", si), graph(str(output).encode(), "source"),
               node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(extra))
       self.store.write_batch(list(graphs.values()), rows)
+      self.seen |= seen_now
+      self.seq += len(rows)
+      del self.queue[:len(queue)]
+      self.queued_schedules = sum(1 for q in self.queue if q[0] == "schedule")
 
   def close(self) -> None:
     with self.lock:

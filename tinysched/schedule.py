@@ -413,7 +413,7 @@ def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, Non
     _AST_MEMO[(canon, akey)] = hit
   ast, buf_idx, preload_idx, found = hit
   ctx = ScheduleItemContext({**var_vals, **found}, assigned, bufs=[bufs[i] for i in buf_idx], assign_preloads=[bufs[i] for i in preload_idx])
-  if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), ast)
+  if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), ast, {"bufs": ctx.bufs})
   return ast, ctx
 
 def clear_caches() -> None:
@@ -507,7 +507,8 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
   schedule = [ScheduleItem(k.ast, tuple(buffers[u] for u in k.bufs), tuple(dedup(m for u in k.computes if (m := ubuf_metadata.get(u)))),
                            k.assign_preloads) for k in kernels]
   if capture_hook.HOOK is not None:
-    capture_hook.HOOK("schedule", (big_graph, var_vals), [k.ast for k in kernels], {"metadata": [[repr(m) for m in si.metadata] for si in schedule]})
+    capture_hook.HOOK("schedule", (big_graph, var_vals), [k.ast for k in kernels],
+                      {"metadata": [[repr(m) for m in si.metadata] for si in schedule], "bufs": [k.bufs for k in kernels]})
   for si in schedule:
     for b in si.outputs:
       if b in lazybufs and hasattr(lazybufs[b], "srcs"): del lazybufs[b].srcs  # scheduled: realized from now on

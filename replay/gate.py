@@ -1,0 +1,139 @@
+"""The CI gate: decide pass/fail from a `replay check` JSON report, its exit code and the accept marker.
+
+Rules (`decide`), in order; the first that applies wins:
+1. no report, an unreadable report, fatal stores, errors or incompatible captures, or an exit code other
+   than 0/1: FAIL, always (the replay itself did not work; `[replay:accept]` cannot accept what was not checked);
+2. any result whose `exec.verdict` is `mismatch` (old and new kernels compute different numbers) or
+   `failed` (a kernel could not be run): FAIL, always: that is a miscompile, not a reviewable change;
+3. exit code 0 and nothing changed: PASS;
+4. changes (exit code 1): PASS only when accepted (`[replay:accept]` in the PR title or the head commit
+   message), else FAIL.
+
+`accept_marker` finds the marker in $REPLAY_PR_TITLE, the GitHub event file ($GITHUB_EVENT_PATH:
+pull_request.title, or head_commit.message on a push) and the head commit message (`git log -1 --format=%B`,
+of the PR's head commit when the event names it).
+"""
+from __future__ import annotations
+import json, os, subprocess
+from pathlib import Path
+from typing import Mapping
+
+MARKER = "[replay:accept]"
+ALWAYS_FAIL_VERDICTS = ("mismatch", "failed")
+
+def _verdict(r: dict) -> str | None: return (r.get("exec") or {}).get("verdict")
+
+def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool, str]:
+  """(passed, reason) of the gate for one `replay check` (or merged) JSON report and the exit code of the command."""
+  if not isinstance(report_json, dict) or report_json.get("schema") != "tinysched-replay-report":
+    return False, (f"replay check exited {exit_code} without a readable JSON report: it crashed or was misused; "
+                   "see its output above, fix that, and run it again")
+  summary = report_json.get("summary") or {}
+  results = report_json.get("results") or []
+  code = max(int(exit_code), int(report_json.get("exit_code") or 0))
+  fatal = report_json.get("fatal") or []
+  if fatal: return False, f"{len(fatal)} capture store(s) could not be read ({fatal[0]}); fix or re-capture them (replay accept)"
+  errors, incompatible = int(summary.get("error", 0)), int(summary.get("incompatible", 0))
+  if errors or incompatible:
+    what = ", ".join(f"{n} {k}" for k, n in (("error(s)", errors), ("incompatible capture(s)", incompatible)) if n)
+    return False, (f"{what}: the current code raised on stored inputs or cannot read them; [replay:accept] does not accept "
+                   "errors: fix the regression, or re-capture obsolete inputs with `replay accept`")
+  bad = {v: sum(_verdict(r) == v for r in results) for v in ALWAYS_FAIL_VERDICTS}
+  if bad["mismatch"]:
+    return False, (f"{bad['mismatch']} changed kernel(s) compute different numbers (exec mismatch): a miscompile, which "
+                   "[replay:accept] cannot accept; fix the scheduler/codegen change")
+  if bad["failed"]:
+    return False, f"{bad['failed']} kernel(s) failed to run in the execution check; fix them (see the report), then run again"
+  if code not in (0, 1): return False, f"replay check exited {code} (errors or bad usage); see its output above"
+  changed = int(summary.get("changed", 0))
+  if code == 0 and not changed: return True, "nothing changed: every capture replays identically"
+  if not changed:  # exit 1 with nothing the report explains: do not guess
+    return False, "replay check exited 1 but the report shows no change; look at its output above"
+  exec_ok = summary.get("exec", {}).get("equivalent")
+  numbers = f" ({exec_ok} checked numerically equivalent)" if exec_ok else ""
+  if accept: return True, f"{changed} changed capture(s){numbers} accepted by {MARKER}"
+  return False, (f"{changed} capture(s) changed{numbers}; review the diffs. If intended: run `replay accept` and commit the new "
+                 f"captures, or put {MARKER} in the PR title or head commit message")
+
+def failure_exit(report_json: dict | None, exit_code: int) -> int:
+  """Exit code of a failed gate: 2 when the replay itself did not work (errors, incompatible, no report), else 1."""
+  if not isinstance(report_json, dict): return 2
+  s = report_json.get("summary") or {}
+  if report_json.get("fatal") or s.get("error") or s.get("incompatible") or max(exit_code, int(report_json.get("exit_code") or 0)) >= 2: return 2
+  return 1
+
+def load_report(path: str | os.PathLike | None) -> dict | None:
+  """The JSON report at `path`, or None when it is missing or not JSON (decide() then fails with a clear reason)."""
+  if not path: return None
+  try: doc = json.loads(Path(path).read_text())
+  except (OSError, ValueError): return None
+  return doc if isinstance(doc, dict) else None
+
+def _git_message(cwd: str | None, rev: str = "HEAD") -> str:
+  try:
+    r = subprocess.run(["git", "log", "-1", "--format=%B", rev], cwd=cwd, capture_output=True, text=True, timeout=30)
+    return r.stdout if r.returncode == 0 else ""
+  except (OSError, subprocess.SubprocessError): return ""
+
+def accept_sources(env: Mapping[str, str] | None = None, cwd: str | None = None) -> list[tuple[str, str]]:
+  """(where, text) of every place the accept marker may be: PR title, push head commit, head commit message."""
+  env = os.environ if env is None else env
+  out: list[tuple[str, str]] = []
+  if env.get("REPLAY_PR_TITLE"): out.append(("the PR title (REPLAY_PR_TITLE)", env["REPLAY_PR_TITLE"]))
+  head_sha = None
+  if ev_path := env.get("GITHUB_EVENT_PATH"):
+    try: ev = json.loads(Path(ev_path).read_text())
+    except (OSError, ValueError): ev = {}
+    if isinstance(ev, dict):
+      if isinstance(pr := ev.get("pull_request"), dict):
+        out.append(("the PR title", str(pr.get("title") or "")))
+        head_sha = (pr.get("head") or {}).get("sha")
+      if isinstance(hc := ev.get("head_commit"), dict): out.append(("the pushed head commit message", str(hc.get("message") or "")))
+  # on a pull_request event the checkout is a merge commit: the PR's own head commit carries the message
+  msg = (_git_message(cwd, head_sha) if head_sha else "") or _git_message(cwd)
+  if msg: out.append(("the head commit message", msg))
+  return out
+
+def accept_marker(env: Mapping[str, str] | None = None, cwd: str | None = None) -> str | None:
+  """Where `[replay:accept]` was found (case-insensitive), or None."""
+  for where, text in accept_sources(env, cwd):
+    if MARKER in text.lower(): return where
+  return None
+
+def summary_markdown(passed: bool, reason: str, report_md: str | None, accepted_by: str | None) -> str:
+  head = f"## {'✅' if passed else '❌'} replay gate: {'PASS' if passed else 'FAIL'}\n\n{reason}\n"
+  if accepted_by: head += f"\n{MARKER} found in {accepted_by}.\n"
+  return head + ("\n" + report_md if report_md else "") + "\n"
+
+def write_step_summary(text: str, path: str | None = None) -> str | None:
+  """Append to $GITHUB_STEP_SUMMARY (or `path`); returns where it went."""
+  path = path or os.environ.get("GITHUB_STEP_SUMMARY")
+  if not path: return None
+  with open(path, "a") as f: f.write(text)
+  return path
+
+def report_markdown(report_json: dict | None, md_path: str | None) -> str | None:
+  """The Markdown report: the file `replay check` wrote, else rendered from the JSON report."""
+  if md_path and Path(md_path).is_file(): return Path(md_path).read_text()
+  if not isinstance(report_json, dict): return None
+  try:
+    from replay import report as R
+    return R.markdown(R.from_json(report_json))
+  except Exception: return None  # an odd report still gets its decision written
+
+def check_args(dbs: tuple[str, ...], do_exec: bool, device: str | None, jobs: int | None, md: str | None, js: str, junit: str | None,
+               extra: tuple[str, ...] = ()) -> list[str]:
+  """The `replay check` command line the gate runs."""
+  args = ["check", *dbs]
+  if do_exec: args.append("--exec")
+  if device: args += ["--device", device]
+  if jobs: args += ["-j", str(jobs)]
+  if md: args += ["--report-md", md]
+  args += ["--report-json", js]
+  if junit: args += ["--junit", junit]
+  return args + list(extra)
+
+def exec_available() -> bool:
+  import importlib.util
+  try: return importlib.util.find_spec("replay.execcheck") is not None
+  except (ImportError, ValueError): return False
