@@ -141,6 +141,8 @@ def register(main: click.Group) -> None:
     if accept is None: accepted_by = G.accept_marker()
     elif accept: accepted_by = "--accept"
     passed, reason = G.decide(report, code, accepted_by is not None)
+    if report is None and not G.exec_available():
+      reason += " (replay.execcheck is missing, so `replay check --exec` cannot run: update replay, or set REPLAY_EXEC=0 / --no-exec)"
     click.echo(f"\nreplay gate: {'PASS' if passed else 'FAIL'}: {reason}")
     if accepted_by and (report or {}).get("summary", {}).get("changed"): click.echo(f"  {G.MARKER} found in {accepted_by}")
     md = G.report_markdown(report, report_md)

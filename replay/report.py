@@ -63,11 +63,23 @@ def merge(reports: list[Report]) -> Report:
   out.results = sorted(seen.values(), key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
   return out
 
+def exec_timing(rep: Report) -> str | None:
+  """One line: total old vs new kernel time over the executed captures, and how many got slower."""
+  timed = [r.exec for r in rep.results if r.exec and r.exec.get("old_time_s") and r.exec.get("new_time_s")]
+  if not timed: return None
+  old, new = sum(e["old_time_s"] for e in timed), sum(e["new_time_s"] for e in timed)
+  slower = sum(1 for e in timed if e.get("slower"))
+  return f"kernel time over {len(timed)} executed captures: stored {old*1e3:.3f} ms, current {new*1e3:.3f} ms ({new/old:.2f}x); {slower} slower"
+
 def _exec_line(r: Result) -> str:
   e = r.exec or {}
   if not e: return ""
   parts = [e.get("verdict", "")]
   if e.get("max_abs_err") is not None: parts.append(f"max abs err {e['max_abs_err']:.3g}")
+  if e.get("verdict") == "mismatch":
+    parts.append(f"max rel err {e['max_rel_err']:.3g}" if e.get("max_rel_err") is not None else "")
+    parts.append(f"{e.get('n_diff')} elements differ (first at {e.get('first_diff')}) in buffer {e.get('buffer')}")
+    if e.get("disagrees_with_reference"): parts.append(f"disagrees with the numpy reference: {', '.join(e['disagrees_with_reference'])}")
   if e.get("old_time_s") and e.get("new_time_s"):
     parts.append(f"time {e['old_time_s']*1e6:.1f}us -> {e['new_time_s']*1e6:.1f}us" + (" SLOWER" if e.get("slower") else ""))
   return ", ".join(p for p in parts if p)
@@ -78,6 +90,10 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
            f"({len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s, {rep.workers} worker(s))" + (f", shard {rep.shard}" if rep.shard else "")]
   lines.append("  " + "  ".join(f"{o}: {c[o]}" for o in OUTCOMES))
   if ec := exec_counts(rep): lines.append("  exec: " + "  ".join(f"{k}: {v}" for k, v in ec.items()))
+  if et := exec_timing(rep): lines.append("  " + et)
+  for r in [r for r in rep.results if r.exec and r.exec.get("verdict") in ("mismatch", "failed", "timeout")][:5]:
+    lines.append(f"  {r.exec['verdict'].upper()}: {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}"
+                 + (f" ({r.exec.get('error')})" if r.exec.get("error") else ""))
   for f in rep.fatal: lines.append(f"  FATAL {f}")
   groups = rep.groups()
   for g in groups[:max_groups]:
@@ -114,6 +130,7 @@ def markdown(rep: Report, max_groups: int = 20) -> str:
          "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
          f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s | {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
   if ec := exec_counts(rep): out += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
+  if et := exec_timing(rep): out += [et, ""]
   for f in rep.fatal: out.append(f"- **fatal**: `{f}`")
   groups = rep.groups()
   if groups:

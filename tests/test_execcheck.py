@@ -1,0 +1,98 @@
+"""Execution check: old and new kernels run on the same seeded inputs; equivalent vs mismatch, with statistics."""
+import sqlite3
+import numpy as np
+import pytest
+from click.testing import CliRunner
+import replay
+import tinysched.schedule as S
+from replay.check import check
+from replay.cli import main as cli
+from replay.execcheck import exec_report, compare, seeded_fill
+from tinysched import Tensor, UOp, Ops, dtypes
+from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
+from tinysched.shape import View, ShapeTracker
+from tests.test_replay import workload, patch_ast, swap_commutative, double_consts
+
+DEVICE = "NUMPY"  # the logic under test; tests/test_opencl.py runs kernels on OpenCL
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+  p = tmp_path_factory.mktemp("exec") / "base.db"
+  S.clear_caches()
+  with replay.capture(p, label="unit"): workload()
+  c = sqlite3.connect(p); c.execute("PRAGMA journal_mode=DELETE"); c.close()
+  return p
+
+@pytest.fixture(autouse=True)
+def fresh():
+  S.clear_caches(); yield; S.clear_caches()
+
+def shift_loads(ast: UOp) -> UOp:
+  """A planted index bug: every load of input buffer 1 reads one element further."""
+  made: set = set()  # rewrite each load once (graph_rewrite would otherwise shift the shifted load again)
+  def shift(x: UOp):
+    if x in made or x.src[0].arg != 1 or len(x.src[1].arg.views) != 1: return None
+    v = x.src[1].arg.views[0]
+    ret = x.replace(src=(x.src[0], UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View(v.shape, v.strides, v.offset + 1, v.mask),)))))
+    made.add(ret)
+    return ret
+  return graph_rewrite(ast, PatternMatcher([(UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_GLOBAL), UPat(Ops.VIEW)), name="x"), shift)]))
+
+def test_compare_semantics():
+  a = np.array([1.0, np.nan, np.inf, 2.0], np.float32)
+  assert compare(a, a.copy(), "float")["equal"]
+  assert not compare(a, np.array([1.0, 1.0, np.inf, 2.0], np.float32), "float")["equal"]      # NaN moved
+  assert not compare(a, np.array([1.0, np.nan, -np.inf, 2.0], np.float32), "float")["equal"]  # inf sign
+  c = compare(a, np.array([1.0, np.nan, np.inf, 2.0001], np.float32), "float")
+  assert c["equal"] and c["max_abs_err"] > 0                                                   # inside float32 tolerance
+  c = compare(np.array([1, 2, 3]), np.array([1, 2, 4]), "int")
+  assert not c["equal"] and c["n_diff"] == 1 and c["first_diff"] == [2]                       # ints are exact
+  assert seeded_fill(16, dtypes.float32, 3).min() >= 0.5 and (seeded_fill(16, dtypes.float32, 3) == seeded_fill(16, dtypes.float32, 3)).all()
+
+def test_identical_everything_equivalent(db):
+  rep = check([str(db)], jobs=1)
+  exec_report(rep, mode="all", device=DEVICE, timing_runs=1)
+  verdicts = {r.exec["verdict"] for r in rep.results if r.exec}
+  assert verdicts == {"equivalent"} and rep.exit_code() == 0
+
+def test_equivalent_rewrite_is_changed_and_equivalent(db, monkeypatch):
+  patch_ast(monkeypatch, lambda ast: graph_rewrite(ast, swap_commutative))
+  rep = check([str(db)], level="kernel", jobs=1)
+  exec_report(rep, device=DEVICE, timing_runs=1)
+  changed = [r for r in rep.results if r.outcome == "changed"]
+  assert changed and all(r.exec["verdict"] == "equivalent" for r in changed)
+
+def test_constant_change_is_a_mismatch_with_statistics(db, monkeypatch):
+  patch_ast(monkeypatch, double_consts)
+  rep = check([str(db)], level="kernel", jobs=1)
+  exec_report(rep, device=DEVICE, timing_runs=1)
+  bad = [r for r in rep.results if r.exec and r.exec["verdict"] == "mismatch"]
+  assert bad
+  e = bad[0].exec
+  assert e["max_abs_err"] > 0 and e["n_diff"] > 0 and e["first_diff"]
+  assert e["disagrees_with_reference"] == ["new"]  # the stored kernel agrees with the interpreter, the new one doesn't
+  assert rep.exit_code() == 1
+
+def test_index_offset_change_is_a_mismatch(db, monkeypatch):
+  patch_ast(monkeypatch, shift_loads)
+  rep = check([str(db)], level="kernel", jobs=1)
+  exec_report(rep, device=DEVICE, timing_runs=1)
+  assert any(r.exec and r.exec["verdict"] == "mismatch" for r in rep.results)
+
+def test_fusion_change_at_schedule_level_is_equivalent(db, monkeypatch):
+  orig = S.group_realizes
+  def no_fusion(ctx, realizes):
+    for r in ctx.allbufs: realizes[r] = r
+    return orig(ctx, realizes)
+  monkeypatch.setattr(S, "group_realizes", no_fusion)
+  rep = check([str(db)], level="schedule", jobs=1)
+  exec_report(rep, device=DEVICE, timing_runs=1)
+  changed = [r for r in rep.results if r.outcome == "changed"]
+  assert changed and all(r.exec["verdict"] == "equivalent" for r in changed)
+  assert all(r.exec["new_kernels"] > r.exec["old_kernels"] for r in changed)
+
+def test_cli_exec_and_report(db, tmp_path, monkeypatch):
+  patch_ast(monkeypatch, double_consts)
+  r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "-j", "1", "--exec", "--device", DEVICE, "--report-md", str(tmp_path / "r.md")])
+  assert r.exit_code == 1 and "mismatch" in r.output
+  assert "mismatch" in (tmp_path / "r.md").read_text()
