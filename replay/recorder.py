@@ -19,6 +19,7 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from replay.encode import encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
 from replay.store import Store, graph_row, dumps, LEVELS
+from replay.program import opts_to_json, target_to_json
 
 FLUSH_EVERY = 512
 SCHEDULE_FLUSH_EVERY = 16
@@ -96,7 +97,7 @@ class Capturer:
         self.queued_schedules += 1
       else:
         ast, opts, target = inputs
-        ident = ("program", ast, repr(opts), repr(target))
+        ident = ("program", ast, tuple(opts), target)
       if ident in self.recent and level != "schedule": return
       self.recent.add(ident)
       self.queue.append((level, inputs, output, info))
@@ -153,7 +154,7 @@ class Capturer:
               metadata=dumps(metadata), output_shapes=dumps([_shapes(a) for a in output]))
         else:
           ast, opts, target = inputs
-          extra = {"opts": _jsonable(opts), "target": _jsonable(target)}
+          extra = {"opts": opts_to_json(opts), "target": target_to_json(target)}
           si = {}
           add("program", graph(encode_graph([ast], extra, stats=si), "program_input", si), graph(str(output).encode(), "source"),
               node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(extra))
@@ -170,16 +171,6 @@ class Capturer:
       self.store.finish_run(self.run_id, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
       self.store.close()
       self.closed = True
-
-def _jsonable(x: Any) -> Any:
-  """Optimization choices and targets as plain JSON (dataclasses by field, enums by name)."""
-  import dataclasses, enum
-  if x is None or isinstance(x, (bool, int, float, str)): return x
-  if isinstance(x, enum.Enum): return x.name
-  if dataclasses.is_dataclass(x): return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
-  if isinstance(x, (list, tuple)): return [_jsonable(a) for a in x]
-  if isinstance(x, dict): return {str(k): _jsonable(v) for k, v in x.items()}
-  return repr(x)
 
 # *** switching capture on and off ***
 

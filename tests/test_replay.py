@@ -1,5 +1,6 @@
 """Replay: planted changes in the scheduler are found, grouped, reported, with the right exit codes."""
 import hashlib, json, sqlite3, zlib
+import numpy as np
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
@@ -184,3 +185,22 @@ def test_show_and_stats(db):
   s.close()
   r = invoke("show", db, key[:10])
   assert r.exit_code == 0 and "== output ==" in r.output and "DEFINE_GLOBAL" in r.output
+
+def test_program_level_sees_codegen_changes(tmp_path, monkeypatch):
+  pytest.importorskip("pyopencl")
+  from tinysched.codegen import program as P
+  from tinysched.codegen.target import GENERIC_GPU
+  from tinysched.codegen.kernel import Opt, OptOps
+  db = tmp_path / "prog.db"
+  x = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8))
+  ast = (x * 2).sum(1).schedule()[-1].ast
+  with replay.capture(db, label="p", levels=("program",)):
+    P.to_program(ast, None, GENERIC_GPU)
+    P.to_program(ast, (), GENERIC_GPU)
+  assert check([str(db)], jobs=1).exit_code() == 0
+  orig = P.render
+  monkeypatch.setattr(P, "render", lambda lw, t: orig(lw, t).replace("{", "{ /* planted */", 1))
+  rep = check([str(db)], jobs=1)
+  assert rep.exit_code() == 1 and rep.counts()["changed"] == 2
+  r = rep.results[0]
+  assert "planted" in r.text_diff and r.signature.startswith("program:")

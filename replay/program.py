@@ -1,0 +1,20 @@
+"""Program-level replay: (kernel AST, optimization choices, target) -> rendered source, with the current codegen."""
+from __future__ import annotations
+from typing import Any
+from replay.encode import IncompatibleCapture
+
+def opts_to_json(opts) -> list[list]: return [list(o.to_tuple()) for o in opts]
+def target_to_json(target) -> dict[str, Any]: return target.to_dict()
+
+def replay_program(doc) -> str:
+  """`doc`: a parsed program-input document (replay.encode.parse): one AST root plus "opts" and "target"."""
+  from tinysched.codegen.kernel import Opt
+  from tinysched.codegen.target import Target
+  from tinysched.codegen.program import to_program
+  roots = doc.roots()
+  if len(roots) != 1: raise IncompatibleCapture("a program input must have one AST root")
+  try:
+    opts = tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
+    target = Target.from_dict(doc.doc.get("target") or {})
+  except (ValueError, TypeError) as e: raise IncompatibleCapture(f"optimization choices or target unreadable: {e}") from None
+  return to_program(roots[0], opts, target).src
