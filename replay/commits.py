@@ -122,10 +122,10 @@ def add_runner(tree: Path, checkout: Path) -> list[str]:
     if not (checkout / rel).exists():
       raise CommitsError(f"{rel} is missing both in {tree.name}'s commit and in the current checkout {checkout}",
                          "run this from a checkout that has the model suite (tinysched/models/suite.py)")
-    # the suite imports its model modules: bring the whole models folder, file by file
-    src_dir = checkout / (MODELS_DIR if rel.startswith(MODELS_DIR) else Path(rel).parent)
-    files = [p for p in src_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts] if rel.startswith(MODELS_DIR) else [checkout / rel]
-    for src in sorted(files):
+    # the suite imports its model modules: bring the models folder's files git knows (not ignored weights or caches)
+    files = [checkout / f for f in git(["ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", MODELS_DIR], checkout,
+                                        check=False).split("\0") if f] if rel.startswith(MODELS_DIR) else [checkout / rel]
+    for src in sorted(p for p in files if p.is_file()):
       dst = tree / src.relative_to(checkout)
       if dst.exists(): continue
       dst.parent.mkdir(parents=True, exist_ok=True)
@@ -229,13 +229,25 @@ def run_commits(base_ref: str, head_ref: str, models: list[str] | None = None, q
         notes.append(f"{s.name} {s.sha[:8]} has no suite runner ({', '.join(missing)} missing): using the current checkout's "
                      f"runner ({', '.join(s.copied)}) against {s.name}'s code")
         log(f"  note: {notes[-1]}")
-    names = models or list_models(head.tree)
-    for s in (base, head): _capture(s, names, quick, levels, timeout, log)
+    suites = {s.name: list_models(s.tree) for s in (base, head)}
+    names = models or suites["HEAD"]
+    if unknown := [m for m in names if m not in suites["BASE"] and m not in suites["HEAD"]]:
+      raise CommitsError(f"unknown model(s) {unknown}: BASE's suite has {', '.join(suites['BASE']) or 'nothing'}, "
+                         f"HEAD's has {', '.join(suites['HEAD']) or 'nothing'}", "pick names from those with --models")
+    for s in (base, head):
+      # a model only one commit has is not a failure: its captures show up as added or removed
+      if absent := [m for m in names if m not in suites[s.name]]:
+        notes.append(f"{', '.join(absent)} not in {s.name}'s suite: {'added' if s is base else 'removed'} captures show that")
+        log(f"  note: {notes[-1]}")
+      _capture(s, [m for m in names if m in suites[s.name]], quick, levels, timeout, log)
     for s in (base, head): s.counts = store_counts(s.db)
     rep = compare(str(base.db), str(head.db), level=level)
     if keep:
       wt.keep = True
       notes.append(f"kept worktrees and stores in {wt.tmp} (remove with: git worktree remove --force <path>; git worktree prune)")
+    else:  # the stores are deleted with the worktrees: name the commits instead of paths that will not exist
+      rep.sources = [f"BASE {base.sha[:8]} ({base.ref})", f"HEAD {head.sha[:8]} ({head.ref})"]
+      for r in rep.results: r.db = f"HEAD {head.sha[:8]}"
     return CommitsResult(base, head, rep, names, notes, wt.tmp if keep else None)
 
 def counts_table(res: CommitsResult) -> str:

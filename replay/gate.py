@@ -3,8 +3,9 @@
 Rules (`decide`), in order; the first that applies wins:
 1. no report, an unreadable report, fatal stores, errors or incompatible captures, or an exit code other
    than 0/1: FAIL, always (the replay itself did not work; `[replay:accept]` cannot accept what was not checked);
-2. any result whose `exec.verdict` is `mismatch` (old and new kernels compute different numbers) or
-   `failed` (a kernel could not be run): FAIL, always: that is a miscompile, not a reviewable change;
+2. any result whose `exec.verdict` is `mismatch` (old and new kernels compute different numbers), `failed`
+   (a kernel could not be run) or `timeout` (it hung): FAIL, always: a miscompile (or an unverified
+   kernel) is not a reviewable change;
 3. exit code 0 and nothing changed: PASS;
 4. changes (exit code 1): PASS only when accepted (`[replay:accept]` in the PR title or the head commit
    message), else FAIL.
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 MARKER = "[replay:accept]"
-ALWAYS_FAIL_VERDICTS = ("mismatch", "failed")
+ALWAYS_FAIL_VERDICTS = ("mismatch", "failed", "timeout")
 
 def _verdict(r: dict) -> str | None: return (r.get("exec") or {}).get("verdict")
 
@@ -42,8 +43,10 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
   if bad["mismatch"]:
     return False, (f"{bad['mismatch']} changed kernel(s) compute different numbers (exec mismatch): a miscompile, which "
                    "[replay:accept] cannot accept; fix the scheduler/codegen change")
-  if bad["failed"]:
-    return False, f"{bad['failed']} kernel(s) failed to run in the execution check; fix them (see the report), then run again"
+  if bad["failed"] or bad["timeout"]:
+    what = ", ".join(f"{n} {k}" for k, n in (("failed to run", bad["failed"]), ("timed out (hung?)", bad["timeout"])) if n)
+    return False, (f"kernels in the execution check: {what}; their numbers are unverified, which [replay:accept] cannot accept: "
+                   "fix them (see the report), then run again")
   if code not in (0, 1): return False, f"replay check exited {code} (errors or bad usage); see its output above"
   changed = int(summary.get("changed", 0))
   if code == 0 and not changed: return True, "nothing changed: every capture replays identically"

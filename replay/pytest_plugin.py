@@ -1,4 +1,4 @@
-"""pytest plugin: replay capture stores as tests (registered as the `pytest11` entry point `replay`).
+"""pytest plugin: replay capture stores as tests (the `pytest11` entry point `replay.pytest_plugin`).
 
   pytest --replay captures/                 every *.db under captures/ (or pass .db files; repeatable)
   pytest --replay captures/ -n 4            with pytest-xdist
@@ -9,7 +9,9 @@ unlabelled capture), in a fixed order (store path, label, level). Each item repl
 current code (replay.check.check with level/label filters, one process) and fails with the grouped report
 when anything changed, errored or could not be decoded. Items share nothing, so any subset runs in any
 worker. With `--replay` and no test paths on the command line, only the replay items are collected
-(not the configured testpaths); `pytest tests --replay captures/` runs both. `-p no:replay` disables it.
+(not the configured testpaths); `pytest tests --replay captures/` runs both. `-p no:replay.pytest_plugin`
+disables it. The entry point is named like the module, so `-p replay.pytest_plugin` next to autoloading
+registers it once instead of failing with "already registered".
 """
 from __future__ import annotations
 from pathlib import Path
