@@ -77,7 +77,7 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
       continue
     try: rows = _select(store, level, label, key, shard)
     finally: store.close()
-    tasks += _chunks(str(p), rows, detail)
+    tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))))
   total = sum(len(t[1]) for t in tasks)
   jobs = max(1, jobs or os.cpu_count() or 1)
   rep.workers = min(jobs, max(1, len(tasks)))
@@ -89,7 +89,7 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
       if progress: progress(done, total)
   else:
     with mp.get_context("fork").Pool(rep.workers) as pool:
-      for res in pool.imap(_work, tasks):
+      for res in pool.imap_unordered(_work, tasks):
         rep.results += res
         done += len(res)
         if progress: progress(done, total)
@@ -97,7 +97,8 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
   rep.elapsed = time.perf_counter() - t0
   return rep
 
-def _chunks(path: str, rows: list[dict], detail: bool, size: int = 256) -> list[tuple[str, list[dict], bool]]:
+def _chunks(path: str, rows: list[dict], detail: bool, size: int) -> list[tuple[str, list[dict], bool]]:
+  """About two chunks per worker (each worker warms its caches once), never splitting rows of one input."""
   # rows with the same input go to one chunk so they are replayed once
   rows = sorted(rows, key=lambda r: (r["level"], r["input_key"], r["run_id"], r["seq"]))
   out, cur = [], []

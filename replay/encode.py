@@ -108,9 +108,20 @@ def encode_schedule_input(big_graph: UOp, var_vals: dict[UOp, int], stats: dict 
 # *** decoding ***
 
 _OPS = {o.name: o for o in Ops}
+# decoded views are immutable values: reuse them across documents (a store repeats the same views a lot)
+_VIEW_CACHE: dict[tuple, View] = {}
+_ST_CACHE: dict[tuple, ShapeTracker] = {}
 
+_DTYPE_DEC: dict[tuple, DType] = {}
 def _dec_dtype(x: Any, where: str) -> DType:
+  if type(x) is dict and (d := _DTYPE_DEC.get((x.get("dt"), x.get("n"), x.get("ptr")))) is not None and len(x) <= 3: return d
+  d = _dec_dtype_slow(x, where)
+  _DTYPE_DEC[(x["dt"], x.get("n"), x.get("ptr"))] = d
+  return d
+
+def _dec_dtype_slow(x: Any, where: str) -> DType:
   if not isinstance(x, dict) or not isinstance(x.get("dt"), str): raise IncompatibleCapture(f"{where}: malformed dtype {x!r}")
+  if set(x) - {"dt", "n", "ptr"}: raise IncompatibleCapture(f"{where}: malformed dtype {x!r}")
   if x["dt"] == "void": d = dtypes.void
   else:
     try: d = dtypes.from_name(x["dt"])
@@ -154,11 +165,20 @@ class _Decoder:
             (mask is not None and not (isinstance(mask, tuple) and len(mask) == len(shape) and
                                        all(isinstance(m, tuple) and len(m) == 2 for m in mask))):
           raise IncompatibleCapture(f"{where}: malformed view {v!r}")
+        if all(type(x) is int for x in shape + strides + (offset,)):
+          k = (shape, strides, offset, mask)
+          if (cv := _VIEW_CACHE.get(k)) is None:
+            if len(_VIEW_CACHE) > 65536: _VIEW_CACHE.clear()
+            cv = _VIEW_CACHE[k] = View(shape, strides, offset, mask)
+          return cv
         return View(shape, strides, offset, mask)
       if tag == "st" and isinstance(v, list):
         views = tuple(self.arg(a, where) for a in v)
         if not views or not all(isinstance(w, View) for w in views): raise IncompatibleCapture(f"{where}: malformed shape tracker")
-        return ShapeTracker(views)
+        if (cst := _ST_CACHE.get(views)) is None:
+          if len(_ST_CACHE) > 65536: _ST_CACHE.clear()
+          cst = _ST_CACHE[views] = ShapeTracker(views)
+        return cst
     if isinstance(x, dict) and "dt" in x: return _dec_dtype(x, where)
     raise IncompatibleCapture(f"{where}: malformed argument {x!r}")
   def _node(self, i: int, n: Any) -> UOp:
