@@ -245,3 +245,13 @@ def test_two_processes_give_identical_asts(tmp_path):
     outs.append(r.stdout)
   assert outs[0] == outs[1]
   assert outs[0].count("SINK") >= 3
+
+def test_ops_between_tensors_of_one_symbolic_length():
+  # the same symbolic dim on both sides broadcasts (x != x is decided for integers)
+  a = rng(10)
+  v = Variable("s", 1, 10).bind(4)
+  t = Tensor(a)[0:v]
+  out = (t * t + t / 2.0).sum()
+  sched, var_vals = out.schedule_with_vars()
+  run_schedule(sched, var_vals)
+  np.testing.assert_allclose(out.numpy(), (a[:4] * a[:4] + a[:4] / 2).sum(), rtol=1e-5)

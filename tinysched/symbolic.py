@@ -162,6 +162,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.OR, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, False))), lambda x: x, "or_false"),
   (UPat(Ops.OR, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, True))), lambda x: x.const_like(True), "or_true"),
   (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(UPat.var("x"), UPat.var("x"))), lambda x: x, "idempotent"),
+  (UPat((Ops.CMPNE, Ops.CMPLT), src=(UPat.var("x"), UPat.var("x"))),
+   lambda x: None if dtypes.is_float(x.dtype) else UOp.const(dtypes.bool, False), "compare_self"),
   (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, True), UPat.var("a"), UPat.var())), lambda a: a, "where_true"),
   (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, False), UPat.var(), UPat.var("b"))), lambda b: b, "where_false"),
   (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a, "where_same"),

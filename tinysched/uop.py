@@ -153,6 +153,9 @@ class UOp(metaclass=_UOpMeta):
     srcs = (self,) + src
     out_dtype = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
     if op is Ops.WHERE: out_dtype = srcs[1].dtype
+    # an integer compared with itself is decided (not for floats: NaN != NaN); symbolic shapes compare this way
+    if op in GroupOp.Comparison and len(srcs) == 2 and srcs[0] is srcs[1] and not dtypes.is_float(srcs[0].dtype):
+      return UOp.const(dtypes.bool, False)
     # fold constants eagerly: keeps symbolic shapes small and identical wherever they are built
     if all(s.op is Ops.CONST for s in srcs) and op in _PY_ALU:
       try: return UOp.const(out_dtype, exec_alu(op, out_dtype, [s.arg for s in srcs]))
