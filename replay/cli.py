@@ -57,7 +57,9 @@ def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_thr
   rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress())
   if exec_mode:
     from replay.execcheck import exec_report
-    exec_report(rep, mode=exec_mode, device=device, slower_threshold=slower_threshold, progress=terminal_progress())
+    # every kernel of the store (--exec-all) is a correctness sweep: fewer timing runs than for the changed ones
+    exec_report(rep, mode=exec_mode, device=device, slower_threshold=slower_threshold, progress=terminal_progress(),
+                timing_runs=5 if exec_mode == "changed" else 1)
   _emit(rep, report_md, report_json, junit, verbose)
 
 def _emit(rep, report_md, report_json, junit, verbose) -> None:

@@ -236,3 +236,23 @@ def decode_schedule_input(data: bytes) -> tuple[UOp, dict[UOp, int]]:
   roots = d.roots()
   if len(roots) != 1 or roots[0].op is not Ops.SINK: raise IncompatibleCapture("a schedule input must have one SINK root")
   return roots[0], d.var_vals()
+
+def bound_values(root: UOp, var_vals: dict[UOp, int] | None = None) -> dict[str, int]:
+  """{name: value} of every Variable a graph uses: bound anywhere inside node arguments (views, an ASSIGN's view),
+  or given in var_vals for DEFINE_VAR nodes."""
+  out: dict[str, int] = {}
+  def visit(x: Any) -> None:
+    if isinstance(x, UOp):
+      for u in x.toposort():
+        if u.op is Ops.BIND: out[u.src[0].arg[0]] = u.src[1].arg
+    elif isinstance(x, tuple):
+      for a in x: visit(a)
+    elif isinstance(x, ShapeTracker):
+      for v in x.views: visit(v)
+    elif isinstance(x, View):
+      if not x._ints or x.mask is not None: visit((x.shape, x.strides, x.offset, x.mask))
+  for u in root.toposort():
+    if u.op is Ops.DEFINE_VAR and var_vals and u in var_vals: out[u.arg[0]] = var_vals[u]
+    elif u.op is Ops.BIND: out[u.src[0].arg[0]] = u.src[1].arg
+    elif u.arg is not None and not isinstance(u.arg, (int, str, float, bool)): visit(u.arg)
+  return dict(sorted(out.items()))

@@ -89,7 +89,7 @@ def build_job(db: str, level: str, input_key: str, stored_key: str, extra: str |
   their buffer maps), the buffers, the Variables' values, which buffers to compare."""
   from replay.store import Store
   from replay.runner import decode_output
-  from replay.encode import decode_kernel_input, decode_schedule_input, encode_graph
+  from replay.encode import decode_kernel_input, decode_schedule_input, encode_graph, bound_values
   from tinysched.ops import Ops
   from tinysched.schedule import full_ast_rewrite, schedule_graph
   ex = json.loads(extra or "{}")
@@ -98,12 +98,14 @@ def build_job(db: str, level: str, input_key: str, stored_key: str, extra: str |
   try:
     if level == "kernel":
       pre, vv, asg = decode_kernel_input(store.blob(input_key))
+      names.update(bound_values(pre, vv))  # from the input itself: older rows' summary may lack some
       new_ast, ctx = full_ast_rewrite(pre, vv, asg)
       new = [(new_ast, [b.arg[0] for b in ctx.bufs])]
       old = [(decode_output("kernel", store.blob(stored_key)), list(ex.get("bufs") or new[0][1]))]  # no map stored: same signature
       graph, outputs = pre, None
     elif level == "schedule":
       graph, vv = decode_schedule_input(store.blob(input_key))
+      names.update(bound_values(graph, vv))
       kernels, vv2 = schedule_graph(graph, vv)
       names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
       new = [(k.ast, [b.arg[0] for b in k.bufs]) for k in kernels]
@@ -135,8 +137,10 @@ def run_job(job: dict, device: str, timing_runs: int) -> dict:
   names = job["names"]
   try: got_old, t_old = _run_list(device, old, host, specs, names, timing_runs)
   except Exception as e: return {"verdict": "failed", "side": "old", "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
-  try: got_new, t_new = _run_list(device, new, host, specs, names, timing_runs)
-  except Exception as e: return {"verdict": "failed", "side": "new", "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
+  if job["old"] == job["new"]: got_new, t_new = got_old, t_old  # the same kernels: run them once
+  else:
+    try: got_new, t_new = _run_list(device, new, host, specs, names, timing_runs)
+    except Exception as e: return {"verdict": "failed", "side": "new", "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
   ref = _run_list("NUMPY", old, host, specs, names)[0] if device != "NUMPY" else got_old
   diffs: list[dict[str, Any]] = []
   disagree: set[str] = set()
@@ -171,9 +175,22 @@ def default_device() -> str:
   return Device.DEFAULT
 
 def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, timeout_s: float = DEFAULT_TIMEOUT_S,
-             progress: Callable[[int, int], None] | None = None) -> dict[int, dict]:
-  """Run jobs in a worker process; a job that exceeds `timeout_s` is marked `timeout` and a fresh worker continues."""
+             progress: Callable[[int, int], None] | None = None, workers: int = 1) -> dict[int, dict]:
+  """Run jobs in `workers` worker processes; a job that exceeds `timeout_s` is marked `timeout` and a fresh worker
+  continues. Several workers only help on a CPU device; on a GPU they would share (and disturb the timing of) one chip."""
   device = device or default_device()
+  if workers > 1 and len(jobs) > 1:
+    import concurrent.futures as cf
+    parts = [jobs[i::workers] for i in range(workers)]
+    done = [0]
+    def prog(_: int, __: int) -> None:
+      done[0] += 1
+      if progress: progress(done[0], len(jobs))
+    with cf.ThreadPoolExecutor(workers) as ex:  # threads only wait on worker processes
+      futs = [ex.submit(run_jobs, p, device, timing_runs, timeout_s, prog, 1) for p in parts if p]
+      out: dict[int, dict] = {}
+      for f in futs: out.update(f.result())
+    return out
   results: dict[int, dict] = {}
   pending = list(jobs)
   while pending:
@@ -204,6 +221,13 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
       proc.wait()
   return results
 
+def _workers_for(device: str) -> int:
+  if device == "NUMPY": return min(2, os.cpu_count() or 1)
+  try:
+    from tinysched.device import Device
+    return 1 if Device[device].target.is_gpu else min(2, os.cpu_count() or 1)  # type: ignore[attr-defined]
+  except Exception: return 1
+
 def exec_report(rep, mode: str = "changed", device: str | None = None, slower_threshold: float = 0.10, timing_runs: int = 5,
                 timeout_s: float = DEFAULT_TIMEOUT_S, progress: Callable[[int, int], None] | None = None) -> None:
   """Attach `exec` verdicts to a replay Report: changed captures (mode "changed") or every capture ("all")."""
@@ -226,7 +250,8 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
       try: job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"))
       except Exception as e: job = {"skip": f"cannot build the job: {type(e).__name__}: {e}"}
       jobs.append({"id": len(jobs), **job})
-  out = run_jobs([j for j in jobs if "skip" not in j], device, timing_runs, timeout_s, progress)
+  dev = device or default_device()
+  out = run_jobs([j for j in jobs if "skip" not in j], dev, timing_runs, timeout_s, progress, workers=_workers_for(dev))
   for j in jobs:
     if "skip" in j: out[j["id"]] = {"verdict": "skipped", "reason": j["skip"]}
   for r in chosen:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from tinysched import capture_hook
 from tinysched.ops import Ops
 from tinysched.uop import UOp
-from replay.encode import encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
+from replay.encode import bound_values, encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
 from replay.store import Store, graph_row, dumps, LEVELS
 from replay.program import opts_to_json, target_to_json
 
@@ -52,15 +52,6 @@ def _shapes(ast: UOp) -> list:
   for s in (ast.src if ast.op is Ops.SINK else ()):
     if s.op is Ops.STORE and s.src[1].op is Ops.VIEW: out.append([x if isinstance(x, int) else x.render_sym() for x in s.src[1].arg.shape])
   return out
-
-def _var_values(u: UOp, var_vals: dict[UOp, int]) -> dict[str, int]:
-  """{name: value} of the Variables a graph uses: bound inside the shapes of its views, or given in var_vals."""
-  out: dict[str, int] = {}
-  for x in u.toposort():
-    if x.op is Ops.DEFINE_VAR and x in var_vals: out[x.arg[0]] = var_vals[x]
-    elif x.op is Ops.VIEW and x.arg is not None:
-      for v, val in x.arg.var_vals.items(): out[v.arg[0]] = val
-  return dict(sorted(out.items()))
 
 class Capturer:
   """Receives hook calls and writes them to one store; one per process.
@@ -134,7 +125,7 @@ class Capturer:
           if (level, in_key) in self.seen or (level, in_key) in seen_now: continue  # the same kernel again (another layer)
           nums = si["buf_nums"]  # original BUFFER number -> canonical number in the stored input
           row = add("kernel", in_key, out_key, node_count=si["node_count"], kernel_count=1, op_names=" ".join(so["ops"]),
-                    output_shapes=dumps(_shapes(output)), var_vals=dumps(_var_values(pre, var_vals)),
+                    output_shapes=dumps(_shapes(output)), var_vals=dumps(bound_values(pre, var_vals)),
                     assigns=dumps(sorted(nums[b.arg[0]] for b in assigns if b.arg[0] in nums)),
                     extra=dumps({"bufs": [nums[b.arg[0]] for b in (info or {}).get("bufs", [])]}))
           if row is not None: kernel_rows[output] = row
