@@ -1,5 +1,11 @@
-"""Running schedules: every ScheduleItem executes on the device of its output buffer."""
+"""Running schedules: every ScheduleItem executes on the device of its output buffer.
+
+Before running, the memory planner (tinysched/memory.py) lets intermediate buffers that only this
+schedule uses share memory; PLAN_MEMORY (env TINYSCHED_MEMORY_PLANNER, default on) or the
+`plan_memory` argument switches it.
+"""
 from __future__ import annotations
+import os
 from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.device import Device, Buffer
@@ -14,8 +20,13 @@ def kernel_vars(ast: UOp) -> list[UOp]:
     elif x.op is Ops.DEFINE_VAR: out[x] = None
   return list(out)
 
-def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+PLAN_MEMORY = os.environ.get("TINYSCHED_MEMORY_PLANNER", "1") not in ("0", "")
+
+def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:
   var_vals = var_vals or {}
+  if PLAN_MEMORY if plan_memory is None else plan_memory:
+    from tinysched.memory import plan_memory as _plan
+    _plan(schedule)
   for si in schedule:
     for b in si.bufs: b.allocate()
     if si.ast.op is Ops.COPY:

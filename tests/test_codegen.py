@@ -1,0 +1,278 @@
+"""Code generation: kernel normalization, Opts, determinism of to_program, device limits, and
+optimized vs unoptimized kernels giving the same numbers (run on OpenCL when a device exists)."""
+from __future__ import annotations
+import dataclasses, hashlib, os, subprocess, sys, textwrap
+import numpy as np
+import pytest
+from tinysched import Tensor, dtypes, Variable
+from tinysched.ops import Ops
+from tinysched.uop import UOp
+from tinysched.shape import ShapeTracker
+from tinysched import capture_hook
+from tinysched.codegen import (Opt, OptOps, Kernel, KernelError, KernelOptError, Target, GENERIC_GPU, GENERIC_CPU, to_program,
+                               default_opts, UnsupportedDTypeError)
+from tinysched.codegen.opencl import render_const
+from tinysched.runtime.interpreter import exec_ast as interpret
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+try:
+  from tinysched.runtime.opencl import opencl_available, run_ast
+  HAS_CL = opencl_available()
+except ImportError:
+  HAS_CL = False
+needs_cl = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
+
+# *** helpers (also used by test_opencl.py) ***
+
+def _kernels(t: Tensor) -> list:
+  """The kernel ScheduleItems (SINK ASTs) that realize t, built on the NUMPY device (nothing runs)."""
+  return [si for si in t.schedule() if si.ast.op is Ops.SINK]
+
+def _view(shape) -> UOp: return ShapeTracker.from_shape(tuple(shape)).to_uop()
+def _glob(i: int, dt) -> UOp: return UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), i)
+
+def _elementwise_ast(n: int, in_dtypes: list, fn) -> UOp:
+  """SINK of one STORE per value fn(loads) returns; outputs are buffers 0..k-1, inputs after them."""
+  v = _view((n,))
+  probe = fn([UOp(Ops.LOAD, dt, (_glob(100 + i, dt), v)) for i, dt in enumerate(in_dtypes)])
+  k = len(probe)
+  loads = [UOp(Ops.LOAD, dt, (_glob(k + i, dt), v)) for i, dt in enumerate(in_dtypes)]
+  vals = fn(loads)
+  return UOp.sink_of(*(UOp.store(_glob(i, x.dtype), v, x) for i, x in enumerate(vals)))
+
+def _random_inputs(ast: UOp, sizes: list[int], seed: int = 0, special: bool = False) -> list[np.ndarray]:
+  rng = np.random.default_rng(seed)
+  bufs = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg)
+  out = []
+  for b, n in zip(bufs, sizes):
+    dt = b.dtype.base.np
+    if dt == np.bool_: a = rng.random(n) > 0.5
+    elif np.issubdtype(dt, np.floating):
+      a = rng.uniform(-3, 3, n).astype(dt)
+      if special and n >= 8: a[:6] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0], dtype=dt)
+    else:
+      info = np.iinfo(dt)
+      a = rng.integers(max(info.min, -20), min(info.max, 20), n, endpoint=True).astype(dt)
+      if n >= 4: a[:2] = 0  # division by zero is defined (0) in the IR
+    out.append(a)
+  return out
+
+def _assert_same(got: np.ndarray, want: np.ndarray, dtype, what: str = "") -> None:
+  if np.issubdtype(want.dtype, np.floating):
+    tol = {np.float16: 2e-3, np.float32: 2e-5, np.float64: 1e-12}[want.dtype.type]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol, equal_nan=True, err_msg=what)
+  else: np.testing.assert_array_equal(got, want, err_msg=what)
+
+def _run_both(ast: UOp, arrays: list[np.ndarray], var_vals=None, opts=None, tol=None) -> None:
+  """Run ast on OpenCL (with opts) and on the interpreter; outputs must agree."""
+  ref = [a.copy() for a in arrays]
+  interpret(ast, ref, var_vals or {})
+  got = [a.copy() for a in arrays]
+  run_ast(ast, got, var_vals, opts)
+  for i in sorted({s.src[0].arg for s in ast.src}):
+    if tol is not None and np.issubdtype(ref[i].dtype, np.floating):
+      np.testing.assert_allclose(got[i], ref[i], rtol=tol, atol=tol, equal_nan=True, err_msg=f"output {i} with opts {opts}")
+    else: _assert_same(got[i], ref[i], ref[i].dtype, f"output {i} with opts {opts}")
+
+# *** kernel normalization and opts ***
+
+def test_matmul_normalizes_to_two_output_axes_and_one_reduce():
+  si = _kernels(Tensor.empty(8, 16) @ Tensor.empty(16, 4))[0]
+  k = Kernel(si.ast)
+  assert (k.full_shape, k.n_out, k.n_red) == ((8, 4, 16), 2, 1)
+  assert k.name == "r_8_4_16"
+
+def test_contiguous_elementwise_merges_to_one_axis():
+  si = _kernels(Tensor.empty(4, 8, 16) + 1)[0]
+  k = Kernel(si.ast)
+  assert k.full_shape == (512,) and k.name == "E_512"
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+  k.apply_opt(Opt(OptOps.LOCAL, 0, 32))
+  assert k.name == "E_4_32_4"
+
+def test_permuted_elementwise_keeps_axes():
+  si = _kernels(Tensor.empty(4, 8).T + 1)[0]
+  assert Kernel(si.ast).full_shape == (8, 4)
+
+def test_opt_values_round_trip():
+  o = Opt(OptOps.UPCAST, 1, 4)
+  assert Opt.from_tuple(o.to_tuple()) == o and repr(o) == "Opt(OptOps.UPCAST, 1, 4)"
+  with pytest.raises(ValueError): Opt.from_tuple(("NOPE", 0, 1))
+  with pytest.raises(dataclasses.FrozenInstanceError): o.amount = 2  # type: ignore[misc]
+
+@pytest.mark.parametrize("opt,msg", [
+  (Opt(OptOps.UPCAST, 0, 3), "does not divide"),
+  (Opt(OptOps.LOCAL, 5, 2), "out of range"),
+  (Opt(OptOps.UNROLL, 1, 2), "out of range"),
+  (Opt(OptOps.STAGE, 0, 0), "written by this kernel"),
+  (Opt(OptOps.STAGE, 7, 0), "not loaded inside the reduce"),
+])
+def test_bad_opts_are_clear_errors(opt, msg):
+  si = _kernels(Tensor.empty(8, 16) @ Tensor.empty(16, 4))[0]
+  with pytest.raises(KernelOptError, match=msg): Kernel(si.ast, [opt])
+
+def test_failed_opt_leaves_kernel_unchanged():
+  si = _kernels(Tensor.empty(8, 16) @ Tensor.empty(16, 4))[0]
+  k = Kernel(si.ast, [Opt(OptOps.GROUP, 0, 4)])
+  before = k.name
+  with pytest.raises(KernelOptError, match="only one GROUP"): k.apply_opt(Opt(OptOps.GROUP, 0, 2))
+  assert k.name == before and k.applied == [Opt(OptOps.GROUP, 0, 4)]
+
+def test_symbolic_axis_rejects_opts_but_renders():
+  v = Variable("n", 1, 32)
+  si = _kernels_vars(Tensor.empty(32, 8).shrink(((0, v.bind(5)), None)) * 2)[0]
+  k = Kernel(si.ast)
+  with pytest.raises(KernelOptError, match="symbolic"): k.apply_opt(Opt(OptOps.UPCAST, 0, 2))
+  src = to_program(si.ast, (), GENERIC_CPU).src
+  assert "const int n" in src
+
+def _kernels_vars(t: Tensor) -> list:
+  sched, _ = t.schedule_with_vars()
+  return [si for si in sched if si.ast.op is Ops.SINK]
+
+def test_not_a_kernel_ast():
+  with pytest.raises(KernelError): Kernel(UOp.const(dtypes.int32, 1))
+
+# *** rendering ***
+
+def test_kernel_names_and_float4():
+  si = _kernels(Tensor.empty(1024) + Tensor.empty(1024))[0]
+  p = to_program(si.ast, (Opt(OptOps.UPCAST, 0, 4),), GENERIC_GPU)
+  assert p.name == "E_256_4" and "float4" in p.src and p.global_size == (256,) and p.local_size is None
+  r = _kernels(Tensor.empty(4, 16).sum(1))[0]
+  assert to_program(r.ast, (), GENERIC_GPU).name == "r_4_16"
+
+def test_unaligned_view_is_not_vectorized():
+  x = Tensor.empty(1025)
+  si = _kernels(x[1:] + 1)[0]  # reads start at element 1: float4 loads would be misaligned
+  src = to_program(si.ast, (Opt(OptOps.UPCAST, 0, 4),), GENERIC_GPU).src
+  assert "float4*)(data1" not in src and "float4*)(data0" in src
+
+@pytest.mark.parametrize("val,dt,want", [
+  (float("inf"), dtypes.float32, "INFINITY"), (float("-inf"), dtypes.float32, "(-INFINITY)"), (float("nan"), dtypes.float32, "NAN"),
+  (0.1, dtypes.float32, "0.10000000149011612f"), (-2.5, dtypes.float64, "(-2.5)"), (1.0, dtypes.float16, "((half)1.0f)"),
+  (-2**31, dtypes.int32, "(-2147483647-1)"), (7, dtypes.uint32, "7u"), (-3, dtypes.int64, "(-3l)"), (200, dtypes.uint8, "((uchar)200)"),
+  (True, dtypes.bool, "1"),
+])
+def test_constants_render_exactly(val, dt, want):
+  assert render_const(val, dt) == want
+
+def test_half_on_a_device_without_fp16_names_the_device():
+  no16 = dataclasses.replace(GENERIC_GPU, name="FakeGPU 3000", has_fp16=False)
+  si = _kernels(Tensor.empty(16, dtype=dtypes.float16) * 2)[0]
+  with pytest.raises(UnsupportedDTypeError, match="FakeGPU 3000.*cl_khr_fp16"): to_program(si.ast, (), no16)
+  no64 = dataclasses.replace(GENERIC_GPU, name="FakeGPU 3000", has_fp64=False)
+  si = _kernels(Tensor.empty(16, dtype=dtypes.float64) * 2)[0]
+  with pytest.raises(UnsupportedDTypeError, match="FakeGPU 3000.*cl_khr_fp64"): to_program(si.ast, (), no64)
+  assert "cl_khr_fp16" in to_program(_kernels(Tensor.empty(16, dtype=dtypes.float16) * 2)[0].ast, (), GENERIC_GPU).src
+
+def test_device_limits_are_clear_errors():
+  si = _kernels(Tensor.empty(64, 64) @ Tensor.empty(64, 64))[0]
+  small = dataclasses.replace(GENERIC_GPU, name="TinyGPU", max_work_group_size=64, local_mem_size=256)
+  with pytest.raises(KernelOptError, match="work-group size 256 exceeds TinyGPU's max work-group size 64"):
+    to_program(si.ast, (Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16)), small)
+  opts = (Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.STAGE, 1, 0), Opt(OptOps.STAGE, 2, 0))
+  with pytest.raises(KernelOptError, match="bytes of local memory, TinyGPU has 256"): to_program(si.ast, opts, small)
+  # the heuristic respects the limits of the device it targets
+  p = to_program(si.ast, None, small)
+  assert p.local_size is None or int(np.prod(p.local_size)) <= 64
+
+def test_default_opts_per_device():
+  mm = _kernels(Tensor.empty(1024, 1024) @ Tensor.empty(1024, 1024))[0].ast
+  gpu = default_opts(mm, GENERIC_GPU)
+  assert {o.op for o in gpu} == {OptOps.UPCAST, OptOps.LOCAL, OptOps.UNROLL, OptOps.STAGE}
+  assert default_opts(mm, GENERIC_GPU) == gpu  # pure
+  cpu = default_opts(mm, GENERIC_CPU)
+  assert cpu and all(o.op in (OptOps.UPCAST, OptOps.UNROLL) for o in cpu)
+  big_sum = _kernels(Tensor.empty(1 << 20).sum())[0].ast
+  assert any(o.op is OptOps.GROUP for o in default_opts(big_sum, GENERIC_GPU))
+  ew = _kernels(Tensor.empty(1 << 20) + 1)[0].ast
+  assert Opt(OptOps.UPCAST, 0, 4) in default_opts(ew, GENERIC_GPU)
+
+def test_program_capture_hook():
+  si = _kernels(Tensor.empty(8) + 1)[0]
+  seen = []
+  old = capture_hook.HOOK
+  capture_hook.HOOK = lambda level, inputs, output, *rest: seen.append((level, inputs, output))
+  try: p = to_program(si.ast, (), GENERIC_CPU)
+  finally: capture_hook.HOOK = old
+  assert seen == [("program", (si.ast, (), GENERIC_CPU), p.src)]
+
+def test_target_round_trips():
+  assert Target.from_dict(GENERIC_GPU.to_dict()) == GENERIC_GPU
+  with pytest.raises(ValueError, match="unknown Target fields"): Target.from_dict({"nope": 1})
+
+# *** determinism across processes ***
+
+_DETERMINISM_SCRIPT = textwrap.dedent("""
+  import hashlib, sys
+  sys.path.insert(0, {root!r})
+  from tinysched import Tensor, dtypes, Variable
+  from tinysched.ops import Ops
+  from tinysched.codegen import to_program, GENERIC_GPU, GENERIC_CPU, default_opts
+  def progs():
+    Tensor.manual_seed(0)
+    x, w = Tensor.empty(64, 32), Tensor.empty(32, 64)
+    yield (x @ w).relu()
+    yield x.softmax(-1)
+    yield Tensor.empty(2, 3, 8, 8).conv2d(Tensor.empty(4, 3, 3, 3), padding=1)
+    yield (Tensor.empty(16, dtype=dtypes.int32) // 3).cast(dtypes.float32).pad(((2, 1),)).flip(0)
+    yield Tensor.empty(1 << 16).sum()
+    v = Variable("n", 1, 32)
+    yield Tensor.empty(32, 8).shrink(((0, v.bind(3)), None)).sum(0)
+  h = hashlib.sha256()
+  for t in progs():
+    sched, _ = t.schedule_with_vars()
+    for si in sched:
+      if si.ast.op is not Ops.SINK: continue
+      for tgt in (GENERIC_GPU, GENERIC_CPU):
+        h.update(to_program(si.ast, None, tgt).src.encode())
+  print(h.hexdigest())
+""")
+
+def test_source_is_byte_identical_across_processes():
+  script = _DETERMINISM_SCRIPT.format(root=ROOT)
+  env = {**os.environ, "TINYSCHED_DEVICE": "NUMPY", "PYTHONHASHSEED": "random"}
+  outs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120) for _ in range(2)]
+  for o in outs: assert o.returncode == 0, o.stderr
+  assert outs[0].stdout == outs[1].stdout and len(outs[0].stdout.strip()) == 64
+
+# *** optimized and unoptimized kernels agree (on the OpenCL device) ***
+
+def _opt_cases():
+  Tensor.manual_seed(1)
+  mm = _kernels(Tensor.empty(64, 32) @ Tensor.empty(32, 64))[0]
+  yield "matmul", mm, [(), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)),
+                       (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4),
+                        Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.STAGE, 1, 0),
+                        Opt(OptOps.STAGE, 2, 0)),
+                       default_opts(mm.ast, GENERIC_GPU)]
+  conv = _kernels(Tensor.empty(2, 3, 9, 9).conv2d(Tensor.empty(8, 3, 3, 3), padding=1))[0]
+  yield "conv", conv, [(), default_opts(conv.ast, GENERIC_GPU), (Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 1, 0))]
+  x = Tensor.empty(32, 256)
+  sm = _kernels(x.softmax(-1))
+  yield "softmax_max", sm[0], [(), (Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.GROUP, 0, 16)), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))]
+  yield "softmax_expsum", sm[1], [(), (Opt(OptOps.GROUP, 0, 32), Opt(OptOps.LOCAL, 0, 2))]
+  yield "softmax_div", sm[2], [(), (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.LOCAL, 0, 4))]
+  colsum = _kernels(Tensor.empty(64, 128).sum(0))[0]
+  yield "colsum", colsum, [(), (Opt(OptOps.LOCAL, 0, 32), Opt(OptOps.GROUP, 0, 8)), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 8))]
+  big = _kernels(Tensor.empty(1 << 16).sum())
+  yield "sum_split", big[0], [(), default_opts(big[0].ast, GENERIC_GPU)]
+  pad = _kernels(Tensor.empty(30, 32).pad(((1, 1), (0, 0))).flip(0) * 2)[0]
+  yield "pad_flip", pad, [(), (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 0, 4))]
+  prodk = _kernels((Tensor.empty(8, 12) * 0.1 + 1).prod(1))[0]
+  yield "prod", prodk, [(), (Opt(OptOps.UNROLL, 0, 0), Opt(OptOps.UPCAST, 0, 2))]
+  # every unrolled step of the reduce reads the same value (stride 0): step-major updates must still all count
+  bcast = _kernels((Tensor.empty(16, 1).expand(16, 32) * Tensor.empty(1, 32).expand(16, 32)).sum(1))[0]
+  yield "broadcast_sum", bcast, [(), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4)), (Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, 0))]
+
+@needs_cl
+@pytest.mark.parametrize("name", ["matmul", "conv", "softmax_max", "softmax_expsum", "softmax_div", "colsum", "sum_split", "pad_flip", "prod",
+                                  "broadcast_sum"])
+def test_optimized_equals_unoptimized(name):
+  for n, si, optsets in _opt_cases():
+    if n != name: continue
+    arrays = _random_inputs(si.ast, [b.size for b in si.bufs], seed=3)
+    for opts in optsets:
+      _run_both(si.ast, arrays, opts=tuple(opts), tol=2e-4)

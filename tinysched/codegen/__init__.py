@@ -1,0 +1,13 @@
+"""Code generation: kernel AST + optimization choices -> OpenCL C (DESIGN §6).
+
+kernel.py (axes and Opts), lowerer.py (AST -> linear loop program), opencl.py (rendering),
+heuristic.py (default Opts per device), program.py (`to_program`, the pure entry point).
+"""
+from tinysched.codegen.target import Target, GENERIC_GPU, GENERIC_CPU
+from tinysched.codegen.kernel import Opt, OptOps, Kernel, KernelError, KernelOptError
+from tinysched.codegen.opencl import UnsupportedDTypeError
+from tinysched.codegen.program import Program, to_program
+from tinysched.codegen.heuristic import default_opts
+
+__all__ = ["Target", "GENERIC_GPU", "GENERIC_CPU", "Opt", "OptOps", "Kernel", "KernelError", "KernelOptError", "UnsupportedDTypeError",
+           "Program", "to_program", "default_opts"]

@@ -1,0 +1,172 @@
+"""Default optimizations per device: `default_opts(ast, target) -> tuple[Opt, ...]`.
+
+A pure function of (ast, target), so the chosen opts can be recorded and replayed. The choices:
+
+GPU (target.is_gpu)
+- matmul-shaped reduce (one reduce axis, two output axes each read by only one of two inputs):
+  register tiles of 8x8 outputs per thread (two upcasts of 4 and 2 per axis, the 2 outer to the
+  local threads so float4 reads stay conflict-free), 16x16 threads, the reduce unrolled by 8 and
+  both inputs staged tile by tile through local memory (BM=BN=128, BK=8); smaller tiles when the
+  shape does not divide;
+- reduces with few outputs (less than a few waves of threads): GROUP the reduce over up to 256
+  threads; when the reduce axis is contiguous in memory it is unrolled by 4 first, so every thread
+  reads float4 and consecutive threads read consecutive float4s;
+- everything else: upcast the contiguous output axis by 4 (float4 loads/stores), unroll small
+  reduces, and a work-group of up to 256 threads along the output axes.
+CPU: upcast the contiguous output axis by 4, register-tile matmuls (8x16 outputs per work-item)
+and unroll small reduces; no work-groups (PoCL picks them and vectorizes across work-items).
+
+Every opt is tried on the kernel and kept only if it applies; the final set is lowered once for
+the target and, if it exceeds a device limit, dropped to no opts.
+"""
+from __future__ import annotations
+from tinysched.ops import Ops
+from tinysched.uop import UOp
+from tinysched.helpers import prod
+from tinysched.codegen.kernel import Kernel, Opt, OptOps, KernelError, KernelOptError, GLOBAL, LOOP
+from tinysched.codegen.target import Target
+
+def _remaining(k: Kernel, axis: int, kind: str) -> int | None:
+  s = next(p.size for p in k.parts[axis] if p.kind == kind)
+  return s if type(s) is int else None
+
+def _strides(k: Kernel, view: UOp) -> tuple: return k.sts[view].real_strides()
+
+def _inner_loads(k: Kernel) -> list[UOp]:
+  out: list[UOp] = []
+  for r in k.reduceops:
+    for u in r.src[0].toposort():
+      if u.op is Ops.LOAD and u not in out: out.append(u)
+  return out
+
+def _contiguous_out_axis(k: Kernel) -> int | None:
+  """The last output axis every store writes with stride 1 (float4 stores along it)."""
+  if k.n_out == 0: return None
+  a = k.n_out - 1
+  for s in k.ast.src:
+    st = _strides(k, s.src[1])
+    if st[a] != 1: return None
+  return a
+
+def _matmul_axes(k: Kernel) -> tuple[int, int, UOp, UOp] | None:
+  """(m axis, n axis, load A, load B) when the reduce looks like a matmul: A ignores n, B ignores m."""
+  if k.n_red != 1 or k.n_out < 2 or type(k.full_shape[-1]) is not int: return None
+  loads = _inner_loads(k)
+  if len(loads) < 2: return None
+  n_ax = k.n_out - 1
+  for m_ax in range(k.n_out - 2, -1, -1):
+    a = [ld for ld in loads if _strides(k, ld.src[1])[n_ax] == 0 and _strides(k, ld.src[1])[m_ax] != 0]
+    b = [ld for ld in loads if _strides(k, ld.src[1])[m_ax] == 0 and _strides(k, ld.src[1])[n_ax] != 0]
+    if a and b: return m_ax, n_ax, a[0], b[0]
+  return None
+
+def _try(k: Kernel, opts: list[Opt], *cands: Opt) -> bool:
+  """Apply all of cands or none of them."""
+  saved = k.state()
+  for o in cands:
+    try: k.apply_opt(o)
+    except KernelOptError:
+      k.restore(saved)
+      return False
+  opts.extend(cands)
+  return True
+
+def _gpu_matmul(k: Kernel, opts: list[Opt], mm: tuple[int, int, UOp, UOp], t: Target) -> bool:
+  m_ax, n_ax, la, lb = mm
+  M, N, K = _remaining(k, m_ax, GLOBAL), _remaining(k, n_ax, GLOBAL), _remaining(k, k.n_out, LOOP)
+  if None in (M, N, K): return False
+  stage = [Opt(OptOps.STAGE, la.src[0].arg, 0), Opt(OptOps.STAGE, lb.src[0].arg, 0)] if la.src[0].arg != lb.src[0].arg else \
+    [Opt(OptOps.STAGE, la.src[0].arg, 0)]
+  for up_in, up_out, loc, bk in ((4, 2, 16, 8), (4, 1, 16, 8), (4, 1, 8, 8), (2, 1, 8, 4)):
+    tile = up_in * up_out * loc
+    if M % tile or N % tile or K % bk or loc * loc > t.max_work_group_size: continue
+    if (tile * bk * 2 * 4) > t.local_mem_size: continue
+    cands = [Opt(OptOps.UPCAST, m_ax, up_in), Opt(OptOps.LOCAL, m_ax, loc)] + ([Opt(OptOps.UPCAST, m_ax, up_out)] if up_out > 1 else []) + \
+            [Opt(OptOps.UPCAST, n_ax, up_in), Opt(OptOps.LOCAL, n_ax, loc)] + ([Opt(OptOps.UPCAST, n_ax, up_out)] if up_out > 1 else []) + \
+            [Opt(OptOps.UNROLL, 0, bk)] + stage
+    if _try(k, opts, *cands): return True
+  return False
+
+def _pow2_divisor(n: int, limit: int) -> int:
+  d = 1
+  while d * 2 <= limit and n % (d * 2) == 0: d *= 2
+  return d
+
+def _gpu(k: Kernel, t: Target) -> list[Opt]:
+  opts: list[Opt] = []
+  if k.reduceops and (mm := _matmul_axes(k)) is not None and _gpu_matmul(k, opts, mm, t): return opts
+  out_size = prod(s for s in k.full_shape[:k.n_out] if type(s) is int)
+  red_size = prod(s for s in k.full_shape[k.n_out:] if type(s) is int)
+  cont = _contiguous_out_axis(k)
+  if k.reduceops and k.n_red >= 1 and red_size >= 256 and out_size < t.compute_units * 256:
+    # few outputs: spread each reduce over a work-group
+    ra = max(range(k.n_red), key=lambda i: _remaining(k, k.n_out + i, LOOP) or 0)
+    R = _remaining(k, k.n_out + ra, LOOP) or 0
+    loads = _inner_loads(k)
+    red_contig = bool(loads) and all(_strides(k, ld.src[1])[k.n_out + ra] in (0, 1) for ld in loads) and \
+      any(_strides(k, ld.src[1])[k.n_out + ra] == 1 for ld in loads)
+    budget = min(256, t.max_work_group_size)
+    if red_contig and R % 4 == 0 and R >= 1024: _try(k, opts, Opt(OptOps.UNROLL, ra, 4))
+    elif cont is not None and not red_contig:
+      # the outputs are the contiguous direction: neighbouring threads take neighbouring outputs
+      if (d := _pow2_divisor(_remaining(k, cont, GLOBAL) or 1, 32)) >= 4 and _try(k, opts, Opt(OptOps.LOCAL, cont, d)): budget //= d
+    R = _remaining(k, k.n_out + ra, LOOP) or 0
+    g = _pow2_divisor(R, budget)
+    if g >= 4: _try(k, opts, Opt(OptOps.GROUP, ra, g))
+    return opts
+  if cont is not None and (_remaining(k, cont, GLOBAL) or 0) % 4 == 0 and out_size >= 4 * t.compute_units * 64:
+    _try(k, opts, Opt(OptOps.UPCAST, cont, 4))
+  _unroll_small(k, opts)
+  _locals(k, opts, t, 256)
+  return opts
+
+def _unroll_small(k: Kernel, opts: list[Opt], limit: int = 32) -> None:
+  """Unroll the innermost reduce axes while the unrolled body stays small (at most `limit` copies)."""
+  unrolled = 1
+  for i in range(k.n_red - 1, -1, -1):
+    r = _remaining(k, k.n_out + i, LOOP)
+    if r is None: break
+    if r < 2: continue
+    if r <= 16 and unrolled * r <= limit:
+      if not _try(k, opts, Opt(OptOps.UNROLL, i, 0)): break
+      unrolled *= r
+      continue
+    if r % 4 == 0 and unrolled * 4 <= limit: _try(k, opts, Opt(OptOps.UNROLL, i, 4))
+    break
+
+def _locals(k: Kernel, opts: list[Opt], t: Target, budget: int) -> None:
+  budget = min(budget, t.max_work_group_size)
+  for a in range(k.n_out - 1, -1, -1):
+    g = _remaining(k, a, GLOBAL)
+    if g is None or g < 2 or budget < 2: continue
+    lim = min(budget, t.max_work_item_sizes[0] if t.max_work_item_sizes else budget)
+    d = _pow2_divisor(g, lim)
+    if d >= 2 and _try(k, opts, Opt(OptOps.LOCAL, a, d)): budget //= d
+
+def _cpu(k: Kernel, t: Target) -> list[Opt]:
+  opts: list[Opt] = []
+  if k.reduceops and (mm := _matmul_axes(k)) is not None:
+    m_ax, n_ax, _, _ = mm
+    M, N, K = _remaining(k, m_ax, GLOBAL), _remaining(k, n_ax, GLOBAL), _remaining(k, k.n_out, LOOP)
+    # register tiles; PoCL vectorizes across work-items, so wide tiles along the contiguous n axis pay off (measured on AVX-512)
+    for um, un in ((8, 16), (8, 8), (4, 4)):
+      if M and N and K and M % um == 0 and N % un == 0 and _try(k, opts, Opt(OptOps.UPCAST, m_ax, um), Opt(OptOps.UPCAST, n_ax, un)):
+        return opts
+  cont = _contiguous_out_axis(k)
+  if cont is not None and (_remaining(k, cont, GLOBAL) or 0) % 4 == 0 and prod(s for s in k.full_shape[:k.n_out] if type(s) is int) >= 4096:
+    _try(k, opts, Opt(OptOps.UPCAST, cont, 4))
+  _unroll_small(k, opts)
+  return opts
+
+def default_opts(ast: UOp, target: Target) -> tuple[Opt, ...]:
+  if ast.op is not Ops.SINK: return ()
+  try: k = Kernel(ast)
+  except KernelError: return ()
+  opts = _gpu(k, target) if target.is_gpu else _cpu(k, target)
+  if opts:
+    from tinysched.codegen.lowerer import lower
+    try: lower(Kernel(ast, opts), target)
+    except KernelOptError: return ()  # a device limit (work-group size, local memory): run without opts
+  return tuple(opts)
+
+__all__ = ["default_opts"]

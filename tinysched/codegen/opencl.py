@@ -1,0 +1,263 @@
+"""Rendering: a lowered kernel (linear UOps) becomes OpenCL C source.
+
+The rules are a PatternMatcher from node shapes to C text (`opencl_rules`, named rules), applied in
+program order. Semantics follow the NUMPY interpreter, which is the spec:
+- IDIV/MOD are C-style; integer division or modulo by zero gives 0 (guarded unless the divisor is
+  a non-zero constant); float IDIV is trunc(a/b), float MOD is fmod (0 for a zero divisor);
+- MAX on floats propagates NaN like np.maximum (a select, not fmax, which drops NaNs);
+- results of char/short ops are wrapped back to their type after every op (C would promote to int);
+- bool buffers are `uchar` in memory (sizeof(bool) is implementation-defined in OpenCL C);
+- half needs cl_khr_fp16 and double cl_khr_fp64: rendering for a target without them raises an
+  error naming the device.
+A value used once in the same loop is inlined into its user; everything else gets a named variable.
+"""
+from __future__ import annotations
+import math
+import numpy as np
+from tinysched.dtype import DType, dtypes
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp
+from tinysched.rewrite import UPat, PatternMatcher
+from tinysched.codegen.lowerer import Lowered
+from tinysched.codegen.target import Target
+
+class UnsupportedDTypeError(RuntimeError):
+  """The device cannot run a kernel with this dtype (missing extension)."""
+
+_SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+_C_RESERVED = frozenset("""auto break case char const continue default do double else enum extern float for goto if inline int long
+register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while bool half uchar ushort
+uint ulong kernel global local constant private read_only write_only read_write true false""".split())
+_PREFIXES = ("data", "gidx", "lidx", "ridx", "sidx", "acc", "alu", "val", "temp", "cast", "get_", "__")
+
+def ctype(dt: DType, mem: bool = False) -> str:
+  """The C type of a value (or of buffer memory: bool is stored as uchar)."""
+  if dt.scalar() == dtypes.bool: return ("uchar" if mem else "bool") + (str(dt.count) if dt.count > 1 else "")
+  return dt.name
+
+def render_const(x, dt: DType) -> str:
+  if dt.count > 1: return f"(({ctype(dt)})({render_const(x, dt.scalar())}))"
+  if dt == dtypes.bool: return "1" if x else "0"
+  if dtypes.is_float(dt):
+    if math.isnan(x): s = "NAN"
+    elif math.isinf(x): s = "INFINITY" if x > 0 else "(-INFINITY)"
+    else:
+      with np.errstate(all="ignore"):
+        v = float(np.float64(x)) if dt == dtypes.float64 else float(np.float32(x)) if dt == dtypes.float32 else float(np.float16(x))
+      if math.isinf(v): s = "INFINITY" if v > 0 else "(-INFINITY)"
+      else:
+        s = repr(v) + ("" if dt == dtypes.float64 else "f")
+        if s.startswith("-"): s = f"({s})"
+    if dt == dtypes.float16: return f"((half){s})"
+    if dt == dtypes.float64 and s in ("NAN", "INFINITY", "(-INFINITY)"): return f"((double){s})"
+    return s
+  x = int(x)
+  bits = dt.itemsize * 8
+  if dt in _SMALL_INTS: return f"(({dt.name}){x})"
+  suffix = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "l", dtypes.uint64: "ul"}[dt]
+  if not dtypes.is_unsigned(dt) and x == -(1 << (bits - 1)): return f"(-{(1 << (bits-1)) - 1}{suffix}-1)"
+  return f"({x}{suffix})" if x < 0 else f"{x}{suffix}"
+
+def _is_nonzero_const(u: UOp) -> bool: return u.op is Ops.CONST and u.arg != 0
+
+def render_alu(op: Ops, dt: DType, a: list[str], srcs: tuple[UOp, ...]) -> str:
+  T = ctype(dt)
+  isf, isb = dtypes.is_float(dt), dt == dtypes.bool
+  def w(s: str) -> str: return f"(({T})({s}))" if dt in _SMALL_INTS else s
+  if op is Ops.NEG: return f"(!{a[0]})" if isb else w(f"(-{a[0]})")
+  if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT):
+    fn = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}[op]
+    return f"{fn}({a[0]})" if isf else f"(({T}){fn}((float)({a[0]})))"
+  if op is Ops.RECIP:
+    if isf: return f"({render_const(1.0, dt)}/{a[0]})"
+    return f"(({a[0]})==0?({T})0:({T})(1/({a[0]})))"
+  # bool: bitwise forms (clang warns about && with a constant operand)
+  if op is Ops.ADD: return f"({a[0]}|{a[1]})" if isb else w(f"({a[0]}+{a[1]})")
+  if op is Ops.MUL: return f"({a[0]}&{a[1]})" if isb else w(f"({a[0]}*{a[1]})")
+  if op in (Ops.IDIV, Ops.MOD):
+    if isf:
+      if op is Ops.IDIV: return f"trunc({a[0]}/{a[1]})"
+      if _is_nonzero_const(srcs[1]): return f"fmod({a[0]},{a[1]})"
+      one = render_const(1.0, dt)
+      return f"(fmod({a[0]},(({a[1]})!=0?({a[1]}):{one}))*(({T})(({a[1]})!=0)))"
+    sym = "/" if op is Ops.IDIV else "%"
+    if _is_nonzero_const(srcs[1]): return w(f"({a[0]}{sym}{a[1]})")
+    return f"(({a[1]})==0?({T})0:{w(f'({a[0]}{sym}{a[1]})')})"
+  if op is Ops.MAX:
+    if isb: return f"({a[0]}|{a[1]})"
+    if isf: return f"((({a[0]})>({a[1]})||({a[0]})!=({a[0]}))?({a[0]}):({a[1]}))"
+    return f"max(({T})({a[0]}),({T})({a[1]}))"
+  if op is Ops.CMPLT: return f"({a[0]}<{a[1]})"
+  if op is Ops.CMPNE: return f"({a[0]}!={a[1]})"
+  if op is Ops.AND: return w(f"({a[0]}&{a[1]})")
+  if op is Ops.OR: return w(f"({a[0]}|{a[1]})")
+  if op is Ops.XOR: return w(f"({a[0]}^{a[1]})")
+  if op is Ops.SHL: return w(f"({a[0]}<<{a[1]})")
+  if op is Ops.SHR: return w(f"({a[0]}>>{a[1]})")
+  if op is Ops.WHERE: return f"({a[0]}?{a[1]}:{a[2]})"
+  if op is Ops.MULACC: return w(f"(({a[0]}*{a[1]})+{a[2]})")
+  raise NotImplementedError(f"no OpenCL rendering for {op}")
+
+class _Names(dict):
+  # constants are not in the linear program: they render where they are used
+  def __missing__(self, u: UOp) -> str:
+    if u.op is Ops.CONST: return render_const(u.arg, u.dtype)
+    raise KeyError(f"internal: {u.op} used before it was rendered")
+
+class _Ctx:
+  """Renderer state: names of rendered nodes."""
+  def __init__(self, lw: Lowered, var_names: dict[UOp, str]):
+    self.r: dict[UOp, str] = _Names()
+    self.lw = lw
+    self.var_names = var_names
+    self.counts: dict[str, int] = {}
+  def name(self, prefix: str) -> str:
+    n = self.counts.get(prefix, 0)
+    self.counts[prefix] = n + 1
+    return f"{prefix}{n}"
+
+def _access(ctx: _Ctx, index: UOp, dt: DType) -> str:
+  buf, idx = index.src[0], index.src[1]
+  b = ctx.r[buf]
+  if dt.count > 1:
+    space = "__local" if buf.op is Ops.DEFINE_LOCAL else "__global"
+    return f"*(({space} {ctype(dt, mem=True)}*)({b}+{ctx.r[idx]}))"
+  return f"{b}[{ctx.r[idx]}]"
+
+def _load(ctx: _Ctx, x: UOp) -> str:
+  acc = _access(ctx, x.src[0], x.dtype)
+  valid = [s for s in x.src[1:] if s.op is not Ops.BARRIER]
+  if valid: return f"(({ctx.r[valid[0]]})?{acc}:{render_const(0, x.dtype)})"
+  return acc
+
+def _store(ctx: _Ctx, x: UOp) -> str:
+  stmt = f"{_access(ctx, x.src[0], x.src[1].dtype)} = {ctx.r[x.src[1]]};"
+  return f"if ({ctx.r[x.src[2]]}) {{ {stmt} }}" if len(x.src) > 2 else stmt
+
+# rules return C text: an expression for values, a statement for effects (the rule names show what rendered a node)
+opencl_rules = PatternMatcher([
+  (UPat(Ops.CONST, name="x"), lambda ctx, x: render_const(x.arg, x.dtype), "const"),
+  (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda ctx, x: f"data{x.arg}", "global_buffer"),
+  (UPat(Ops.DEFINE_VAR, name="x"), lambda ctx, x: ctx.var_names[x], "variable"),
+  (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: f"get_{x.arg[2]}_id({x.arg[0][-1]})", "thread_id"),
+  (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: f"__local {ctype(x.dtype.base, mem=True)} {{name}}[{x.arg[1]}] __attribute__((aligned(16)));",
+   "local_buffer"),
+  (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: f"{ctype(x.dtype)} {{name}} = {ctx.r[x.src[0]]};", "accumulator"),
+  (UPat(Ops.RANGE, name="x"), lambda ctx, x: f"for (int {{name}} = {ctx.r[x.src[0]]}; {{name}} < {ctx.r[x.src[1]]}; {{name}}++) {{{{", "loop"),
+  (UPat(Ops.ENDRANGE), lambda ctx: "}", "end_loop"),
+  (UPat(Ops.BARRIER), lambda ctx: "barrier(CLK_LOCAL_MEM_FENCE);", "barrier"),
+  (UPat(Ops.ASSIGN, name="x"), lambda ctx, x: f"{ctx.r[x.src[0]]} = {ctx.r[x.src[1]]};", "accumulate"),
+  (UPat(Ops.STORE, name="x"), _store, "store"),
+  (UPat(Ops.LOAD, name="x"), _load, "load"),
+  (UPat(Ops.INDEX, name="x"), lambda ctx, x: "", "index"),  # rendered inside its LOAD/STORE
+  (UPat(Ops.GEP, name="x"), lambda ctx, x: f"{ctx.r[x.src[0]]}.s{x.arg:x}", "vector_lane"),
+  (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: f"(({ctype(x.dtype)})({','.join(ctx.r[s] for s in x.src)}))", "vector_build"),
+  (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({ctype(x.dtype)})({ctx.r[x.src[0]]}))", "cast"),
+  (UPat(Ops.BITCAST, name="x"), lambda ctx, x: _bitcast(ctx, x), "bitcast"),
+  (UPat(GroupOp.ALU, name="x"), lambda ctx, x: render_alu(x.op, x.dtype, [ctx.r[s] for s in x.src], x.src), "alu"),
+], name="opencl_render")
+
+def _bitcast(ctx: _Ctx, x: UOp) -> str:
+  if x.dtype == dtypes.bool or x.src[0].dtype == dtypes.bool: raise UnsupportedDTypeError("bitcast to or from bool is not supported")
+  if x.dtype.itemsize != x.src[0].dtype.itemsize:
+    raise UnsupportedDTypeError(f"bitcast between sizes ({x.src[0].dtype} -> {x.dtype}) needs a buffer view, not a kernel")
+  return f"as_{ctype(x.dtype)}({ctx.r[x.src[0]]})"
+
+MAX_INLINE_DEPTH = 32
+_INLINE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+_ALWAYS_INLINE = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.GEP, Ops.VECTORIZE, Ops.INDEX})
+_PREFIX = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast"}
+
+def check_dtypes(lw: Lowered, target: Target) -> set[DType]:
+  used = {u.dtype.scalar() for u in lw.uops if u.dtype.fmt is not None or u.dtype.count > 1} | \
+         {b.dtype.base.scalar() for b in lw.bufs} | {u.dtype.base.scalar() for u in lw.uops if u.op is Ops.DEFINE_LOCAL}
+  if dtypes.float16 in used and not target.has_fp16:
+    raise UnsupportedDTypeError(f"kernel {lw.name} uses half (float16), but OpenCL device {target.name!r} does not support cl_khr_fp16")
+  if dtypes.float64 in used and not target.has_fp64:
+    raise UnsupportedDTypeError(f"kernel {lw.name} uses double (float64), but OpenCL device {target.name!r} does not support cl_khr_fp64")
+  return used
+
+def var_names(lw: Lowered) -> dict[UOp, str]:
+  out: dict[UOp, str] = {}
+  for i, v in enumerate(lw.vars):
+    n = v.arg[0]
+    ok = isinstance(n, str) and n.isidentifier() and n.isascii() and n not in _C_RESERVED and not n.startswith(_PREFIXES) and \
+      n not in out.values()
+    out[v] = n if ok else f"var{i}"
+  return out
+
+def _repeats_operand(u: UOp) -> bool:
+  if u.op is Ops.MAX: return dtypes.is_float(u.dtype)
+  if u.op in (Ops.IDIV, Ops.MOD): return not _is_nonzero_const(u.src[1])
+  return u.op is Ops.RECIP and not dtypes.is_float(u.dtype)
+
+def render(lw: Lowered, target: Target) -> str:
+  used = check_dtypes(lw, target)
+  ctx = _Ctx(lw, var_names(lw))
+  # uses and the loop each user sits in: single-use values in the same loop are inlined
+  uses: dict[UOp, int] = {}
+  user_block: dict[UOp, int] = {}
+  block_of: dict[UOp, int] = {}
+  stack, nblocks = [0], 0
+  for u in lw.uops:
+    if u.op is Ops.ENDRANGE:
+      stack.pop()
+      continue
+    block_of.setdefault(u, stack[-1])
+    for s in u.src:
+      # templates that repeat an operand (NaN-aware max, zero-guarded division) must not inline it: text would grow exponentially
+      uses[s] = uses.get(s, 0) + (2 if _repeats_operand(u) else 1)
+      user_block[s] = block_of[u] if u.op is not Ops.RANGE else stack[-1]
+    if u.op is Ops.RANGE:
+      nblocks += 1
+      stack.append(nblocks)
+  lines: list[str] = []
+  depth = 1
+  depth_of: dict[UOp, int] = {}  # nesting of inlined expressions (compilers limit bracket nesting, clang to 256)
+  for u in lw.uops:
+    if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR):
+      ctx.r[u] = opencl_rules.rewrite(u, ctx)  # type: ignore[assignment]
+      continue
+    txt = opencl_rules.rewrite(u, ctx)
+    if txt is None: raise NotImplementedError(f"no OpenCL rendering for {u.op}")
+    op = u.op
+    d = 1 + max((depth_of.get(s, 0) for s in u.src), default=0)
+    if op in _ALWAYS_INLINE or (op in _INLINE and uses.get(u, 0) == 1 and user_block.get(u) == block_of.get(u) and d <= MAX_INLINE_DEPTH):
+      ctx.r[u] = txt  # type: ignore[assignment]
+      depth_of[u] = d
+      continue
+    if op is Ops.ENDRANGE: depth -= 1
+    if op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL):
+      nm = ctx.name({Ops.RANGE: "sidx" if isinstance(u.arg, tuple) else "ridx", Ops.DEFINE_ACC: "acc", Ops.DEFINE_LOCAL: "temp"}[op])
+      ctx.r[u] = nm
+      lines.append("  "*depth + txt.format(name=nm))  # type: ignore[union-attr]
+    elif op is Ops.SPECIAL:
+      ctx.r[u] = u.arg[0]
+      lines.append("  "*depth + f"int {u.arg[0]} = {txt}; /* {u.arg[1]} */")
+    elif op in (Ops.STORE, Ops.BARRIER, Ops.ENDRANGE):
+      lines.append("  "*depth + txt)  # type: ignore[operator]
+    elif op is Ops.ASSIGN:
+      ctx.r[u] = ctx.r[u.src[0]]
+      lines.append("  "*depth + txt)  # type: ignore[operator]
+    else:
+      nm = ctx.name(_PREFIX.get(op, "alu"))
+      ctx.r[u] = nm
+      lines.append("  "*depth + f"{ctype(u.dtype)} {nm} = {txt};")
+    if op is Ops.RANGE: depth += 1
+  args = []
+  # no `restrict` in kernels with barriers: PoCL 3.1 aborts (ParallelRegion assertion) on restrict + loop-invariant loads + barriers
+  restrict = " restrict" if not any(u.op is Ops.BARRIER for u in lw.uops) else ""
+  for b in lw.bufs:
+    const = "" if b.arg in lw.outs else "const "
+    args.append(f"__global {const}{ctype(b.dtype.base, mem=True)}*{restrict} data{b.arg}")
+  for v in lw.vars: args.append(f"const {ctype(v.dtype)} {ctx.var_names[v]}")
+  head = []
+  if dtypes.float16 in used: head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+  if dtypes.float64 in used: head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+  attr = ""
+  if lw.local_size is not None:
+    ls = tuple(lw.local_size) + (1,) * (3 - len(lw.local_size))
+    attr = f"__attribute__((reqd_work_group_size({ls[0]}, {ls[1]}, {ls[2]}))) "
+  return "\n".join(head + [f"__kernel {attr}void {lw.name}({', '.join(args)}) {{"] + lines + ["}"]) + "\n"
+
+__all__ = ["render", "render_const", "ctype", "opencl_rules", "UnsupportedDTypeError"]

@@ -1,0 +1,47 @@
+"""`to_program(ast, opts, target) -> Program`: the kernel-level capture point of code generation.
+
+A pure function: the same (ast, opts, target) give byte-identical source in any process (every
+step iterates lists and insertion-ordered dicts, never sets, and names come from counters).
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Sequence
+from tinysched.dtype import DType
+from tinysched.ops import Ops
+from tinysched.uop import UOp, sint, sym_infer
+from tinysched.codegen.kernel import Kernel, Opt
+from tinysched.codegen.target import Target, GENERIC_GPU
+from tinysched.codegen.lowerer import lower
+from tinysched.codegen.opencl import render
+from tinysched import capture_hook
+
+@dataclass(frozen=True)
+class Program:
+  name: str
+  src: str
+  global_size: tuple[sint, ...]       # work-items per dim (symbolic where the kernel shape is)
+  local_size: tuple[int, ...] | None  # None: the driver picks
+  buf_dtypes: tuple[DType, ...]       # kernel buffer arguments, DEFINE_GLOBAL order
+  outs: tuple[int, ...]               # which of them are written
+  vars: tuple[UOp, ...]               # DEFINE_VARs, passed as int arguments after the buffers
+  opts: tuple[Opt, ...]
+  local_mem: int                      # bytes of __local memory
+  def launch_dims(self, var_vals: dict[UOp, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    return tuple(sym_infer(g, var_vals) for g in self.global_size), self.local_size
+
+def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GENERIC_GPU) -> Program:
+  """Lower and render one kernel AST with explicit opts (None: `default_opts(ast, target)`)."""
+  if opts is None:
+    from tinysched.codegen.heuristic import default_opts
+    opts = default_opts(ast, target)
+  opts = tuple(opts)
+  k = Kernel(ast, opts)
+  lw = lower(k, target)
+  src = render(lw, target)
+  prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem)
+  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src)
+  return prg
+
+def is_kernel_ast(ast: UOp) -> bool: return ast.op is Ops.SINK
+
+__all__ = ["Program", "to_program"]

@@ -1,0 +1,47 @@
+"""Target: the few facts about a device that code generation depends on.
+
+A Target is part of the input of `to_program(ast, opts, target)`, so it is a small frozen value
+with a deterministic text form (`stable_repr`) and a dict form for capture files. The runtime
+builds one from a real OpenCL device (`tinysched.runtime.opencl`); tests build fake ones to
+exercise limits (no fp16, tiny max_alloc) without special hardware.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, fields, asdict
+from typing import Any
+
+@dataclass(frozen=True)
+class Target:
+  name: str = "generic"                # device name as the driver reports it
+  vendor: str = ""
+  driver_version: str = ""
+  max_work_group_size: int = 256       # CL_DEVICE_MAX_WORK_GROUP_SIZE
+  max_work_item_sizes: tuple[int, ...] = (256, 256, 64)
+  local_mem_size: int = 32768          # bytes of __local memory per work-group
+  has_fp16: bool = False               # cl_khr_fp16
+  has_fp64: bool = False               # cl_khr_fp64
+  max_alloc: int = 1 << 30             # CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes
+  is_gpu: bool = True
+  compute_units: int = 1
+
+  def stable_repr(self) -> str:
+    return "Target(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)) + ")"
+  def to_dict(self) -> dict[str, Any]:
+    d = asdict(self)
+    d["max_work_item_sizes"] = list(self.max_work_item_sizes)
+    return d
+  @staticmethod
+  def from_dict(d: dict[str, Any]) -> Target:
+    known = {f.name for f in fields(Target)}
+    unknown = set(d) - known
+    if unknown: raise ValueError(f"unknown Target fields {sorted(unknown)} (known: {sorted(known)})")
+    kw = dict(d)
+    if "max_work_item_sizes" in kw: kw["max_work_item_sizes"] = tuple(kw["max_work_item_sizes"])
+    return Target(**kw)
+
+# stand-ins for tests and for rendering without a device
+GENERIC_GPU = Target(name="generic-gpu", max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64), local_mem_size=49152,
+                     has_fp16=True, has_fp64=True, max_alloc=1 << 32, is_gpu=True, compute_units=64)
+GENERIC_CPU = Target(name="generic-cpu", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096), local_mem_size=2 << 20,
+                     has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2)
+
+__all__ = ["Target", "GENERIC_GPU", "GENERIC_CPU"]

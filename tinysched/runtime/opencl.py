@@ -1,0 +1,370 @@
+"""The OPENCL device on pyopencl: device selection, memory, program cache, launches, kernel timing.
+
+Device names: `OPENCL` is the first GPU (else the first device) across all platforms, unless
+pyopencl's `PYOPENCL_CTX` is set (`<platform>[:<device>]`, indices or name substrings, pyopencl's
+own platform order). `OPENCL:<n>` is device n of `list_devices()`: platforms sorted by name (ties
+keep the ICD loader's order), devices in the platform's order.
+
+Memory: freed buffers go to a size-bucketed free list (4 buckets per power of two) and are reused;
+when an allocation fails the free list is released and the allocation retried once.
+
+Programs are cached in memory and on disk (`$TINYSCHED_CACHE` or `~/.cache/tinysched`, subfolder
+`opencl/`), keyed by a hash of the source, the device name, the driver version and the platform
+version. A disk entry carries a checksum; an unreadable, corrupted or rejected binary is ignored
+and the program is rebuilt from source. `TINYSCHED_DISK_CACHE=0` turns the disk cache off.
+
+Kernel time comes from profiling events (the queue always profiles): `run_ast(...)` returns it in
+seconds.
+"""
+from __future__ import annotations
+import functools, hashlib, os, sys, tempfile
+from pathlib import Path
+from typing import Any, Sequence
+import numpy as np
+from tinysched.dtype import DType, dtypes
+from tinysched.ops import Ops
+from tinysched.uop import UOp
+from tinysched.device import Backend, Buffer, DeviceError, Device
+from tinysched.codegen.target import Target
+from tinysched.codegen.kernel import Opt
+from tinysched.codegen.program import Program, to_program
+from tinysched.codegen.opencl import UnsupportedDTypeError
+from tinysched.helpers import getenv, DEBUG
+
+try:
+  import pyopencl as cl
+except ImportError:  # device.py treats a failed import as "no OpenCL"
+  cl = None  # type: ignore[assignment]
+
+class CompileError(RuntimeError):
+  """The OpenCL compiler rejected a kernel; carries the build log and the source."""
+  def __init__(self, device: str, name: str, log: str, src: str):
+    self.device, self.name, self.log, self.src = device, name, log, src
+    numbered = "\n".join(f"{i+1:4d} {line}" for i, line in enumerate(src.splitlines()))
+    super().__init__(f"OpenCL build of kernel {name!r} failed on {device}:\n{log.strip()}\n--- source ---\n{numbered}")
+
+# *** device discovery ***
+
+@functools.lru_cache(None)
+def _all_devices() -> tuple[Any, ...]:
+  """Every OpenCL device, in the deterministic OPENCL:<n> order; () when no platform exists."""
+  if cl is None: return ()
+  try: plats = cl.get_platforms()
+  except Exception: return ()  # no ICD loader / no platform: pyopencl raises LogicError (-1001)
+  out = []
+  for _, _, p in sorted((p.name, i, p) for i, p in enumerate(plats)):
+    try: out.extend(p.get_devices())
+    except Exception: continue  # a platform without devices raises DEVICE_NOT_FOUND
+  return tuple(out)
+
+def opencl_available() -> bool:
+  """True when pyopencl is importable and at least one OpenCL device exists."""
+  return len(_all_devices()) > 0
+
+def list_devices() -> list[tuple[str, str, str]]:
+  """(tinysched name, device name, platform name) of every OpenCL device."""
+  return [(f"OPENCL:{i}", d.name.strip(), d.platform.name.strip()) for i, d in enumerate(_all_devices())]
+
+def _describe_available() -> str:
+  devs = list_devices()
+  return "available: " + ", ".join(f"{n} = {d} ({p})" for n, d, p in devs) if devs else "no OpenCL device exists on this machine"
+
+def _is_gpu(d) -> bool: return bool(d.type & cl.device_type.GPU)
+
+def _from_pyopencl_ctx(spec: str):
+  """Resolve PYOPENCL_CTX ('<platform>[:<device>]', indices or name substrings) like pyopencl does."""
+  parts = spec.split(":")
+  plats = cl.get_platforms()
+  def pick(items, key: str, what: str):
+    if key.strip() == "": return items[0] if len(items) == 1 else None
+    if key.isdigit():
+      if int(key) >= len(items): raise DeviceError(f"PYOPENCL_CTX={spec!r}: no {what} {key} ({_describe_available()})")
+      return items[int(key)]
+    for it in items:
+      if key.lower() in it.name.lower(): return it
+    raise DeviceError(f"PYOPENCL_CTX={spec!r}: no {what} matching {key!r} ({_describe_available()})")
+  plat = pick(plats, parts[0], "platform")
+  if plat is None: raise DeviceError(f"PYOPENCL_CTX={spec!r}: name a platform ({_describe_available()})")
+  devs = plat.get_devices()
+  dev = pick(devs, parts[1] if len(parts) > 1 else "", "device") if len(parts) > 1 or len(devs) == 1 else devs[0]
+  return dev if dev is not None else devs[0]
+
+def select_device(name: str):
+  """The pyopencl Device behind a tinysched device name."""
+  devs = _all_devices()
+  if not devs:
+    raise DeviceError(f"device {name}: no OpenCL platform found (install an ICD, e.g. apt-get install pocl-opencl-icd, "
+                      "or set OCL_ICD_FILENAMES); use TINYSCHED_DEVICE=NUMPY for the interpreter")
+  base, _, idx = name.upper().partition(":")
+  if base != "OPENCL": raise DeviceError(f"unknown device {name!r}: the OpenCL backend serves OPENCL and OPENCL:<n>")
+  if idx:
+    if not idx.isdigit(): raise DeviceError(f"unknown device {name!r}: the OpenCL device index must be a number, e.g. OPENCL:0")
+    if int(idx) >= len(devs): raise DeviceError(f"unknown device {name!r}: there are {len(devs)} OpenCL devices ({_describe_available()})")
+    return devs[int(idx)]
+  if (spec := os.environ.get("PYOPENCL_CTX")): return _from_pyopencl_ctx(spec)
+  return next((d for d in devs if _is_gpu(d)), devs[0])
+
+def target_of(d) -> Target:
+  ext = d.extensions.split()
+  return Target(name=d.name.strip(), vendor=d.vendor.strip(), driver_version=d.driver_version.strip(),
+                max_work_group_size=int(d.max_work_group_size), max_work_item_sizes=tuple(int(x) for x in d.max_work_item_sizes),
+                local_mem_size=int(d.local_mem_size), has_fp16="cl_khr_fp16" in ext, has_fp64="cl_khr_fp64" in ext,
+                max_alloc=int(d.max_mem_alloc_size), is_gpu=_is_gpu(d), compute_units=int(d.max_compute_units))
+
+# *** memory ***
+
+def _bucket(nbytes: int) -> int:
+  """Round up to one of 4 sizes per power of two (at most 25% waste); at least 64 bytes."""
+  n = max(nbytes, 64)
+  step = 1 << max(n.bit_length() - 3, 0)
+  return (n + step - 1) // step * step
+
+class CLBuffer:
+  __slots__ = ("buf", "nbytes", "bucket", "__weakref__")
+  def __init__(self, buf, nbytes: int, bucket: int): self.buf, self.nbytes, self.bucket = buf, nbytes, bucket
+  def __repr__(self): return f"<CLBuffer {self.nbytes} bytes (bucket {self.bucket})>"
+
+class Allocator:
+  def __init__(self, dev: _CLDevice):
+    self.dev = dev
+    self.free_list: dict[int, list[Any]] = {}
+    self.cached_bytes = 0
+  def alloc(self, nbytes: int) -> CLBuffer:
+    t = self.dev.target
+    if nbytes > t.max_alloc:
+      raise DeviceError(f"{self.dev.name} ({t.name}): a buffer of {nbytes} bytes exceeds the device's maximum allocation of "
+                        f"{t.max_alloc} bytes (CL_DEVICE_MAX_MEM_ALLOC_SIZE)")
+    b = _bucket(nbytes)
+    if b > t.max_alloc: b = nbytes
+    if (lst := self.free_list.get(b)):
+      self.cached_bytes -= b
+      return CLBuffer(lst.pop(), nbytes, b)
+    try: buf = cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(b, 1))
+    except cl.Error:
+      self.release_cache()
+      try: buf = cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(b, 1))
+      except cl.Error as e: raise DeviceError(f"{self.dev.name} ({t.name}): out of memory allocating {nbytes} bytes: {e}") from e
+    return CLBuffer(buf, nbytes, b)
+  def free(self, h: CLBuffer) -> None:
+    self.free_list.setdefault(h.bucket, []).append(h.buf)
+    self.cached_bytes += h.bucket
+  def release_cache(self) -> None:
+    for lst in self.free_list.values():
+      for b in lst: b.release()
+    self.free_list.clear()
+    self.cached_bytes = 0
+
+# *** program cache ***
+
+def cache_dir() -> Path:
+  return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched") / "opencl"
+
+_MAGIC = b"TSCL1\n"
+
+def _disk_load(path: Path) -> bytes | None:
+  try: data = path.read_bytes()
+  except OSError: return None
+  if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 32: return None
+  digest, binary = data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
+  return binary if hashlib.sha256(binary).digest() == digest else None
+
+def _disk_store(path: Path, binary: bytes) -> None:
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(binary).digest() + binary)
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
+  except OSError: pass  # a read-only or full disk only costs a rebuild next time
+
+class _CLDevice:
+  """One physical OpenCL device: context, profiling queue, allocator, program cache (shared by every name that selects it)."""
+  def __init__(self, name: str, d):
+    self.name, self.device = name, d
+    self.ctx = cl.Context([d])
+    self.queue = cl.CommandQueue(self.ctx, d, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    self.target = target_of(d)
+    self.allocator = Allocator(self)
+    self.kernels: dict[tuple[str, str], Any] = {}
+    self.programs: dict[tuple, Program] = {}
+    self.base_align = max(int(d.mem_base_addr_align) // 8, 1)
+    self.sub_buffers: dict[tuple[int, int, int], Any] = {}
+    self.wg_limits: dict[int, int] = {}  # id(kernel) -> CL_KERNEL_WORK_GROUP_SIZE (kernels live in self.kernels forever)
+
+  def cache_key(self, src: str) -> str:
+    d = self.device
+    ident = "\0".join([src, d.name, d.driver_version, d.platform.version, d.version])
+    return hashlib.sha256(ident.encode()).hexdigest()
+
+  def kernel(self, name: str, src: str):
+    if (k := self.kernels.get((name, src))) is not None: return k
+    use_disk = os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
+    path = cache_dir() / f"{self.cache_key(src)}.bin"
+    prg = None
+    if use_disk and (binary := _disk_load(path)) is not None:
+      try: prg = cl.Program(self.ctx, [self.device], [binary]).build()
+      except Exception: prg = None  # rejected by this driver: rebuild from source
+    if prg is None:
+      try: prg = cl.Program(self.ctx, src).build(cache_dir=False)
+      except cl.Error as e:
+        log = ""
+        try: log = prg.get_build_info(self.device, cl.program_build_info.LOG) if prg is not None else ""
+        except Exception: pass
+        raise CompileError(f"{self.name} ({self.target.name})", name, log or str(e), src) from None
+      if use_disk:
+        try: _disk_store(path, prg.binaries[0])
+        except Exception: pass
+    k = self.kernels[(name, src)] = cl.Kernel(prg, name)
+    return k
+
+  def mem(self, b: Buffer):
+    """The cl.Buffer for a tinysched Buffer (sub-buffer or None for views at an unaligned offset)."""
+    h = b.base.handle
+    if b._base is None or (b.offset == 0): return h.buf
+    if b.offset % self.base_align != 0: return None
+    key = (id(h.buf), b.offset, b.nbytes)
+    if (sb := self.sub_buffers.get(key)) is None:
+      sb = self.sub_buffers[key] = h.buf.get_sub_region(b.offset, max(b.nbytes, 1))
+    return sb
+
+  def launch(self, prg: Program, bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
+    """Enqueue one kernel; returns its event (None when the launch is empty)."""
+    k = self.kernel(prg.name, prg.src)
+    gs, ls = prg.launch_dims(var_vals)
+    if len(bufs) != len(prg.buf_dtypes): raise DeviceError(f"kernel {prg.name} takes {len(prg.buf_dtypes)} buffers, got {len(bufs)}")
+    if any(g <= 0 for g in gs): return None
+    args: list[Any] = []
+    copy_back: list[tuple[Buffer, Any]] = []
+    seen: dict[int, int] = {}
+    for i, b in enumerate(bufs):
+      m = self.mem(b)
+      if m is None or (id(m) in seen and (i in prg.outs or seen[id(m)] in prg.outs)):
+        # unaligned view, or a written buffer aliased by another argument: work on a copy
+        tmp = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(b.nbytes, 1))
+        src_m, off = (b.base.handle.buf, b.offset) if m is None else (m, 0)
+        if b.nbytes: cl.enqueue_copy(self.queue, tmp, src_m, byte_count=b.nbytes, src_offset=off, dst_offset=0)
+        if i in prg.outs: copy_back.append((b, tmp))
+        m = tmp
+      seen.setdefault(id(m), i)
+      args.append(m)
+    args += [np.int64(var_vals[v]) if v.dtype.itemsize == 8 else np.int32(var_vals[v]) for v in prg.vars]
+    if ls is not None:
+      if (wg := self.wg_limits.get(id(k))) is None:
+        wg = self.wg_limits[id(k)] = int(k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+      if int(np.prod(ls)) > wg:
+        raise DeviceError(f"{self.name} ({self.target.name}): kernel {prg.name} needs a work-group of {int(np.prod(ls))} threads, "
+                          f"the compiled kernel allows {wg} (opts {list(prg.opts)})")
+    k.set_args(*args)
+    ev = cl.enqueue_nd_range_kernel(self.queue, k, gs, ls)
+    for b, tmp in copy_back:
+      base = b.base.handle.buf
+      if b.nbytes: cl.enqueue_copy(self.queue, base, tmp, byte_count=b.nbytes, src_offset=0, dst_offset=b.offset if b._base else 0)
+    if DEBUG >= 2: print(f"{self.name}: {prg.name} global={gs} local={ls}", file=sys.stderr)
+    return ev
+
+  def program(self, ast: UOp, opts: Sequence[Opt] | None) -> Program:
+    key = (ast, None if opts is None else tuple(opts))
+    if (p := self.programs.get(key)) is None:
+      p = self.programs[key] = to_program(ast, opts, self.target)
+      if DEBUG >= 3: print(p.src, file=sys.stderr)
+    return p
+
+_devices: dict[int, _CLDevice] = {}
+def _cl_device(name: str) -> _CLDevice:
+  d = select_device(name)
+  key = _all_devices().index(d) if d in _all_devices() else id(d)
+  if key not in _devices: _devices[key] = _CLDevice(name, d)
+  return _devices[key]
+
+_warned: set[str] = set()  # membership only
+
+class OpenCLBackend(Backend):
+  def __init__(self, name: str = "OPENCL"):
+    if cl is None: raise DeviceError(f"device {name}: pyopencl is not installed (pip install pyopencl)")
+    self.name = name
+    self.dev = _cl_device(name)
+  @property
+  def target(self) -> Target: return self.dev.target
+  def alloc(self, size: int, dtype: DType) -> CLBuffer: return self.dev.allocator.alloc(size * dtype.itemsize)
+  def free(self, handle: CLBuffer) -> None: self.dev.allocator.free(handle)
+  def copyin(self, handle: CLBuffer, src: np.ndarray) -> None:
+    src = np.ascontiguousarray(src)
+    if src.nbytes > handle.nbytes: raise DeviceError(f"copyin of {src.nbytes} bytes into a buffer of {handle.nbytes}")
+    if src.nbytes: cl.enqueue_copy(self.dev.queue, handle.buf, src, is_blocking=True)
+  def copyout(self, handle: CLBuffer, size: int, dtype: DType) -> np.ndarray:
+    out = np.empty(size, dtype=np.dtype(dtype.scalar().fmt))
+    if out.nbytes: cl.enqueue_copy(self.dev.queue, out, handle.buf, is_blocking=True)
+    return out
+  def synchronize(self) -> None: self.dev.queue.finish()
+
+  def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+    if ast.op is Ops.COPY:  # same device: the first bytes of src into dst (like the interpreter)
+      dst, src = bufs
+      n = min(dst.nbytes, src.nbytes)
+      if n:
+        dm, sm = self.dev.mem(dst), self.dev.mem(src)
+        if dm is not None and sm is not None: cl.enqueue_copy(self.dev.queue, dm, sm, byte_count=n)
+        else:  # a view at an offset the device cannot address directly: through the host
+          full = dst.numpy()
+          full.view(np.uint8)[:n] = src.numpy().view(np.uint8)[:n]
+          dst.copyin(full)
+      return
+    if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
+    try: prg = self.dev.program(ast, None)
+    except UnsupportedDTypeError as e:
+      # e.g. half on a device without cl_khr_fp16: run this one kernel on the reference interpreter instead
+      if not getenv("TINYSCHED_FP16_FALLBACK", 1): raise
+      self._interpret(ast, bufs, var_vals, e)
+      return
+    self.dev.launch(prg, bufs, var_vals)
+
+  def _interpret(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int], why: Exception) -> None:
+    from tinysched.runtime.interpreter import exec_ast as interp
+    if str(why) not in _warned:
+      _warned.add(str(why))
+      print(f"tinysched: {why}; running it on the NUMPY interpreter (TINYSCHED_FP16_FALLBACK=0 makes this an error)", file=sys.stderr)
+    host = [b.numpy() for b in bufs]
+    interp(ast, host, var_vals)
+    for i in sorted({s.src[0].arg for s in ast.src}): bufs[i].copyin(host[i])
+
+  def run(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, opts: Sequence[Opt] | None = None) -> float:
+    """Run one kernel with explicit opts (None: the defaults) and return its kernel time in seconds."""
+    prg = self.dev.program(ast, opts)
+    for b in bufs: b.allocate()
+    ev = self.dev.launch(prg, bufs, var_vals or {})
+    if ev is None: return 0.0
+    ev.wait()
+    return (ev.profile.end - ev.profile.start) * 1e-9
+
+  def run_source(self, name: str, src: str, bufs: Sequence[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None,
+                 scalars: Sequence[Any] = ()) -> float:
+    """Run a hand-written kernel (e.g. a benchmark baseline) on Buffers; returns its kernel time in seconds."""
+    k = self.dev.kernel(name, src)
+    for b in bufs: b.allocate()
+    k.set_args(*[self.dev.mem(b) for b in bufs], *scalars)
+    ev = cl.enqueue_nd_range_kernel(self.dev.queue, k, global_size, local_size)
+    ev.wait()
+    return (ev.profile.end - ev.profile.start) * 1e-9
+
+def run_ast(ast: UOp, bufs: Sequence[Buffer | np.ndarray], var_vals: dict[UOp, int] | None = None, opts: Sequence[Opt] | None = None,
+            device: str = "OPENCL") -> float:
+  """Run a kernel AST on an OpenCL device with explicit opts; returns the kernel time in seconds.
+
+  `bufs[i]` is DEFINE_GLOBAL i: a Buffer on `device`, or a flat numpy array (copied in, and the
+  kernel's outputs copied back into it in place)."""
+  dev = Device[device]
+  if not isinstance(dev, OpenCLBackend): raise DeviceError(f"run_ast needs an OpenCL device, got {device}")
+  real: list[Buffer] = []
+  back: list[tuple[np.ndarray, Buffer]] = []
+  for b in bufs:
+    if isinstance(b, np.ndarray):
+      nb = Buffer(device, b.size, dtypes.from_np(b.dtype)).allocate().copyin(b)
+      real.append(nb)
+      back.append((b, nb))
+    else: real.append(b)
+  t = dev.run(ast, real, var_vals, opts)
+  outs = {s.src[0].arg for s in ast.src} if ast.op is Ops.SINK else set()
+  for i, (arr, nb) in enumerate(back):
+    if real.index(nb) in outs: arr.reshape(-1)[:] = nb.numpy()
+  return t
+
+__all__ = ["OpenCLBackend", "opencl_available", "list_devices", "select_device", "run_ast", "CompileError", "target_of", "cache_dir"]
