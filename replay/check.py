@@ -110,7 +110,12 @@ def _chunks(path: str, rows: list[dict], detail: bool, size: int) -> list[tuple[
   return out
 
 def terminal_progress() -> Callable[[int, int], None] | None:
-  if not sys.stderr.isatty(): return None
+  if not sys.stderr.isatty():
+    if not os.environ.get("REPLAY_PROGRESS"): return None
+    t0 = time.perf_counter()
+    def lines(done: int, total: int) -> None:  # for logs: one line per step
+      sys.stderr.write(f"  progress {done}/{total} at {time.perf_counter() - t0:.1f}s\n"); sys.stderr.flush()
+    return lines
   def show(done: int, total: int) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
