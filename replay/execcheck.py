@@ -10,7 +10,7 @@ safe for the dtype (floats in [0.5, 2): exp/log/recip/sqrt stay finite; small in
 compared with tolerances by dtype (exact for ints and bools); NaN and inf must sit at the same positions.
 """
 from __future__ import annotations
-import json, os, select, statistics, subprocess, sys, time, traceback
+import json, os, select, statistics, subprocess, sys, tempfile, threading, time, traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
@@ -194,11 +194,18 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
   results: dict[int, dict] = {}
   pending = list(jobs)
   while pending:
+    # stderr goes to a file and stdin is fed by a thread: a full pipe (compiler warnings on stderr, big jobs on
+    # stdin) must never block the worker while we wait on its stdout
+    errf = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen([sys.executable, "-m", "replay.execcheck", "worker", device, str(timing_runs)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+                            stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
     assert proc.stdin and proc.stdout
-    for j in pending: proc.stdin.write(json.dumps(j) + "\n")
-    proc.stdin.close()
+    def feed(stdin=proc.stdin, todo=list(pending)) -> None:
+      try:
+        for j in todo: stdin.write(json.dumps(j) + "\n")
+        stdin.close()
+      except (BrokenPipeError, ValueError, OSError): pass  # the worker died or was killed: the loop below reports it
+    threading.Thread(target=feed, daemon=True).start()
     while pending:
       ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
       if not ready:
@@ -209,7 +216,8 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
       line = proc.stdout.readline()
       if not line:  # the worker died (a driver crash): blame the job it was running
         proc.wait()
-        err = (proc.stderr.read() if proc.stderr else "")[-2000:]
+        errf.seek(0)
+        err = errf.read()[-2000:]
         dead = pending.pop(0)
         results[dead["id"]] = {"verdict": "failed", "error": f"worker exited with {proc.returncode}", "log": err}
         break
