@@ -7,7 +7,7 @@ from __future__ import annotations
 import glob, json, os, subprocess, sys
 from pathlib import Path
 import click
-from replay.store import Store, StoreError, LEVELS
+from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
 
 DEFAULT_GLOB = "captures/*.db"
@@ -151,37 +151,6 @@ def suite_cmd(models, db, out, full, levels) -> None:
       if r.get("stderr"): click.echo("    " + "\n    ".join(r["stderr"].splitlines()[-15:]), err=True)
     if not db: compact(target)
   if failed: _fail(f"{failed} model(s) failed", "fix the model or run the others with --models")
-
-def compact(path: Path) -> None:
-  """Checkpoint the WAL into the file and leave it in rollback mode: one self-contained file to commit."""
-  import sqlite3
-  if not path.exists(): return
-  c = sqlite3.connect(path)
-  try:
-    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    c.execute("PRAGMA journal_mode=DELETE")
-    c.execute("VACUUM")
-  finally: c.close()
-
-@main.command("exec")
-@click.argument("db")
-@click.argument("key")
-@click.option("--device", default=None, help="device (default: Device.DEFAULT)")
-@click.option("--runs", type=int, default=5, show_default=True, help="timed runs per kernel (after 2 warm-up runs)")
-def exec_cmd(db, key, device, runs) -> None:
-  """Run one capture's stored kernel and the current one on the device, compare and time them."""
-  from replay.execcheck import run_jobs, build_job
-  try: s = Store(db, readonly=True)
-  except StoreError as e: _fail(str(e))
-  try: rows = [r for r in s.captures(key=key) if r["level"] in ("kernel", "schedule")]
-  finally: s.close()
-  if not rows: _fail(f"no kernel or schedule capture in {db} has a key starting with {key!r}")
-  r = rows[0]
-  job = build_job(db, r["level"], r["input_key"], r["output_key"], r["extra"], r["var_vals"])
-  if "skip" in job: _fail(f"capture {r['input_key'][:16]} cannot be executed: {job['skip']}")
-  out = run_jobs([{"id": 0, **job}], device, runs)[0]
-  click.echo(json.dumps(out, indent=1, default=str))
-  sys.exit(0 if out.get("verdict") == "equivalent" else (1 if out.get("verdict") == "mismatch" else 2))
 
 @main.group("report")
 def report_grp() -> None:

@@ -17,7 +17,7 @@ import contextlib, json, os, shutil, signal, sqlite3, subprocess, sys, tempfile,
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
-from replay.store import LEVELS, Store, StoreError
+from replay.store import LEVELS, Store, StoreError, compact
 from replay.suite import run_model
 
 HOOK_FILE = "tinysched/capture_hook.py"
@@ -274,15 +274,6 @@ class AcceptResult:
   stale: list[Path]
   readme: Path
 
-def _compact(path: Path) -> None:
-  """One self-contained file to commit: WAL checkpointed into it, rollback journal mode, vacuumed."""
-  c = sqlite3.connect(path)
-  try:
-    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    c.execute("PRAGMA journal_mode=DELETE")
-    c.execute("VACUUM")
-  finally: c.close()
-
 def _change_summary(name: str, old: Path, new: Path) -> str:
   from replay.compare import compare
   if not old.exists(): return f"  {name}: new store (no baseline before)"
@@ -329,7 +320,7 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           if not r.get("skipped"): log(f"  {m}: captured nothing; its baseline is kept")
           skipped.append(m)
           continue
-        _compact(tmp / f"{m}.db")
+        compact(tmp / f"{m}.db")
         summaries.append(_change_summary(m, cap / f"{m}.db", tmp / f"{m}.db"))
         log(summaries[-1])
       with signals_deferred():  # replace the stores together

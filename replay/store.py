@@ -133,3 +133,13 @@ def graph_row(key: str, data: bytes, kind: str, node_count: int | None = None, o
   return {"key": key, "kind": kind, "data": zlib.compress(data, 6), "size": len(data), "node_count": node_count, "ops": " ".join(ops)}
 
 def dumps(x: Any) -> str: return json.dumps(x, sort_keys=True, separators=(",", ":"))
+
+def compact(path: str | os.PathLike) -> None:
+  """One self-contained file to commit: the WAL checkpointed into it, rollback journal mode, vacuumed."""
+  if not Path(path).exists(): return
+  c = sqlite3.connect(path)
+  try:
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.execute("PRAGMA journal_mode=DELETE")
+    c.execute("VACUUM")
+  finally: c.close()
