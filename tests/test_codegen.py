@@ -131,6 +131,10 @@ def _kernels_vars(t: Tensor) -> list:
   sched, _ = t.schedule_with_vars()
   return [si for si in sched if si.ast.op is Ops.SINK]
 
+def test_int32_indexing_limit_is_a_clear_error():
+  si = _kernels(Tensor.empty(1 << 31) + 1)[0]  # nothing is allocated: only the AST is built
+  with pytest.raises(KernelError, match="2..31-1 elements"): Kernel(si.ast)
+
 def test_not_a_kernel_ast():
   with pytest.raises(KernelError): Kernel(UOp.const(dtypes.int32, 1))
 

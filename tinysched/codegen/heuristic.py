@@ -10,7 +10,9 @@ GPU (target.is_gpu)
   shape does not divide;
 - reduces with few outputs (less than a few waves of threads): GROUP the reduce over up to 256
   threads; when the reduce axis is contiguous in memory it is unrolled by 4 first, so every thread
-  reads float4 and consecutive threads read consecutive float4s;
+  reads float4 and consecutive threads read consecutive float4s; when instead the outputs are the
+  contiguous direction (column sums), LOCAL takes up to 32 neighbouring outputs (hardware dim 0)
+  and GROUP splits the reduce over the rest of the work-group;
 - everything else: upcast the contiguous output axis by 4 (float4 loads/stores), unroll small
   reduces, and a work-group of up to 256 threads along the output axes.
 CPU: upcast the contiguous output axis by 4, register-tile matmuls (8x16 outputs per work-item)

@@ -17,7 +17,7 @@ Kernel time comes from profiling events (the queue always profiles): `run_ast(..
 seconds.
 """
 from __future__ import annotations
-import functools, hashlib, os, sys, tempfile
+import functools, hashlib, os, sys, tempfile, warnings
 from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
@@ -176,6 +176,10 @@ def _disk_store(path: Path, binary: bytes) -> None:
     os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
   except OSError: pass  # a read-only or full disk only costs a rebuild next time
 
+def _build_log(prg, device) -> str:
+  try: return str(prg.get_build_info(device, cl.program_build_info.LOG)).strip()
+  except Exception: return ""
+
 class _CLDevice:
   """One physical OpenCL device: context, profiling queue, allocator, program cache (shared by every name that selects it)."""
   def __init__(self, name: str, d):
@@ -187,7 +191,6 @@ class _CLDevice:
     self.kernels: dict[tuple[str, str], Any] = {}
     self.programs: dict[tuple, Program] = {}
     self.base_align = max(int(d.mem_base_addr_align) // 8, 1)
-    self.sub_buffers: dict[tuple[int, int, int], Any] = {}
     self.wg_limits: dict[int, int] = {}  # id(kernel) -> CL_KERNEL_WORK_GROUP_SIZE (kernels live in self.kernels forever)
 
   def cache_key(self, src: str) -> str:
@@ -201,10 +204,18 @@ class _CLDevice:
     path = cache_dir() / f"{self.cache_key(src)}.bin"
     prg = None
     if use_disk and (binary := _disk_load(path)) is not None:
-      try: prg = cl.Program(self.ctx, [self.device], [binary]).build()
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore", cl.CompilerWarning)
+          prg = cl.Program(self.ctx, [self.device], [binary]).build()
       except Exception: prg = None  # rejected by this driver: rebuild from source
     if prg is None:
-      try: prg = cl.Program(self.ctx, src).build(cache_dir=False)
+      try:
+        with warnings.catch_warnings():
+          # compiler remarks on a successful build are noise for users (pyopencl warns on any log); DEBUG>=1 prints them
+          warnings.simplefilter("ignore", cl.CompilerWarning)
+          prg = cl.Program(self.ctx, src).build(cache_dir=False)
+        if DEBUG >= 1 and (log := _build_log(prg, self.device)): print(f"{self.name}: build log of {name}:\n{log}", file=sys.stderr)
       except cl.Error as e:
         log = ""
         try: log = prg.get_build_info(self.device, cl.program_build_info.LOG) if prg is not None else ""
@@ -221,13 +232,12 @@ class _CLDevice:
     h = b.base.handle
     if b._base is None or (b.offset == 0): return h.buf
     if b.offset % self.base_align != 0: return None
-    key = (id(h.buf), b.offset, b.nbytes)
-    if (sb := self.sub_buffers.get(key)) is None:
-      sb = self.sub_buffers[key] = h.buf.get_sub_region(b.offset, max(b.nbytes, 1))
-    return sb
+    return h.buf.get_sub_region(b.offset, max(b.nbytes, 1))  # cheap; not cached, so no sub-buffer outlives its parent
 
   def launch(self, prg: Program, bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
     """Enqueue one kernel; returns its event (None when the launch is empty)."""
+    if (missing := [v.arg[0] for v in prg.vars if v not in var_vals]):
+      raise DeviceError(f"kernel {prg.name} needs values for Variables {missing} (pass var_vals)")
     k = self.kernel(prg.name, prg.src)
     gs, ls = prg.launch_dims(var_vals)
     if len(bufs) != len(prg.buf_dtypes): raise DeviceError(f"kernel {prg.name} takes {len(prg.buf_dtypes)} buffers, got {len(bufs)}")
