@@ -73,9 +73,23 @@ class Capturer:
     self.seen: set[tuple[str, str]] = set()  # (level, input_key) written by this run
     self.lock = threading.RLock()
     self.closed = False
+    self.depth = 0                      # > 0 while this process is inside the capturer (see _on_sigterm)
+    self.exit_code: int | None = None   # set by SIGTERM arriving inside the capturer
 
   def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
     if level not in self.levels or self.closed: return
+    self.depth += 1
+    try: self._record(level, inputs, output, info)
+    finally:
+      self.depth -= 1
+      if self.exit_code is not None and self.depth == 0: self._exit_now()
+
+  def _exit_now(self) -> None:
+    code = self.exit_code or 143
+    try: stop()
+    finally: os._exit(code)
+
+  def _record(self, level: str, inputs: Any, output: Any, info: dict | None) -> None:
     with self.lock:
       if level == "kernel":
         pre, var_vals, assigns = inputs
@@ -190,8 +204,15 @@ def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = 
   finally: stop()
 
 def _on_sigterm(signum, frame):
-  # unwind normally (releasing any lock the interrupted code holds); the atexit handler then flushes
-  raise SystemExit(128 + signum)
+  # Flush, then leave at once. Raising SystemExit instead can be swallowed (when the signal lands in a weakref
+  # callback or __del__) and the process would run on. If the signal interrupted the capturer itself, it exits
+  # when that call returns, so no half-built batch is written twice.
+  c = _active
+  if c is not None and c.depth > 0:
+    c.exit_code = 128 + signum
+    return
+  try: stop()
+  finally: os._exit(128 + signum)
 
 def install_from_env() -> None:
   """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file."""

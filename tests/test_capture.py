@@ -197,7 +197,10 @@ def test_sigterm_flushes(tmp_path):
   assert p.stdout.readline().strip() == "committed"
   time.sleep(0.5)
   p.send_signal(signal.SIGTERM)
-  p.wait(timeout=60)
+  try: p.wait(timeout=60)
+  finally:
+    if p.poll() is None: p.kill()  # never leave a capturing child behind
+  assert p.returncode == 128 + signal.SIGTERM
   assert len(rows(db)) >= 6  # nothing had been flushed before SIGTERM: the handler wrote it all
 
 # *** corrupted and foreign inputs ***
