@@ -18,6 +18,7 @@ from replay.check import Report
 from replay.runner import Result, OUTCOMES
 
 SCHEMA, VERSION = "tinysched-replay-report", 1
+MD_BUDGET = 50_000  # characters of group details in the Markdown report, so it fits a PR comment
 NEXT_STEPS = {
   "changed": "review the diffs; if the change is intended, run `replay accept` and commit the new captures "
              "(CI: put [replay:accept] in the PR title or head commit message)",
@@ -138,6 +139,9 @@ def markdown(rep: Report, max_groups: int = 20) -> str:
     for i, g in enumerate(groups[:max_groups]): out.append(f"| {i+1} | {g['outcome']} | {g['count']} | `{_md(g['signature'])[:200]}` |")
     out.append("")
     for i, g in enumerate(groups[:max_groups]):
+      if sum(len(x) + 1 for x in out) > MD_BUDGET:  # a PR comment holds 65,536 characters
+        out += [f"_{len(groups[:max_groups]) - i} more group(s) left out to fit a PR comment: see the JSON report._", ""]
+        break
       ex: Result = g["example"]
       out += [f"<details><summary>{i+1}. {g['outcome']} ×{g['count']}: {ex.label or '-'} {ex.level} <code>{ex.input_key[:12]}</code></summary>", ""]
       if ex.metadata: out.append(f"made by: `{_md(ex.metadata)}`  ")
