@@ -2,8 +2,7 @@
 from __future__ import annotations
 import hashlib, multiprocessing as mp, os, sys, time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 from replay.store import Store, StoreError
 from replay.runner import Result, replay_row, OUTCOMES
 

@@ -9,6 +9,10 @@ from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import View, ShapeTracker
 from tinysched.device import Device
 from tinysched.tensor import Tensor
+from tinysched import nn
+
+__all__ = ["dtypes", "DType", "Ops", "GroupOp", "UOp", "Variable", "sint", "resolve", "UPat", "PatternMatcher", "graph_rewrite", "View",
+           "ShapeTracker", "Device", "Tensor", "nn"]
 
 from tinysched import capture_hook as _capture_hook
 _capture_hook.autoload()

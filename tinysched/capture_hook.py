@@ -6,7 +6,7 @@ level "kernel" (inputs (pre, var_vals, assigns) -> ast), "schedule" (inputs (big
 asts) or "program" (inputs (ast, opts, target) -> source).
 """
 from __future__ import annotations
-from typing import Any, Callable
+from typing import Callable
 
 HOOK: Callable[..., None] | None = None  # HOOK(level, inputs, output, info=None)
 

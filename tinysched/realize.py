@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from tinysched.ops import Ops
 from tinysched.uop import UOp
-from tinysched.device import Device, Buffer
+from tinysched.device import Device
 from tinysched.schedule import ScheduleItem
 
 def kernel_vars(ast: UOp) -> list[UOp]:

@@ -17,7 +17,6 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp, Variable, sym_infer
 from tinysched.symeval import eval_np
 from tinysched.device import Backend, Buffer
-from tinysched.helpers import prod
 
 class InterpreterError(RuntimeError): pass
 
