@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: set up, then replay the committed captures (captures/*.db) against the current code on the
-# default device. Extra arguments go to `replay check` (e.g. -v, --report-md FILE).
+# The main job: set up, then replay the committed captures (captures/*.db) against the current code, and run
+# every captured kernel, stored vs current, on the default device against the numpy reference (--exec-all).
+# Extra arguments go to `replay check` (e.g. -v, --report-md FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec replay check "$@"
+exec replay check --exec-all "$@"
