@@ -12,7 +12,7 @@ from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, exec_alu, _PY_ALU
 from tinysched.rewrite import UPat, PatternMatcher
 
-def _decompose(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
+def decompose_sum(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
   """x == sum(coeff*term) + const, flattening nested ADDs; terms keep first-appearance order."""
   terms: list[tuple[UOp, int]] = []
   const = 0
@@ -25,7 +25,7 @@ def _decompose(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
     else: terms.append((u, 1))
   return terms, const
 
-def _rebuild(dtype, terms: list[tuple[UOp, int]], const: int) -> UOp:
+def build_sum(dtype, terms: list[tuple[UOp, int]], const: int) -> UOp:
   ret: UOp | None = None
   for t, c in terms:
     if c == 0: continue
@@ -75,16 +75,16 @@ def _merge_divmod(merged: dict[UOp, int]) -> dict[UOp, int] | None:
 
 def combine_terms(x: UOp) -> UOp | None:
   """Flatten a sum, merge like terms and constants; fires only when that makes it shorter."""
-  terms, const = _decompose(x)
+  terms, const = decompose_sum(x)
   merged: dict[UOp, int] = {}
   for t, c in terms: merged[t] = merged.get(t, 0) + c
-  if (dm := _merge_divmod(merged)) is not None: return _rebuild(x.dtype, list(dm.items()), const)
+  if (dm := _merge_divmod(merged)) is not None: return build_sum(x.dtype, list(dm.items()), const)
   nconsts = sum(1 for u in _flat_adds(x) if u.op is Ops.CONST)
   if len(merged) == len(terms) and nconsts <= 1 and all(c != 0 for c in merged.values()):
     # already combined: only move a constant that is not last to the end
-    if nconsts == 1 and x.src[1].op is not Ops.CONST: return _rebuild(x.dtype, list(merged.items()), const)
+    if nconsts == 1 and x.src[1].op is not Ops.CONST: return build_sum(x.dtype, list(merged.items()), const)
     return None
-  return _rebuild(x.dtype, list(merged.items()), const)
+  return build_sum(x.dtype, list(merged.items()), const)
 
 def _flat_adds(x: UOp) -> list[UOp]:
   out, stack = [], [x]
@@ -96,19 +96,19 @@ def _flat_adds(x: UOp) -> list[UOp]:
 
 def distribute_mul(s: UOp, c: UOp) -> UOp | None:
   """(a + b) * c -> a*c + b*c for integer sums, so index expressions stay sums of products."""
-  terms, const = _decompose(s)
-  return _rebuild(s.dtype, [(t, k*c.arg) for t, k in terms], const*c.arg)
+  terms, const = decompose_sum(s)
+  return build_sum(s.dtype, [(t, k*c.arg) for t, k in terms], const*c.arg)
 
 def fold_div(x: UOp, c: UOp) -> UOp | None:
   """x // c for a constant c > 0 and x >= 0: split x = c*A + R, then x//c = A + R//c."""
   d = c.arg
   if d <= 0 or x.vmin < 0: return None
   if x.vmax < d: return UOp.const(x.dtype, 0)
-  terms, const = _decompose(x)
+  terms, const = decompose_sum(x)
   if any(t.vmin < 0 for t, _ in terms): return None
   g = math.gcd(d, const, *(k for _, k in terms))
   if g > 1 and all(k > 0 for _, k in terms) and const >= 0:
-    return UOp(Ops.IDIV, x.dtype, (_rebuild(x.dtype, [(t, k//g) for t, k in terms], const//g), UOp.const(x.dtype, d//g)))
+    return UOp(Ops.IDIV, x.dtype, (build_sum(x.dtype, [(t, k//g) for t, k in terms], const//g), UOp.const(x.dtype, d//g)))
   quo = [(t, k//d) for t, k in terms if k//d != 0] if all(k >= 0 for _, k in terms) else []
   if not quo and const < d:
     # (x // a) // b -> x // (a*b)
@@ -116,9 +116,9 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
       return UOp(Ops.IDIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg*d)))
     return None
   rem_terms = [(t, k % d) for t, k in terms] if quo else terms
-  rem = _rebuild(x.dtype, rem_terms, const % d)
+  rem = build_sum(x.dtype, rem_terms, const % d)
   if rem.vmin < 0: return None
-  q = _rebuild(x.dtype, quo, const//d)
+  q = build_sum(x.dtype, quo, const//d)
   return q if rem.vmax < d else q + UOp(Ops.IDIV, x.dtype, (rem, c))
 
 def fold_mod(x: UOp, c: UOp) -> UOp | None:
@@ -129,11 +129,11 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
   if d == 1: return UOp.const(x.dtype, 0)
   # (y % (k*d)) % d -> y % d
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0: return UOp(Ops.MOD, x.dtype, (x.src[0], c))
-  terms, const = _decompose(x)
+  terms, const = decompose_sum(x)
   if any(t.vmin < 0 for t, _ in terms): return None
   new_terms = [(t, k % d) for t, k in terms]
   if all(k == nk for (_, k), (_, nk) in zip(terms, new_terms)) and const == const % d: return None
-  rem = _rebuild(x.dtype, new_terms, const % d)
+  rem = build_sum(x.dtype, new_terms, const % d)
   if rem.vmin < 0: return None
   return rem if rem.vmax < d else UOp(Ops.MOD, x.dtype, (rem, c))
 

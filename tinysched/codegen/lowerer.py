@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from tinysched.dtype import DType, dtypes, PtrDType
 from tinysched.ops import Ops, GroupOp
+from tinysched.symbolic import decompose_sum, build_sum
 from tinysched.uop import UOp, sint
 from tinysched.rewrite import UPat, PatternMatcher
 from tinysched.helpers import prod
@@ -35,26 +36,9 @@ EFFECTS = frozenset({Ops.STORE, Ops.ASSIGN, Ops.BARRIER, Ops.DEFINE_ACC, Ops.DEF
 
 # *** integer sums: c0*t0 + c1*t1 + ... + const ***
 
-def decompose(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
-  terms: list[tuple[UOp, int]] = []
-  const = 0
-  stack = [x]
-  while stack:
-    u = stack.pop()
-    if u.op is Ops.ADD: stack.extend(reversed(u.src))
-    elif u.op is Ops.CONST: const += u.arg
-    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST: terms.append((u.src[0], u.src[1].arg))
-    else: terms.append((u, 1))
-  return terms, const
-
-def build(terms: list[tuple[UOp, int]], const: int, dtype: DType = IDX) -> UOp:
-  ret: UOp | None = None
-  for t, c in terms:
-    if c == 0: continue
-    tt = t if c == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, c)))
-    ret = tt if ret is None else UOp(Ops.ADD, dtype, (ret, tt))
-  if ret is None: return UOp.const(dtype, const)
-  return ret if const == 0 else UOp(Ops.ADD, dtype, (ret, UOp.const(dtype, const)))
+# the simplifier's sum-of-products helpers, with the index dtype as the default
+decompose = decompose_sum
+def build(terms: list[tuple[UOp, int]], const: int, dtype: DType = IDX) -> UOp: return build_sum(dtype, terms, const)
 
 def _has(x: UOp, targets: frozenset[UOp] | set[UOp]) -> bool: return any(u in targets for u in x.toposort())
 
