@@ -11,7 +11,7 @@ from replay.execcheck import exec_report, compare, seeded_fill
 from tinysched import Tensor, UOp, Ops, dtypes
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 from tinysched.shape import View, ShapeTracker
-from tests.test_replay import workload, patch_ast, swap_commutative, double_consts
+from tests.test_replay import workload, patch_ast, plant_no_fusion, swap_commutative, double_consts
 
 DEVICE = "NUMPY"  # the logic under test; tests/test_opencl.py runs kernels on OpenCL
 
@@ -80,11 +80,7 @@ def test_index_offset_change_is_a_mismatch(db, monkeypatch):
   assert any(r.exec and r.exec["verdict"] == "mismatch" for r in rep.results)
 
 def test_fusion_change_at_schedule_level_is_equivalent(db, monkeypatch):
-  orig = S.group_realizes
-  def no_fusion(ctx, realizes):
-    for r in ctx.allbufs: realizes[r] = r
-    return orig(ctx, realizes)
-  monkeypatch.setattr(S, "group_realizes", no_fusion)
+  plant_no_fusion(monkeypatch)
   rep = check([str(db)], level="schedule", jobs=1)
   exec_report(rep, device=DEVICE, timing_runs=1)
   changed = [r for r in rep.results if r.outcome == "changed"]

@@ -44,6 +44,14 @@ def patch_ast(monkeypatch, fn):
     return fn(ast), ctx
   monkeypatch.setattr(S, "full_ast_rewrite", patched)
 
+def plant_no_fusion(monkeypatch):
+  """A planted grouping change: fuse nothing, every intermediate buffer becomes its own kernel."""
+  orig = S.group_realizes
+  def no_fusion(ctx, realizes):
+    for r in ctx.allbufs: realizes[r] = r
+    return orig(ctx, realizes)
+  monkeypatch.setattr(S, "group_realizes", no_fusion)
+
 swap_commutative = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
                                     lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None, "swap_commutative")],
                                   name="swap")
@@ -101,12 +109,7 @@ def test_constant_change_is_a_different_group(db, monkeypatch):
   assert any(c["path"].endswith("CONST.arg") for c in ex.changes)
 
 def test_schedule_level_sees_fusion_changes(db, monkeypatch):
-  # a grouping change: fuse nothing, every intermediate buffer becomes its own kernel
-  orig = S.group_realizes
-  def no_fusion(ctx, realizes):
-    for r in ctx.allbufs: realizes[r] = r
-    return orig(ctx, realizes)
-  monkeypatch.setattr(S, "group_realizes", no_fusion)
+  plant_no_fusion(monkeypatch)
   rep = check([str(db)], level="schedule", jobs=1)
   changed = [r for r in rep.results if r.outcome == "changed"]
   assert changed
