@@ -617,7 +617,7 @@ class Lowerer:
     for ld, lbuf, layout_idx in pending: self.stage[ld] = (lbuf, layout_idx, bar)
 
   def lower_stores(self) -> None:
-    k, em = self.k, self.em
+    k = self.k
     out_combos = self.lane_combos(self.out_lanes)
     gate_g: UOp | None = None
     for a, j, p in self.plist:
