@@ -14,6 +14,8 @@ class Report:
   workers: int = 1
   fatal: list[str] = field(default_factory=list)     # stores that could not be opened at all
   shard: str | None = None
+  perf_gate: float | None = None                     # --perf-gate PCT
+  paired: bool = False                               # replay diff/commits: results pair rows of two stores
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1
@@ -30,9 +32,20 @@ class Report:
     return out
   def exit_code(self) -> int:
     c = self.counts()
-    if self.fatal or c["error"] or c["incompatible"]: return 2
-    if any(r.exec and r.exec.get("verdict") in ("mismatch", "failed") for r in self.results): return 1
+    from replay.execcheck import EXIT_2_VERDICTS, FAIL_VERDICTS
+    verdicts = {r.exec.get("verdict") for r in self.results if r.exec}
+    if self.fatal or c["error"] or c["incompatible"] or verdicts & set(EXIT_2_VERDICTS): return 2
+    if verdicts & set(FAIL_VERDICTS) or self.perf_failures(): return 1
     return 1 if c["changed"] else 0
+  def perf_failures(self) -> list[Result]:
+    """Captures whose new kernels are slower than the old by more than --perf-gate PCT beyond noise (none when off)."""
+    if self.perf_gate is None: return []
+    out = []
+    for r in self.results:
+      e = r.exec or {}
+      o, n, noise = e.get("old_time_s"), e.get("new_time_s"), e.get("noise") or 0.0
+      if o and n and n > o * (1 + max(self.perf_gate / 100, 2 * noise)) + 20e-6: out.append(r)
+    return out
 
 def shard_of(key: str, n: int) -> int:
   """Deterministic shard of a capture: by its input key, so shards are stable across machines and runs."""

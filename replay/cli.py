@@ -9,13 +9,9 @@ from pathlib import Path
 import click
 from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
+from replay.cli_common import _fail, exec_options, report_options, _exec_device, run_exec
 
 DEFAULT_GLOB = "captures/*.db"
-
-def _fail(msg: str, hint: str | None = None) -> None:
-  click.echo(f"replay: error: {msg}", err=True)
-  if hint: click.echo(f"  next: {hint}", err=True)
-  sys.exit(2)
 
 def _dbs(paths: tuple[str, ...]) -> list[str]:
   if paths: return list(paths)
@@ -43,23 +39,16 @@ def main() -> None:
 @click.option("--key", help="only captures whose input or output key starts with this")
 @click.option("-j", "--jobs", type=int, default=None, help="parallel workers (default: all cores)")
 @click.option("--shard", help="replay only shard I of N (I/N), split deterministically by capture key")
-@click.option("--exec", "exec_mode", flag_value="changed", default=None, help="run changed kernels old vs new on the device")
-@click.option("--exec-all", "exec_mode", flag_value="all", help="run every captured kernel old vs new on the device")
-@click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT)")
 @click.option("--slower-threshold", type=float, default=0.10, show_default=True, help="flag kernels slower by more than this fraction")
-@click.option("--report-md", type=click.Path(dir_okay=False), help="write a Markdown report (PR comment / job summary)")
-@click.option("--report-json", type=click.Path(dir_okay=False), help="write the JSON report (schema in replay/report.py)")
-@click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML")
-@click.option("-v", "--verbose", is_flag=True, help="print diffs and tracebacks")
-def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, report_md, report_json, junit, verbose) -> None:
+@exec_options
+@report_options
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, timeout, perf_gate, report_md, report_json, junit,
+              verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   from replay.check import check, terminal_progress
+  device = _exec_device(exec_mode, device)
   rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress())
-  if exec_mode:
-    from replay.execcheck import exec_report
-    # every kernel of the store (--exec-all) is a correctness sweep: fewer timing runs than for the changed ones
-    exec_report(rep, mode=exec_mode, device=device, slower_threshold=slower_threshold, progress=terminal_progress(),
-                timing_runs=5 if exec_mode == "changed" else 1)
+  run_exec(rep, exec_mode, device, slower_threshold, timeout, perf_gate)
   _emit(rep, report_md, report_json, junit, verbose)
 
 def _emit(rep, report_md, report_json, junit, verbose) -> None:
@@ -75,15 +64,15 @@ def _emit(rep, report_md, report_json, junit, verbose) -> None:
 @click.argument("new_db")
 @click.option("--level", type=click.Choice(LEVELS))
 @click.option("--label")
-@click.option("--report-md", type=click.Path(dir_okay=False))
-@click.option("--report-json", type=click.Path(dir_okay=False))
-@click.option("--junit", type=click.Path(dir_okay=False))
-@click.option("-v", "--verbose", is_flag=True)
-def diff_cmd(old_db, new_db, level, label, report_md, report_json, junit, verbose) -> None:
-  """Compare two capture stores produced by different code."""
+@exec_options
+@report_options
+def diff_cmd(old_db, new_db, level, label, exec_mode, device, timeout, perf_gate, report_md, report_json, junit, verbose) -> None:
+  """Compare two capture stores produced by different code (--exec: run the paired kernels old vs new vs the reference)."""
   from replay.compare import compare
+  device = _exec_device(exec_mode, device)
   try: rep = compare(old_db, new_db, level=level, label=label)
   except StoreError as e: _fail(str(e), "pass two .db files written by `replay capture` or `replay suite`")
+  run_exec(rep, exec_mode, device, timeout=timeout, perf_gate=perf_gate)
   _emit(rep, report_md, report_json, junit, verbose)
 
 @main.command("capture", context_settings={"ignore_unknown_options": True})

@@ -8,11 +8,7 @@ import os, sys, tempfile
 from pathlib import Path
 import click
 from replay.store import LEVELS
-
-def _fail(msg: str, hint: str | None = None, code: int = 2) -> None:
-  click.echo(f"replay: error: {msg}", err=True)
-  if hint: click.echo(f"  next: {hint}", err=True)
-  sys.exit(code)
+from replay.cli_common import _fail, _exec_device, run_exec
 
 def _models(s: str | None) -> list[str] | None:
   names = [m.strip() for m in (s or "").split(",") if m.strip()]
@@ -42,19 +38,25 @@ def register(main: click.Group) -> None:
   @click.option("--keep", is_flag=True, help="keep the worktrees and both capture stores after a completed run (paths are printed)")
   @click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktrees (default: the system temp dir)")
   @click.option("--timeout", type=float, default=None, help="seconds per model and commit before it counts as failed")
+  @click.option("--exec", "exec_mode", flag_value="changed", default=None, help="run the changed kernels BASE vs HEAD vs the reference")
+  @click.option("--exec-all", "exec_mode", flag_value="all", help="run every paired kernel BASE vs HEAD vs the reference")
+  @click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT)")
   @click.option("--report-md", type=click.Path(dir_okay=False), help="write a Markdown report")
   @click.option("--report-json", type=click.Path(dir_okay=False), help="write the JSON report (schema in replay/report.py)")
   @click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML")
   @click.option("-v", "--verbose", is_flag=True, help="print diffs")
-  def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout, report_md, report_json, junit, verbose) -> None:
+  def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout, exec_mode, device, report_md, report_json, junit,
+                  verbose) -> None:
     """Capture the model suite at BASE and at HEAD (default HEAD) in temporary git worktrees, each with its own
     code, and show what changed in between (same report and exit codes as `replay diff`)."""
     from replay.commits import run_commits, counts_table, CommitsError
     from replay import report as R
     lv = _levels(levels)
+    device = _exec_device(exec_mode, device)
     try:
       res = run_commits(base, head, models=_models(models), quick=not full, levels=lv, level=level, keep=keep, tmp_dir=tmp_dir,
-                        timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush())
+                        timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush(),
+                        after_compare=lambda rep: run_exec(rep, exec_mode, device))
     except CommitsError as e: _fail(str(e), e.hint)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (replay.commits.Interrupted): the worktrees are already gone
       _fail(f"interrupted ({e or 'SIGINT'}); the temporary worktrees were removed", "run `replay commits` again")

@@ -206,8 +206,9 @@ def _capture(side: Side, models: list[str], quick: bool, levels: tuple[str, ...]
 
 def run_commits(base_ref: str, head_ref: str, models: list[str] | None = None, quick: bool = True, levels: tuple[str, ...] = LEVELS,
                 level: str | None = None, keep: bool = False, tmp_dir: str | None = None, timeout: float | None = None,
-                cwd: Path | str | None = None, log: Log = print) -> CommitsResult:
-  """Capture the suite at both commits in temporary worktrees and compare the captures (HEAD against BASE)."""
+                cwd: Path | str | None = None, log: Log = print, after_compare=None) -> CommitsResult:
+  """Capture the suite at both commits in temporary worktrees and compare the captures (HEAD against BASE).
+  `after_compare(report)` runs while both stores still exist (the execution check of `--exec`)."""
   from replay.compare import compare
   root = repo_root(cwd)
   base = Side("BASE", base_ref, resolve(root, base_ref))
@@ -242,6 +243,7 @@ def run_commits(base_ref: str, head_ref: str, models: list[str] | None = None, q
       _capture(s, [m for m in names if m in suites[s.name]], quick, levels, timeout, log)
     for s in (base, head): s.counts = store_counts(s.db)
     rep = compare(str(base.db), str(head.db), level=level)
+    if after_compare is not None: after_compare(rep)
     if keep:
       wt.keep = True
       notes.append(f"kept worktrees and stores in {wt.tmp} (remove with: git worktree remove --force <path>; git worktree prune)")

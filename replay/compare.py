@@ -25,7 +25,7 @@ def _index(store: Store) -> dict[tuple, dict]:
 
 def compare(old_path: str, new_path: str, level: str | None = None, label: str | None = None) -> Report:
   t0 = time.perf_counter()
-  rep = Report(sources=[old_path, new_path])
+  rep = Report(sources=[old_path, new_path], paired=True)
   old, new = Store(old_path, readonly=True), Store(new_path, readonly=True)
   try:
     oi, ni = _index(old), _index(new)
@@ -37,6 +37,7 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
       assert row is not None
       r = Result(new_path, row["run_id"], row["seq"], k[0], k[1], row["input_key"], o["output_key"] if o else "",
                  new_key=n["output_key"] if n else None, metadata=row.get("metadata"))
+      if o is not None and n is not None: r.pair = {"old_db": old_path, "old": [o["run_id"], o["seq"]], "new": [n["run_id"], n["seq"]]}
       if o is None or n is None:
         r.outcome = "changed"
         r.reason = "only in the new capture" if o is None else "only in the old capture"

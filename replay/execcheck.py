@@ -1,169 +1,433 @@
-"""The execution check: run the stored (old) and the current (new) kernels on a device with the same seeded
-inputs, and the stored AST on the NUMPY interpreter as the reference; decide `equivalent` or `mismatch`
-and time both.
+"""The execution check: run a capture's stored (old) and current (new) kernels on a device, each side on its
+own buffers, and check both against an independent reference.
 
-Kernels run in a worker process (`python -m replay.execcheck worker`) fed one job per line, so a kernel that
-hangs or crashes the driver is reported (`timeout` / `failed`) and the check goes on with a fresh worker.
+Sides, by capture level:
+- kernel: old = the stored AST, new = today's `full_ast_rewrite` of the stored pre-sink; both rendered by
+  today's code generator;
+- schedule: old = the stored kernel list, new = today's `schedule_graph` of the stored big graph; when the
+  lists differ (kernels merged or split), every buffer both write is compared and the report maps old
+  kernels to the new ones that write the same buffers;
+- program: old = the stored OpenCL source exactly as captured, launched with its captured launch
+  dimensions; new = today's codegen for the stored AST and optimization choices.
+`replay diff`/`commits` pair two stores instead: both sides are stored, nothing is recomputed.
 
-Inputs: every buffer of the kernel is filled from a seed derived from the capture's input key, with values
-safe for the dtype (floats in [0.5, 2): exp/log/recip/sqrt stay finite; small ints; random bools). Outputs are
-compared with tolerances by dtype (exact for ints and bools); NaN and inf must sit at the same positions.
+The reference, which shares no index code with the compiler (the NUMPY interpreter evaluates views from
+shape/strides/offset/mask, floats accumulate in float64):
+1. every kernel of each side, as it runs, against the interpreter on a copy of the device buffers just
+   before it: a device, runtime or codegen bug is caught at the kernel that has it, and errors cannot
+   compound along a deep model, so the tolerance stays tight. Outputs that hang on a float decision with
+   near-equal operands (a recomputed value compared with a stored max) are left unjudged and counted
+   (`undecidable_elements`): no reference that rounds differently from the device can decide them;
+2. schedule level: both kernel lists, run by the interpreter from the same inputs, against the
+   scheduler's input graph evaluated op by op (`replay.reference`): a realize or fusion bug (a padded
+   view over an unsafe op that is no longer realized) shows even when old and new agree.
+
+Verdicts: `equivalent` (old ≈ new, both ≈ reference), `mismatch` (old and new differ), `wrong` (a side
+disagrees with the reference, also when old and new agree), `unstable` (a side, run twice on the same
+inputs, gives different bits), `failed` (could not compile or run), `timeout`, `skipped` (with the reason).
+Nothing is reused between the sides: each is launched on fresh buffers and timed on its own.
+
+Kernels run in worker processes (`python -m replay.execcheck worker`) fed one job per line, so a kernel that
+hangs or crashes the driver becomes `timeout`/`failed` and the check goes on with a fresh worker. A job's
+time limit comes from a calibration run and its size (or --timeout); one that times out is retried once
+alone with twice the time before it counts.
+
+Timing: one warm-up, then rounds that interleave old, new and old again; each side's time is the minimum
+over rounds; the noise is how far the two old series disagree. `slower`/`faster` only beyond
+max(threshold, 2 x noise) plus an absolute floor. FLOPs and bytes per kernel come from the AST.
 """
 from __future__ import annotations
-import json, os, select, statistics, subprocess, sys, tempfile, threading, time, traceback
-from dataclasses import dataclass
+import json, os, select, subprocess, sys, tempfile, threading, time, traceback
 from typing import Any, Callable
 import numpy as np
+from replay.execinputs import TOLERANCES, compare, domains, seeded_fill, same_bits, kernel_cost, discontinuous  # noqa: F401
 
-TOLERANCES = {"half": (1e-2, 1e-2), "float": (1e-3, 1e-4), "double": (1e-7, 1e-9)}  # (rtol, atol) by dtype name
-DEFAULT_TIMEOUT_S = 60.0
-MIN_SLOWER_S = 20e-6  # a kernel is only "slower" if it also lost at least this much time
+MIN_TIMEOUT_S = 120.0        # the floor of a job's time limit; scaled up by the calibration run and the job's size
+SECONDS_PER_ELEMENT = 2e-6   # added to a job's limit per buffer element (the reference's cost grows with it)
+MIN_SLOWER_S = 20e-6         # a kernel is only "slower" if it also lost at least this much time
+FAIL_VERDICTS = ("mismatch", "wrong", "unstable", "failed", "timeout")   # always fail the gate
+EXIT_2_VERDICTS = ("failed", "timeout")                                   # the check itself could not decide
 
-def seeded_fill(size: int, dtype, seed: int) -> np.ndarray:
-  from tinysched.dtype import dtypes
-  rng = np.random.default_rng(seed)
-  npd = dtype.np
-  if dtypes.is_float(dtype): return rng.uniform(0.5, 2.0, size).astype(npd)
-  if dtypes.is_bool(dtype): return rng.integers(0, 2, size).astype(np.bool_)
-  lo = 0 if dtypes.is_unsigned(dtype) else -8
-  return rng.integers(lo, 9, size).astype(npd)
+# *** building jobs (in the parent, with the current code) ***
 
-def compare(a: np.ndarray, b: np.ndarray, dtype_name: str) -> dict[str, Any]:
-  """How b differs from a: {"equal", "max_abs_err", "max_rel_err", "n_diff", "first_diff"}; NaN/inf by position."""
-  if a.dtype.kind in "biu" or a.dtype == np.bool_:
-    diff = a != b
-    ae = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    return {"equal": not diff.any(), "max_abs_err": float(ae.max()) if ae.size else 0.0, "max_rel_err": None, "n_diff": int(diff.sum()),
-            "first_diff": np.flatnonzero(diff)[:5].tolist()}
-  rtol, atol = TOLERANCES.get(dtype_name, (1e-3, 1e-4))
-  a64, b64 = a.astype(np.float64), b.astype(np.float64)
-  nan_a, nan_b = np.isnan(a64), np.isnan(b64)
-  inf_mismatch = (np.isinf(a64) | np.isinf(b64)) & (a64 != b64) & ~(nan_a | nan_b)
-  finite = ~(nan_a | nan_b | np.isinf(a64) | np.isinf(b64))
-  with np.errstate(all="ignore"):
-    ae = np.where(finite, np.abs(a64 - b64), 0.0)
-    re = np.where(finite, ae / np.maximum(np.abs(a64), 1e-30), 0.0)
-  bad = (nan_a != nan_b) | inf_mismatch | (finite & (ae > atol + rtol * np.abs(a64)))
-  return {"equal": not bad.any(), "max_abs_err": float(ae.max()) if ae.size else 0.0, "max_rel_err": float(re.max()) if re.size else 0.0,
-          "n_diff": int(bad.sum()), "first_diff": np.flatnonzero(bad)[:5].tolist(), "rtol": rtol, "atol": atol}
+def _enc(ast) -> str:
+  from replay.encode import encode_graph
+  return encode_graph([ast]).decode()
+
+def _specs(graph) -> dict[int, list]:
+  from tinysched.ops import Ops
+  return {u.arg[0]: [u.arg[1][1], u.arg[1][2].name] for u in graph.toposort() if u.op is Ops.BUFFER}
+
+class _Sides:
+  """Where a job's two sides come from. `replay check`: old = the stored output, new = the current code on the stored
+  input. `replay diff`/`commits` (paired): old and new are both stored, in two stores, and nothing is recomputed."""
+  def __init__(self, store, input_key: str, stored_key: str, ex: dict, old_store=None, new_key: str | None = None, new_ex: dict | None = None):
+    self.store, self.input_key, self.stored_key, self.ex = store, input_key, stored_key, ex
+    self.old_store, self.new_key, self.new_ex = old_store or store, new_key, new_ex
+  @property
+  def paired(self) -> bool: return self.new_key is not None
+  def input(self) -> bytes: return self.store.blob(self.input_key)
+  def old_output(self) -> bytes: return self.old_store.blob(self.stored_key)
+  def new_output(self) -> bytes: return self.store.blob(self.new_key)
+
+def _kernel_job(src: _Sides, names: dict) -> dict:
+  from replay.runner import decode_output
+  from replay.encode import decode_kernel_input, bound_values
+  from tinysched.schedule import full_ast_rewrite
+  pre, vv, asg = decode_kernel_input(src.input())
+  names.update(bound_values(pre, vv))
+  if src.paired: new_ast, new_map = decode_output("kernel", src.new_output()), list((src.new_ex or {}).get("bufs") or [])
+  else:
+    new_ast, ctx = full_ast_rewrite(pre, vv, asg)
+    new_map = [b.arg[0] for b in ctx.bufs]
+  old_ast = decode_output("kernel", src.old_output())
+  old_map = list(src.ex.get("bufs") or new_map)  # older rows have no map: the same signature as today's
+  if not new_map: new_map = old_map
+  return {"specs": _specs(pre), "old": [["ast", _enc(old_ast), old_map]], "new": [["ast", _enc(new_ast), new_map]],
+          "reference": {"kind": "kernels", "side": "old"}, "domains": domains([pre])}
+
+def _schedule_job(src: _Sides, names: dict) -> dict:
+  from replay.runner import decode_output
+  from replay.encode import decode_schedule_input, bound_values, encode_graph
+  from tinysched.ops import Ops
+  from tinysched.schedule import schedule_graph
+  graph, vv = decode_schedule_input(src.input())
+  names.update(bound_values(graph, vv))
+  if src.paired:
+    new_asts, new_maps = decode_output("schedule", src.new_output()), (src.new_ex or {}).get("bufs")
+    if not new_maps or len(new_maps) != len(new_asts): return {"skip": "the new capture has no buffer map for its kernels (re-capture it)"}
+    new = [["ast", _enc(a), list(m)] for a, m in zip(new_asts, new_maps)]
+  else:
+    kernels, vv2 = schedule_graph(graph, vv)
+    names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
+    new = [["ast", _enc(k.ast), [b.arg[0] for b in k.bufs]] for k in kernels]
+  old_asts = decode_output("schedule", src.old_output())
+  maps = src.ex.get("bufs")
+  if not maps or len(maps) != len(old_asts): return {"skip": "the capture has no buffer map for its kernels (re-capture it)"}
+  old = [["ast", _enc(a), list(m)] for a, m in zip(old_asts, maps)]
+  outputs = sorted({s.src[0].arg[0] for s in graph.src if s.op is Ops.VIEW and s.src and s.src[0].op is Ops.BUFFER})
+  return {"specs": _specs(graph), "old": old, "new": new, "outputs": outputs, "domains": domains([graph]),
+          "reference": {"kind": "graph", "graph": encode_graph([graph]).decode()}}
+
+def _program_job(src: _Sides, names: dict) -> dict:
+  from replay.encode import parse
+  from replay.program import replay_program_full, launch_json
+  launch = src.ex.get("launch")
+  if not launch: return {"skip": "the capture has no launch dimensions for its stored source (captured before they were recorded; re-capture it)"}
+  doc = parse(src.input())
+  ast = doc.roots()[0]
+  if src.paired:
+    new_src, new_launch = src.new_output().decode(), (src.new_ex or {}).get("launch")
+    if not new_launch: return {"skip": "the new capture has no launch dimensions for its source (re-capture it)"}
+  else:
+    prg = replay_program_full(doc)
+    new_src, new_launch = prg.src, launch_json(prg)
+  return {"specs": None, "ast": _enc(ast), "old": [["src", launch["name"], src.old_output().decode(), launch]],
+          "new": [["src", new_launch["name"], new_src, new_launch]], "reference": {"kind": "kernels", "side": "ast"},
+          "domains": domains([ast], lambda u: u.arg if u.op.name == "DEFINE_GLOBAL" else None)}
+
+def build_job(db: str, level: str, input_key: str, stored_key: str, extra: str | None, var_vals: str | None,
+              old_db: str | None = None, new_key: str | None = None, new_extra: str | None = None) -> dict:
+  """Everything the worker needs, computed here with the current code (or, with old_db/new_key, read from two stores)."""
+  from replay.store import Store
+  names = json.loads(var_vals or "{}")
+  builders = {"kernel": _kernel_job, "schedule": _schedule_job, "program": _program_job}
+  if level not in builders: return {"skip": f"no execution check at {level} level"}
+  store = Store(db, readonly=True)
+  old_store = Store(old_db, readonly=True) if old_db else None
+  try: job = builders[level](_Sides(store, input_key, stored_key, json.loads(extra or "{}"), old_store, new_key, json.loads(new_extra or "null")), names)
+  finally:
+    store.close()
+    if old_store is not None: old_store.close()
+  if "skip" in job: return job
+  return {**job, "level": level, "names": names, "seed": int(input_key[:8], 16)}
 
 # *** inside the worker ***
 
-@dataclass
-class _Kernel:
-  ast: Any
-  bufs: list[int]   # DEFINE_GLOBAL i -> canonical buffer number
+def _dtype(name: str):
+  from tinysched.dtype import dtypes
+  return dtypes.from_name(name)
 
-def _run_list(device: str, kernels: list[_Kernel], host: dict[int, np.ndarray], specs: dict[int, tuple[int, Any]], names: dict[str, int],
-              timing_runs: int = 0) -> tuple[dict[int, np.ndarray], list[float]]:
-  """Run kernels in order on fresh device copies of `host`; return the final contents and per-kernel median times."""
-  from tinysched.device import Buffer, Device
+def _program_specs(ast, names: dict[str, int]) -> tuple[dict[int, tuple[int, Any]], dict[str, int]]:
+  """Buffer sizes of a bare kernel AST (program level has no BUFFER nodes): the largest position any of its views
+  reaches, evaluated by the reference's view code. Unbound Variables take their largest value."""
+  from tinysched.ops import Ops
+  from replay.reference import _positions
+  from tinysched.realize import kernel_vars
+  vv = {v: names.get(v.arg[0], v.arg[2]) for v in kernel_vars(ast)}
+  specs: dict[int, tuple[int, Any]] = {}
+  for u in ast.toposort():
+    if u.op in (Ops.LOAD, Ops.STORE):
+      g = u.src[0]
+      _, idx, valid = _positions(u.src[1].arg, vv)
+      hi = int(idx[valid].max()) + 1 if valid.any() else 1
+      old = specs.get(g.arg, (0, g.dtype.base))[0]
+      specs[g.arg] = (max(old, hi), g.dtype.base)
+  return dict(sorted(specs.items())), {v.arg[0]: x for v, x in vv.items()}
+
+class _Side:
+  """One side's kernels, launched on a device: AST kernels through today's codegen, stored sources as they are."""
+  def __init__(self, device: str, items: list, names: dict[str, int]):
+    from replay.encode import decode_graph
+    self.device, self.names = device, names
+    self.items = [(it[0], decode_graph(it[1].encode())[0], list(it[2])) if it[0] == "ast" else tuple(it) for it in items]
+  def run(self, bufs: dict[int, Any], timed: bool = False, check=None) -> list[float]:
+    """Run every kernel once, in order; returns per-kernel seconds when timed. `check(k, item, before, after)` sees
+    each kernel's buffers (host copies) just before and just after it ran."""
+    from tinysched.device import Device
+    be = Device[self.device]
+    times = []
+    for k, it in enumerate(self.items):
+      before = {i: bufs[i].numpy() for i in self.touched(it)} if check is not None else None
+      t0 = time.perf_counter()
+      t = self.run_one(be, it, bufs, timed)
+      if t is None:  # no profiling event: wall time around a synchronize
+        be.synchronize()
+        t = time.perf_counter() - t0
+      if timed: times.append(t)
+      if check is not None:
+        be.synchronize()
+        check(k, it, before, {i: bufs[i].numpy() for i in _outputs_of(it, self)})
+    return times
+  def touched(self, it) -> list[int]:
+    return sorted(set(it[2])) if it[0] == "ast" else list(range(len(it[3]["dtypes"])))
+  def run_one(self, be, it, bufs: dict[int, Any], timed: bool) -> float | None:
+    """Launch one kernel item; its device time when the backend measures it, else None."""
+    from tinysched.ops import Ops
+    from tinysched.realize import kernel_vars
+    if it[0] != "ast":
+      _, name, src, launch = it
+      return _launch_source(be, name, src, launch, [bufs[i] for i in range(len(launch["dtypes"]))], self.names)
+    _, ast, m = it
+    args = [bufs[i] for i in m]
+    if ast.op is not Ops.SINK:
+      if ast.op is Ops.COPY: args[0].copyin(args[1].numpy().view(args[0].dtype.np)[:args[0].size])
+      return 0.0
+    vv = {v: self.names[v.arg[0]] for v in kernel_vars(ast)}
+    if timed and hasattr(be, "run"): return be.run(ast, args, vv)
+    be.exec_ast(ast, args, vv)
+    return None
+
+def _launch_source(be, name: str, src: str, launch: dict, args: list, names: dict[str, int]) -> float:
+  from replay.encode import decode_graph
+  from tinysched.uop import sym_infer
+  if not hasattr(be, "run_source"): raise RuntimeError(f"device {be.name} cannot run OpenCL source (program-level captures need an OpenCL device)")
+  by_name: dict = {}
+  gs = []
+  for g in launch["global"]:
+    if isinstance(g, int): gs.append(g); continue
+    u = decode_graph(g["uop"].encode())[0]
+    for x in u.toposort():
+      if x.op.name == "DEFINE_VAR": by_name[x] = names[x.arg[0]]
+    gs.append(int(sym_infer(u, by_name)))
+  bits = launch.get("var_bits") or [32] * len(launch["vars"])
+  scalars = [(np.int64 if b == 64 else np.int32)(names[v]) for v, b in zip(launch["vars"], bits)]
+  if any(g <= 0 for g in gs): return 0.0
+  return be.run_source(name, src, args, tuple(gs), tuple(launch["local"]) if launch.get("local") else None, scalars)
+
+def _fresh(device: str, host: dict[int, np.ndarray], specs: dict[int, tuple[int, Any]]) -> dict[int, Any]:
+  from tinysched.device import Buffer
+  return {i: Buffer(device, specs[i][0], specs[i][1]).allocate().copyin(host[i]) for i in host}
+
+def _outputs_of(it, side) -> list[int]:
+  """The buffers one kernel item writes."""
+  from tinysched.ops import Ops
+  if it[0] != "ast": return sorted({s.src[0].arg for s in side.ast.src if s.op is Ops.STORE})
+  _, ast, m = it
+  if ast.op is Ops.SINK: return sorted({m[s.src[0].arg] for s in ast.src if s.op is Ops.STORE})
+  return [m[0]] if m else []
+
+def _interpret(it, side, bufs: dict[int, np.ndarray], names: dict[str, int]) -> None:
+  """One kernel item on numpy buffers, in place, by the reference interpreter (floats accumulate in float64).
+  A stored OpenCL source (program level) is checked against the AST it was generated from."""
   from tinysched.ops import Ops
   from tinysched.realize import kernel_vars
-  bufs = {i: Buffer(device, specs[i][0], specs[i][1]).copyin(host[i]) for i in host}
-  be = Device[device]
-  for k in kernels:
-    args = [bufs[i] for i in k.bufs]
-    if k.ast.op is not Ops.SINK:
-      if k.ast.op is Ops.COPY: args[0].copyin(args[1].numpy().view(args[0].dtype.np)[:args[0].size])
-      continue
-    be.exec_ast(k.ast, args, {v: names[v.arg[0]] for v in kernel_vars(k.ast)})
-    be.synchronize()
-  out = {i: b.numpy() for i, b in bufs.items()}
-  times: list[float] = []
-  for k in kernels if timing_runs else []:
-    if k.ast.op is not Ops.SINK: continue
-    vv = {v: names[v.arg[0]] for v in kernel_vars(k.ast)}
-    args = [bufs[i] for i in k.bufs]
-    ts = []
-    for r in range(timing_runs + 2):  # two warm-up runs
-      if hasattr(be, "run"): t = be.run(k.ast, args, vv)  # profiling-event time where the backend has it
-      else:
-        t0 = time.perf_counter(); be.exec_ast(k.ast, args, vv); be.synchronize(); t = time.perf_counter() - t0
-      if r >= 2: ts.append(t)
-    times.append(statistics.median(ts))
-  return out, times
+  from tinysched.runtime.interpreter import exec_ast
+  ast, m = (it[1], it[2]) if it[0] == "ast" else (side.ast, sorted(bufs))  # program level: DEFINE_GLOBAL i is buffer i
+  args = [bufs[i] for i in m]
+  if ast.op is Ops.COPY: args[0][:] = args[1].view(args[0].dtype)[:args[0].size]
+  elif ast.op is Ops.SINK: exec_ast(ast, args, {v: names[v.arg[0]] for v in kernel_vars(ast)}, reference=True)
 
-def build_job(db: str, level: str, input_key: str, stored_key: str, extra: str | None, var_vals: str | None) -> dict:
-  """Everything the worker needs, computed here with the current code: both kernel lists (encoded ASTs with
-  their buffer maps), the buffers, the Variables' values, which buffers to compare."""
-  from replay.store import Store
-  from replay.runner import decode_output
-  from replay.encode import decode_kernel_input, decode_schedule_input, encode_graph, bound_values
-  from tinysched.ops import Ops
-  from tinysched.schedule import full_ast_rewrite, schedule_graph
-  ex = json.loads(extra or "{}")
-  names = json.loads(var_vals or "{}")
-  store = Store(db, readonly=True)
-  try:
-    if level == "kernel":
-      pre, vv, asg = decode_kernel_input(store.blob(input_key))
-      names.update(bound_values(pre, vv))  # from the input itself: older rows' summary may lack some
-      new_ast, ctx = full_ast_rewrite(pre, vv, asg)
-      new = [(new_ast, [b.arg[0] for b in ctx.bufs])]
-      old = [(decode_output("kernel", store.blob(stored_key)), list(ex.get("bufs") or new[0][1]))]  # no map stored: same signature
-      graph, outputs = pre, None
-    elif level == "schedule":
-      graph, vv = decode_schedule_input(store.blob(input_key))
-      names.update(bound_values(graph, vv))
-      kernels, vv2 = schedule_graph(graph, vv)
-      names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
-      new = [(k.ast, [b.arg[0] for b in k.bufs]) for k in kernels]
-      old_asts = decode_output("schedule", store.blob(stored_key))
-      maps = ex.get("bufs")
-      if not maps or len(maps) != len(old_asts): return {"skip": "the capture has no buffer map for its kernels"}
-      old = list(zip(old_asts, maps))
-      outputs = sorted({s.buf_uop.arg[0] for s in graph.src if s.op is Ops.VIEW})  # the schedule's results
-    else: return {"skip": f"no execution check at {level} level"}
-  finally: store.close()
-  specs = {u.arg[0]: [u.arg[1][1], u.arg[1][2].name] for u in graph.toposort() if u.op is Ops.BUFFER}
-  def enc(ks): return [[encode_graph([a]).decode(), list(m)] for a, m in ks]
-  return {"specs": specs, "old": enc(old), "new": enc(new), "outputs": outputs, "names": names, "seed": int(input_key[:8], 16)}
+class _KernelCheck:
+  # (the reference of one kernel: its outputs, and per output the elements a few ULP of input noise can flip)
+  """Checks every kernel of a side as it runs: the interpreter evaluates the kernel on a copy of the device buffers as
+  they were just before it, and its outputs must match the device's. Errors cannot compound along a kernel list, so the
+  tolerance stays tight however deep the model is. Interpretations are memoized on (kernel, input bytes): a side whose
+  kernel saw exactly the same inputs as the other side's does not pay twice (the device runs are never shared)."""
+  def __init__(self, specs, names): self.specs, self.names, self.memo, self.findings, self.undecidable = specs, names, {}, [], 0
+  def __call__(self, side_name: str, k: int, it, side, before: dict[int, np.ndarray], after: dict[int, np.ndarray]) -> None:
+    import hashlib
+    key = (it[1].key if it[0] == "ast" else hashlib.sha256(it[2].encode()).hexdigest(), tuple(it[2]) if it[0] == "ast" else (),
+           tuple(hashlib.blake2b(before[i].tobytes(), digest_size=16).hexdigest() for i in sorted(before)))
+    if (got := self.memo.get(key)) is None:
+      got = self.memo[key] = self._reference(it, side, before, sorted(after))
+    ref, undecidable = got
+    for i in sorted(after):
+      c = compare(ref[i], after[i], self.specs[i][1].name, undecidable.get(i))
+      if not c["equal"]:
+        self.findings.append({**c, "kind": "wrong", "buffer": i, "kernel": k, "sides": f"{side_name} kernel {k} vs reference"})
+        return
+      if c.get("n_undecidable"): self.undecidable += c["n_undecidable"]
+  def _reference(self, it, side, before: dict[int, np.ndarray], outs: list[int]) -> tuple[dict, dict]:
+    def run(inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+      bufs = {i: b.copy() for i, b in inputs.items()}
+      _interpret(it, side, bufs, self.names)
+      return {i: bufs[i] for i in outs}
+    ref = run(before)
+    ast = it[1] if it[0] == "ast" else side.ast
+    if not discontinuous(ast): return ref, {}
+    # a decision on float values: the outputs that hang on a near tie are left unjudged (counted in the report)
+    from replay.reference import uncertain_outputs
+    from tinysched.realize import kernel_vars
+    m = it[2] if it[0] == "ast" else sorted(before)
+    doubt = uncertain_outputs(ast, [before[i] for i in m], {v: self.names[v.arg[0]] for v in kernel_vars(ast)})
+    if doubt is None: return ref, {}
+    return ref, {m[k]: d for k, d in doubt.items() if m[k] in ref}
 
-def _written(ast, bufs: list[int]) -> list[int]:
-  from tinysched.ops import Ops
-  if ast.op is not Ops.SINK: return [bufs[0]] if bufs else []
-  return [bufs[s.src[0].arg] for s in ast.src if s.op is Ops.STORE]
-
-def run_job(job: dict, device: str, timing_runs: int) -> dict:
-  """Run a built job (see build_job) on `device`, the old kernels on the NUMPY interpreter as the reference, and compare."""
+def _graph_check(job: dict, sides: dict[str, "_Side"], host, specs, names) -> tuple[list[dict], str | None]:
+  """Schedule level: the scheduler's input graph evaluated op by op against each side's kernel list run by the
+  interpreter from the same inputs (numpy on both ends, so only a scheduling difference can make them differ:
+  a realize or fusion bug, or a kernel that computes the wrong thing)."""
   from replay.encode import decode_graph
-  from tinysched.dtype import dtypes
-  specs = {int(i): (size, dtypes.from_name(dt)) for i, (size, dt) in job["specs"].items()}
-  old = [_Kernel(decode_graph(a.encode())[0], m) for a, m in job["old"]]
-  new = [_Kernel(decode_graph(a.encode())[0], m) for a, m in job["new"]]
-  compare_bufs = job["outputs"] or sorted({i for k in old + new for i in _written(k.ast, k.bufs)})
-  host = {i: seeded_fill(size, dt, job["seed"] + i) for i, (size, dt) in specs.items()}
-  names = job["names"]
-  try: got_old, t_old = _run_list(device, old, host, specs, names, timing_runs)
-  except Exception as e: return {"verdict": "failed", "side": "old", "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
-  if job["old"] == job["new"]: got_new, t_new = got_old, t_old  # the same kernels: run them once
+  from replay import reference as REF
+  graph = decode_graph(job["reference"]["graph"].encode())[0]
+  try: written, undefined = REF.evaluate(graph, host, REF.graph_vars(graph, names))
+  except REF.TooLarge as e: return [], f"not evaluated: {e}"
+  findings: list[dict] = []
+  seen: dict[str, dict[int, np.ndarray]] = {}
+  for name, side in sides.items():
+    ident = json.dumps(job[name])
+    if (bufs := seen.get(ident)) is None:
+      bufs = {i: a.copy() for i, a in host.items()}
+      for it in side.items: _interpret(it, side, bufs, names)
+      seen[ident] = bufs
+    for i in sorted(set(_written_bufs(side, specs)) & set(written) - undefined):
+      c = compare(written[i], bufs[i], specs[i][1].name)
+      if not c["equal"]:
+        findings.append({**c, "kind": "wrong", "buffer": i, "sides": f"{name} kernels vs the input graph"})
+        break
+  return findings, None
+
+def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 0.10) -> dict:
+  """Run a built job (see build_job): old and new on `device`, each kernel checked against the interpreter; at schedule
+  level both kernel lists against the input graph too; compare, and time."""
+  from replay.encode import decode_graph
+  names = dict(job["names"])
+  old, new = _Side(device, job["old"], names), _Side(device, job["new"], names)
+  if job["specs"] is None:  # program level
+    ast = decode_graph(job["ast"].encode())[0]
+    old.ast = new.ast = ast
+    specs, extra_names = _program_specs(ast, names)
+    names.update({k: v for k, v in extra_names.items() if k not in names})
+  else: specs = {int(i): (size, _dtype(dt)) for i, (size, dt) in job["specs"].items()}
+  doms = {int(k): v for k, v in (job.get("domains") or {}).items()}
+  host = {i: seeded_fill(size, dt, job["seed"] + i, doms.get(i)) for i, (size, dt) in specs.items()}
+  res: dict[str, Any] = {"device": device, "seed": job["seed"], "old_kernels": len(old.items), "new_kernels": len(new.items)}
+  got: dict[str, dict[int, np.ndarray]] = {}
+  unstable: dict[str, list[int]] = {}
+  check = _KernelCheck(specs, names)
+  for name, side in (("old", old), ("new", new)):
+    try:
+      bufs = _fresh(device, host, specs)
+      side.run(bufs, check=lambda k, it, before, after, name=name, side=side: check(name, k, it, side, before, after))
+      got[name] = {i: b.numpy() for i, b in bufs.items()}
+      again = _fresh(device, host, specs)  # the same inputs once more: a side that changes its bits is unstable
+      side.run(again)
+      if (flaky := [i for i, b in again.items() if not same_bits(b.numpy(), got[name][i])]): unstable[name] = flaky
+    except Exception as e:
+      return {**res, "verdict": "failed", "side": name, "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
+  findings: list[dict] = list(check.findings)
+  if check.undecidable: res["undecidable_elements"] = check.undecidable
+  res["reference"] = "each kernel on the interpreter, from the device's inputs to it"
+  if job["reference"]["kind"] == "graph":
+    try: gf, note = _graph_check(job, {"old": old, "new": new}, host, specs, names)
+    except Exception as e:
+      return {**res, "verdict": "failed", "side": "reference", "error": f"the reference could not evaluate this capture: {type(e).__name__}: {e}",
+              "log": traceback.format_exc()[-4000:]}
+    findings += gf
+    res["reference"] += "; both kernel lists against the scheduler's input graph, op by op" + (f" ({note})" if note else "")
+  w_old, w_new = _written_bufs(old, specs), _written_bufs(new, specs)
+  both = sorted(set(w_old) & set(w_new) | set(job.get("outputs") or []))
+  if job["level"] == "schedule" and len(old.items) != len(new.items): res["kernel_map"] = _kernel_map(old, new)
+  for i in both:
+    c = compare(got["old"][i], got["new"][i], specs[i][1].name)
+    if not c["equal"]: findings.insert(0, {**c, "kind": "mismatch", "buffer": i, "sides": "old vs new"})
+  res["compared_buffers"] = both
+  res["wrong_sides"] = sorted({f["sides"].split()[0] for f in findings if f["kind"] == "wrong"}) or None
+  if unstable: res["unstable_sides"] = {k: v[:5] for k, v in unstable.items()}
+  if findings:
+    mism = [f for f in findings if f["kind"] == "mismatch"]
+    worst = max(mism or findings, key=lambda f: (f["n_nonfinite"], f.get("max_abs_err") or 0.0))
+    res.update(verdict="mismatch" if mism else "wrong", max_abs_err=worst.get("max_abs_err"), max_rel_err=worst.get("max_rel_err"),
+               max_ulp=worst.get("max_ulp"), n_diff=worst["n_diff"], n_nonfinite=worst["n_nonfinite"], first_diff=worst.get("first_diff", []),
+               buffer=worst["buffer"], where=worst["sides"], findings=findings[:8])
+  elif unstable:
+    side = sorted(unstable)[0]
+    res.update(verdict="unstable", side=side, buffer=unstable[side][0],
+               error=f"the {side} kernels gave different bits on two runs with the same inputs (buffers {unstable[side][:5]})")
   else:
-    try: got_new, t_new = _run_list(device, new, host, specs, names, timing_runs)
-    except Exception as e: return {"verdict": "failed", "side": "new", "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
-  ref = _run_list("NUMPY", old, host, specs, names)[0] if device != "NUMPY" else got_old
-  diffs: list[dict[str, Any]] = []
-  disagree: set[str] = set()
-  max_abs = 0.0
-  for i in compare_bufs:
-    name = specs[i][1].name
-    c = compare(got_old[i], got_new[i], name)
-    max_abs = max(max_abs, c["max_abs_err"] or 0.0)
-    if not c["equal"]: diffs.append({**c, "buffer": i})
-    if not compare(ref[i], got_old[i], name)["equal"]: disagree.add("old")
-    if not compare(ref[i], got_new[i], name)["equal"]: disagree.add("new")
-  worst = max(diffs, key=lambda d: d["max_abs_err"]) if diffs else {}
-  res: dict[str, Any] = {"device": device, "verdict": "mismatch" if diffs else "equivalent", "max_abs_err": worst.get("max_abs_err", max_abs),
-                         "max_rel_err": worst.get("max_rel_err"), "n_diff": sum(d["n_diff"] for d in diffs),
-                         "first_diff": worst.get("first_diff", []), "buffer": worst.get("buffer"),
-                         "disagrees_with_reference": sorted(disagree) or None, "old_kernels": len(old), "new_kernels": len(new)}
-  if t_old and t_new: res.update(old_time_s=sum(t_old), new_time_s=sum(t_new))
+    errs = [compare(got["old"][i], got["new"][i], specs[i][1].name) for i in both]
+    res.update(verdict="equivalent", max_abs_err=max((e["max_abs_err"] or 0.0 for e in errs), default=0.0),
+               max_rel_err=max((e.get("max_rel_err") or 0.0 for e in errs), default=0.0))
+  if timing_runs:
+    try: res.update(_timing(device, old, new, host, specs, timing_runs, slower_threshold))
+    except Exception as e: res["timing_error"] = f"{type(e).__name__}: {e}"
   return res
 
-def _worker_main(device: str, timing_runs: int) -> None:
+def _written_bufs(side: _Side, specs) -> list[int]:
+  from tinysched.ops import Ops
+  out: set[int] = set()
+  for it in side.items:
+    if it[0] == "ast":
+      _, ast, m = it
+      if ast.op is Ops.SINK: out |= {m[s.src[0].arg] for s in ast.src if s.op is Ops.STORE}
+      elif m: out.add(m[0])
+    else: out |= {s.src[0].arg for s in side.ast.src if s.op is Ops.STORE}
+  return sorted(out)
+
+def _kernel_map(old: _Side, new: _Side) -> list[dict]:
+  """For each old kernel, the new kernels that write any buffer it wrote (a fusion change's old -> new)."""
+  def writes(it) -> set[int]:
+    from tinysched.ops import Ops
+    _, ast, m = it
+    return {m[s.src[0].arg] for s in ast.src if s.op is Ops.STORE} if ast.op is Ops.SINK else set(m[:1])
+  nw = [writes(it) for it in new.items]
+  return [{"old": i, "writes": sorted(w), "new": [j for j, x in enumerate(nw) if x & w]} for i, w in enumerate(writes(it) for it in old.items)]
+
+def _timing(device: str, old: _Side, new: _Side, host, specs, runs: int, threshold: float) -> dict:
+  bo, bn = _fresh(device, host, specs), _fresh(device, host, specs)
+  old.run(bo, timed=True); new.run(bn, timed=True)  # warm-up
+  so, sn, so2 = [], [], []
+  for _ in range(runs):  # interleaved: a machine-wide slowdown hits both sides alike
+    so.append(old.run(bo, timed=True)); sn.append(new.run(bn, timed=True)); so2.append(old.run(bo, timed=True))
+  t_old = [min(x) for x in zip(*so)] if so and so[0] else []
+  t_old2 = [min(x) for x in zip(*so2)] if so2 and so2[0] else []
+  t_new = [min(x) for x in zip(*sn)] if sn and sn[0] else []
+  o, o2, n = sum(t_old), sum(t_old2), sum(t_new)
+  noise = abs(o - o2) / max(min(o, o2), 1e-12) if o and o2 else 0.0
+  margin = max(threshold, 2 * noise)
+  out: dict[str, Any] = {"old_time_s": min(o, o2) if o2 else o, "new_time_s": n, "noise": noise, "timing_runs": runs,
+                         "old_kernel_times_s": t_old, "new_kernel_times_s": t_new}
+  base = out["old_time_s"]
+  out["slower"] = bool(base and n > base * (1 + margin) + MIN_SLOWER_S)
+  out["faster"] = bool(base and n * (1 + margin) + MIN_SLOWER_S < base)
+  sizes = {i: s for i, (s, _) in specs.items()}
+  flops = bytes_ = 0
+  for it in new.items:
+    if it[0] != "ast": continue
+    _, ast, m = it
+    f, b = kernel_cost(ast, {k: sizes[i] for k, i in enumerate(m)}, {k: specs[i][1].itemsize for k, i in enumerate(m)})
+    flops += f; bytes_ += b
+  if not any(it[0] == "ast" for it in new.items) and getattr(new, "ast", None) is not None:
+    flops, bytes_ = kernel_cost(new.ast, sizes, {i: specs[i][1].itemsize for i in specs})
+  out.update(flops=flops, bytes=bytes_)
+  if n > 0: out.update(gflops=flops / n / 1e9, gbps=bytes_ / n / 1e9)
+  return out
+
+def _worker_main(device: str, timing_runs: int, slower_threshold: float) -> None:
   for line in sys.stdin:
     job = json.loads(line)
-    try: out = run_job(job, device, timing_runs)
+    try: out = run_job(job, device, timing_runs, slower_threshold)
     except Exception as e: out = {"verdict": "failed", "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
     sys.stdout.write(json.dumps({"id": job["id"], **out}, default=str) + "\n")
     sys.stdout.flush()
@@ -174,31 +438,39 @@ def default_device() -> str:
   from tinysched.device import Device
   return Device.DEFAULT
 
-def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, timeout_s: float = DEFAULT_TIMEOUT_S,
-             progress: Callable[[int, int], None] | None = None, workers: int = 1) -> dict[int, dict]:
-  """Run jobs in `workers` worker processes; a job that exceeds `timeout_s` is marked `timeout` and a fresh worker
-  continues. Several workers only help on a CPU device; on a GPU they would share (and disturb the timing of) one chip."""
-  device = device or default_device()
-  if workers > 1 and len(jobs) > 1:
-    import concurrent.futures as cf
-    parts = [jobs[i::workers] for i in range(workers)]
-    done = [0]
-    def prog(_: int, __: int) -> None:
-      done[0] += 1
-      if progress: progress(done[0], len(jobs))
-    with cf.ThreadPoolExecutor(workers) as ex:  # threads only wait on worker processes
-      futs = [ex.submit(run_jobs, p, device, timing_runs, timeout_s, prog, 1) for p in parts if p]
-      out: dict[int, dict] = {}
-      for f in futs: out.update(f.result())
-    return out
+def check_device(device: str | None) -> str:
+  """The device name, canonical, or a ValueError saying which devices exist (before any job runs)."""
+  from tinysched.device import Device
+  try:
+    name = Device.canonicalize(device) if device else default_device()
+    Device[name]
+  except Exception as e: raise ValueError(f"device {device!r} cannot be opened: {e}") from None
+  return name
+
+def job_size(job: dict) -> int:
+  return sum(int(s) for s, _ in (job.get("specs") or {}).values()) if job.get("specs") else 1 << 16
+
+def calibrate(device: str) -> float:
+  """Seconds a worker needs for a tiny job end to end (start, imports, one compile): how slow this machine is now."""
+  t0 = time.perf_counter()
+  r = subprocess.run([sys.executable, "-m", "replay.execcheck", "calibrate", device], capture_output=True, text=True, timeout=600)
+  if r.returncode != 0: raise RuntimeError(f"the execution check cannot run on {device}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
+  return time.perf_counter() - t0
+
+def timeout_for(job: dict, calibration_s: float) -> float:
+  """A job's limit: never below MIN_TIMEOUT_S, scaled by how slow the machine is now and by the job's size."""
+  return max(MIN_TIMEOUT_S, 30 * calibration_s) + SECONDS_PER_ELEMENT * job_size(job) * max(1.0, calibration_s)
+
+def _run_serial(jobs: list[dict], device: str, timing_runs: int, limit: Callable[[dict], float], slower_threshold: float,
+                progress: Callable[[], None] | None) -> dict[int, dict]:
   results: dict[int, dict] = {}
   pending = list(jobs)
   while pending:
     # stderr goes to a file and stdin is fed by a thread: a full pipe (compiler warnings on stderr, big jobs on
     # stdin) must never block the worker while we wait on its stdout
     errf = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, "-m", "replay.execcheck", "worker", device, str(timing_runs)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
+    proc = subprocess.Popen([sys.executable, "-m", "replay.execcheck", "worker", device, str(timing_runs), str(slower_threshold)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
     assert proc.stdin and proc.stdout
     def feed(stdin=proc.stdin, todo=list(pending)) -> None:
       try:
@@ -207,27 +479,54 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
       except (BrokenPipeError, ValueError, OSError): pass  # the worker died or was killed: the loop below reports it
     threading.Thread(target=feed, daemon=True).start()
     while pending:
-      ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+      ready, _, _ = select.select([proc.stdout], [], [], limit(pending[0]))
       if not ready:
         stuck = pending.pop(0)
-        results[stuck["id"]] = {"verdict": "timeout", "error": f"no result within {timeout_s:.0f}s (kernel hung?)"}
+        results[stuck["id"]] = {"verdict": "timeout", "error": f"no result within {limit(stuck):.0f}s (kernel hung, or the machine is overloaded)"}
         proc.kill(); proc.wait()
+        if progress: progress()
         break
       line = proc.stdout.readline()
       if not line:  # the worker died (a driver crash): blame the job it was running
         proc.wait()
         errf.seek(0)
-        err = errf.read()[-2000:]
         dead = pending.pop(0)
-        results[dead["id"]] = {"verdict": "failed", "error": f"worker exited with {proc.returncode}", "log": err}
+        results[dead["id"]] = {"verdict": "failed", "error": f"the worker process exited with {proc.returncode}", "log": errf.read()[-2000:]}
+        if progress: progress()
         break
       out = json.loads(line)
       results[out["id"]] = out
       pending = [p for p in pending if p["id"] != out["id"]]
-      if progress: progress(len(results), len(jobs))
-    else:
-      proc.wait()
+      if progress: progress()
+    else: proc.wait()
   return results
+
+def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, timeout_s: float | None = None,
+             progress: Callable[[int, int], None] | None = None, workers: int = 1, slower_threshold: float = 0.10) -> dict[int, dict]:
+  """Run jobs in `workers` worker processes. `timeout_s` None: each job's limit comes from a calibration run and
+  its size (timeout_for). A job that times out is run again alone with twice its limit before it counts."""
+  device = device or default_device()
+  cal = calibrate(device) if timeout_s is None and jobs else 0.0
+  def limit(j: dict) -> float: return timeout_s if timeout_s is not None else timeout_for(j, cal)
+  done = [0]
+  lock = threading.Lock()
+  def tick() -> None:
+    with lock:
+      done[0] += 1
+      if progress: progress(min(done[0], len(jobs)), len(jobs))
+  out: dict[int, dict] = {}
+  if workers > 1 and len(jobs) > 1:
+    import concurrent.futures as cf
+    parts = [jobs[i::workers] for i in range(workers)]
+    with cf.ThreadPoolExecutor(workers) as ex:  # threads only wait on worker processes
+      futs = [ex.submit(_run_serial, p, device, timing_runs, limit, slower_threshold, tick) for p in parts if p]
+      for f in futs: out.update(f.result())
+  else: out = _run_serial(jobs, device, timing_runs, limit, slower_threshold, tick)
+  for j in jobs:  # a timeout under load is retried alone before it counts
+    if out.get(j["id"], {}).get("verdict") == "timeout":
+      again = _run_serial([j], device, timing_runs, lambda x: 2 * limit(x), slower_threshold, None)
+      out[j["id"]] = {**again[j["id"]], "retried": True}
+  return out
 
 def _workers_for(device: str) -> int:
   if device == "NUMPY": return min(2, os.cpu_count() or 1)
@@ -237,40 +536,67 @@ def _workers_for(device: str) -> int:
   except Exception: return 1
 
 def exec_report(rep, mode: str = "changed", device: str | None = None, slower_threshold: float = 0.10, timing_runs: int = 5,
-                timeout_s: float = DEFAULT_TIMEOUT_S, progress: Callable[[int, int], None] | None = None) -> None:
+                timeout_s: float | None = None, progress: Callable[[int, int], None] | None = None) -> None:
   """Attach `exec` verdicts to a replay Report: changed captures (mode "changed") or every capture ("all")."""
   from replay.store import Store
-  chosen = [r for r in rep.results if r.level in ("kernel", "schedule") and (r.outcome == "changed" or (mode == "all" and r.outcome == "identical"))]
+  chosen = [r for r in rep.results if r.outcome == "changed" or (mode == "all" and r.outcome == "identical")]
   if not chosen: return
+  dev = check_device(device)
   rows: dict[tuple, dict] = {}
-  for db in sorted({r.db for r in chosen}):
+  for db in sorted({r.db for r in chosen} | {r.pair["old_db"] for r in chosen if r.pair}):
     s = Store(db, readonly=True)
     try:
       for row in s.captures(): rows[(db, row["run_id"], row["seq"], row["level"])] = row
     finally: s.close()
+  from tinysched.device import Device
+  runs_source = hasattr(Device[dev], "run_source")
   jobs, by_key = [], {}
   for r in chosen:
-    row = rows.get((r.db, r.run_id, r.seq, r.level))
-    if row is None: continue
-    k = (r.db, r.level, r.input_key, r.stored_key)
+    if r.level == "program" and not runs_source:
+      r.exec = {"verdict": "skipped", "reason": f"program-level captures hold OpenCL source: {dev} cannot run it (use --device OPENCL)"}
+      continue
+    if rep.paired and not r.pair:
+      r.exec = {"verdict": "skipped", "reason": "in one store only: nothing to run it against"}
+      continue
+    if r.pair:  # replay diff: old row in the old store, new row in this one
+      row = rows.get((r.pair["old_db"], *r.pair["old"], r.level))
+      new_row = rows.get((r.db, *r.pair["new"], r.level))
+      if row is None or new_row is None: continue
+      if new_row["input_key"] != row["input_key"]:
+        r.exec = {"verdict": "skipped", "reason": "the two captures have different inputs (the front end changed): their numbers are not comparable"}
+        continue
+    else:
+      row, new_row = rows.get((r.db, r.run_id, r.seq, r.level)), None
+      if row is None: continue
+    k = (r.db, r.level, r.input_key, r.stored_key, r.new_key if r.pair else None)
     if k not in by_key:  # the same input and stored output is run once
       by_key[k] = len(jobs)
-      try: job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"))
-      except Exception as e: job = {"skip": f"cannot build the job: {type(e).__name__}: {e}"}
+      try:
+        if new_row is not None:
+          job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"), old_db=r.pair["old_db"],
+                          new_key=r.new_key, new_extra=new_row.get("extra"))
+        else: job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"))
+      except Exception as e: job = {"verdict": "failed", "error": f"cannot build the job with the current code: {type(e).__name__}: {e}",
+                                    "log": traceback.format_exc()[-4000:]}
       jobs.append({"id": len(jobs), **job})
-  dev = device or default_device()
-  out = run_jobs([j for j in jobs if "skip" not in j], dev, timing_runs, timeout_s, progress, workers=_workers_for(dev))
+  runnable = [j for j in jobs if "skip" not in j and "verdict" not in j]
+  out = run_jobs(runnable, dev, timing_runs, timeout_s, progress, workers=_workers_for(dev), slower_threshold=slower_threshold)
   for j in jobs:
     if "skip" in j: out[j["id"]] = {"verdict": "skipped", "reason": j["skip"]}
+    elif "verdict" in j: out[j["id"]] = {k: v for k, v in j.items() if k != "id"}
   for r in chosen:
-    k = (r.db, r.level, r.input_key, r.stored_key)
-    if k in by_key:
-      e = dict(out.get(by_key[k], {"verdict": "failed", "error": "no result"}))
-      if e.get("old_time_s") and e.get("new_time_s"):
-        # relative threshold, plus an absolute floor: tiny kernels are dominated by launch noise
-        e["slower"] = e["new_time_s"] > e["old_time_s"] * (1 + slower_threshold) + MIN_SLOWER_S
-      r.exec = e
+    k = (r.db, r.level, r.input_key, r.stored_key, r.new_key if r.pair else None)
+    if k in by_key: r.exec = dict(out.get(by_key[k], {"verdict": "failed", "error": "no result"}))
+
+def _calibrate_main(device: str) -> None:
+  """A tiny kernel end to end on `device`: the yardstick for time limits, and a check that the device works."""
+  from tinysched import Tensor
+  from tinysched.device import Device
+  Device.DEFAULT = device
+  (Tensor.arange(64).reshape(8, 8).float().sum(1) + 1).numpy()
 
 if __name__ == "__main__":
-  if len(sys.argv) >= 2 and sys.argv[1] == "worker": _worker_main(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5)
-  else: raise SystemExit("usage: python -m replay.execcheck worker DEVICE [TIMING_RUNS]")
+  if len(sys.argv) >= 3 and sys.argv[1] == "worker":
+    _worker_main(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5, float(sys.argv[4]) if len(sys.argv) > 4 else 0.10)
+  elif len(sys.argv) >= 3 and sys.argv[1] == "calibrate": _calibrate_main(sys.argv[2])
+  else: raise SystemExit("usage: python -m replay.execcheck worker DEVICE [TIMING_RUNS [SLOWER_THRESHOLD]] | calibrate DEVICE")

@@ -3,9 +3,10 @@
 Rules (`decide`), in order; the first that applies wins:
 1. no report, an unreadable report, fatal stores, errors or incompatible captures, or an exit code other
    than 0/1: FAIL, always (the replay itself did not work; `[replay:accept]` cannot accept what was not checked);
-2. any result whose `exec.verdict` is `mismatch` (old and new kernels compute different numbers), `failed`
-   (a kernel could not be run) or `timeout` (it hung): FAIL, always: a miscompile (or an unverified
-   kernel) is not a reviewable change;
+2. any result whose `exec.verdict` is `wrong` (a kernel disagrees with the independent reference, even when old
+   and new agree), `mismatch` (old and new kernels compute different numbers), `unstable` (different bits on
+   two runs), `failed` (a kernel could not be run) or `timeout` (it hung): FAIL, always: wrong or unverified
+   numbers are not a reviewable change; the same for a `--perf-gate` regression;
 3. exit code 0 and nothing changed: PASS;
 4. changes (exit code 1): PASS only when accepted (`[replay:accept]` in the PR title or the head commit
    message), else FAIL.
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 MARKER = "[replay:accept]"
-ALWAYS_FAIL_VERDICTS = ("mismatch", "failed", "timeout")
+ALWAYS_FAIL_VERDICTS = ("wrong", "mismatch", "unstable", "failed", "timeout")
 
 def _verdict(r: dict) -> str | None: return (r.get("exec") or {}).get("verdict")
 
@@ -40,14 +41,22 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
     return False, (f"{what}: the current code raised on stored inputs or cannot read them; [replay:accept] does not accept "
                    "errors: fix the regression, or re-capture obsolete inputs with `replay accept`")
   bad = {v: sum(_verdict(r) == v for r in results) for v in ALWAYS_FAIL_VERDICTS}
+  if bad["wrong"]:
+    return False, (f"{bad['wrong']} capture(s) compute numbers that disagree with the independent numpy reference (exec wrong): "
+                   "a device, runtime, codegen or scheduler bug, which [replay:accept] cannot accept; see the report's failures")
   if bad["mismatch"]:
     return False, (f"{bad['mismatch']} changed kernel(s) compute different numbers (exec mismatch): a miscompile, which "
                    "[replay:accept] cannot accept; fix the scheduler/codegen change")
+  if bad["unstable"]:
+    return False, (f"{bad['unstable']} kernel list(s) gave different bits on two runs with the same inputs (exec unstable): "
+                   "a race or uninitialized read, which [replay:accept] cannot accept")
   if bad["failed"] or bad["timeout"]:
     what = ", ".join(f"{n} {k}" for k, n in (("failed to run", bad["failed"]), ("timed out (hung?)", bad["timeout"])) if n)
     return False, (f"kernels in the execution check: {what}; their numbers are unverified, which [replay:accept] cannot accept: "
                    "fix them (see the report), then run again")
   if code not in (0, 1): return False, f"replay check exited {code} (errors or bad usage); see its output above"
+  if (slow := summary.get("perf_regressions")):
+    return False, f"{slow} capture(s) got slower beyond --perf-gate {report_json.get('perf_gate')}% and their noise: fix the slowdown"
   changed = int(summary.get("changed", 0))
   if code == 0 and not changed: return True, "nothing changed: every capture replays identically"
   if not changed:  # exit 1 with nothing the report explains: do not guess
@@ -63,6 +72,7 @@ def failure_exit(report_json: dict | None, exit_code: int) -> int:
   if not isinstance(report_json, dict): return 2
   s = report_json.get("summary") or {}
   if report_json.get("fatal") or s.get("error") or s.get("incompatible") or max(exit_code, int(report_json.get("exit_code") or 0)) >= 2: return 2
+  if any(_verdict(r) in ("failed", "timeout") for r in report_json.get("results") or []): return 2
   return 1
 
 def load_report(path: str | os.PathLike | None) -> dict | None:

@@ -6,7 +6,18 @@ from replay.encode import IncompatibleCapture
 def opts_to_json(opts) -> list[list]: return [list(o.to_tuple()) for o in opts]
 def target_to_json(target) -> dict[str, Any]: return target.to_dict()
 
-def replay_program(doc) -> str:
+def launch_json(prg) -> dict:
+  """What launching a rendered Program again needs without the code generator: its name, launch sizes (symbolic
+  sizes as encoded graphs), Variables in argument order, buffer dtypes. Stored with program-level captures."""
+  from replay.encode import encode_graph
+  def dim(g): return g if isinstance(g, int) else {"uop": encode_graph([g]).decode()}
+  return {"name": prg.name, "global": [dim(g) for g in prg.global_size], "local": list(prg.local_size) if prg.local_size else None,
+          "vars": [v.arg[0] for v in prg.vars],
+          "var_bits": [8 * v.dtype.itemsize for v in prg.vars], "dtypes": [d.name for d in prg.buf_dtypes]}
+
+def replay_program(doc) -> str: return replay_program_full(doc).src
+
+def replay_program_full(doc):
   """`doc`: a parsed program-input document (replay.encode.parse): one AST root plus "opts" and "target"."""
   from tinysched.codegen.kernel import Opt
   from tinysched.codegen.target import Target
@@ -17,4 +28,4 @@ def replay_program(doc) -> str:
     opts = tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
     target = Target.from_dict(doc.doc.get("target") or {})
   except (ValueError, TypeError) as e: raise IncompatibleCapture(f"optimization choices or target unreadable: {e}") from None
-  return to_program(roots[0], opts, target).src
+  return to_program(roots[0], opts, target)

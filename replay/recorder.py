@@ -19,7 +19,7 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from replay.encode import bound_values, encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
 from replay.store import Store, graph_row, dumps, LEVELS
-from replay.program import opts_to_json, target_to_json
+from replay.program import opts_to_json, target_to_json, launch_json
 
 FLUSH_EVERY = 512
 SCHEDULE_FLUSH_EVERY = 16
@@ -161,8 +161,10 @@ class Capturer:
           ast, opts, target = inputs
           extra = {"opts": opts_to_json(opts), "target": target_to_json(target)}
           si = {}
+          # the launch sizes go with the row (not the keyed input): the execution check launches the stored source with them
+          row_extra = {**extra, **({"launch": launch_json(info["program"])} if info and "program" in info else {})}
           add("program", graph(encode_graph([ast], extra, stats=si), "program_input", si), graph(str(output).encode(), "source"),
-              node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(extra))
+              node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(row_extra))
       self.store.write_batch(list(graphs.values()), rows)
       self.seen |= seen_now
       self.seq += len(rows)

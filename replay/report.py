@@ -24,8 +24,16 @@ NEXT_STEPS = {
              "(CI: put [replay:accept] in the PR title or head commit message)",
   "error": "the current code raised on a stored input: fix the regression (see the traceback), or re-capture if the input is obsolete",
   "incompatible": "the stored input cannot be decoded by this code (format or ops changed): re-capture the baseline with `replay accept`",
-  "mismatch": "old and new kernels compute different numbers: this is a miscompile, not a cosmetic change",
+  "mismatch": "old and new kernels compute different numbers: a miscompile, not a cosmetic change; [replay:accept] cannot waive it. "
+              "Rerun one with `replay check DB --key KEY --exec -v`",
+  "wrong": "a kernel disagrees with the independent numpy reference (also when old and new agree): a device, runtime or codegen bug; "
+           "[replay:accept] cannot waive it. Rerun one with `replay check DB --key KEY --exec -v`",
+  "unstable": "the same kernels gave different bits on two runs with the same inputs (a race or uninitialized memory)",
+  "failed": "a kernel could not be compiled or run (see the error); its numbers are unverified",
+  "timeout": "a job ran past its time limit twice (the second time alone): a hung kernel, or raise the limit with --timeout SECONDS",
+  "perf": "kernels got slower beyond --perf-gate and their noise margin",
 }
+FAIL_ORDER = ("wrong", "mismatch", "unstable", "failed", "timeout")
 
 def exec_counts(rep: Report) -> dict[str, int]:
   out: dict[str, int] = {}
@@ -36,8 +44,9 @@ def exec_counts(rep: Report) -> dict[str, int]:
 def to_json(rep: Report) -> dict[str, Any]:
   c = rep.counts()
   return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
-          "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep)}, "exit_code": rep.exit_code(),
-          "fatal": rep.fatal,
+          "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep),
+                                                            "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
+          "fatal": rep.fatal, "perf_gate": rep.perf_gate,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
@@ -49,7 +58,7 @@ def from_json(doc: dict) -> Report:
   if doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
     raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
   rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
-               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"))
+               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -77,13 +86,28 @@ def _exec_line(r: Result) -> str:
   if not e: return ""
   parts = [e.get("verdict", "")]
   if e.get("max_abs_err") is not None: parts.append(f"max abs err {e['max_abs_err']:.3g}")
-  if e.get("verdict") == "mismatch":
+  if e.get("verdict") in ("mismatch", "wrong"):
+    parts.append(f"{e.get('where')}")
     parts.append(f"max rel err {e['max_rel_err']:.3g}" if e.get("max_rel_err") is not None else "")
-    parts.append(f"{e.get('n_diff')} elements differ (first at {e.get('first_diff')}) in buffer {e.get('buffer')}")
-    if e.get("disagrees_with_reference"): parts.append(f"disagrees with the numpy reference: {', '.join(e['disagrees_with_reference'])}")
+    parts.append(f"max {e['max_ulp']:.3g} ULP" if e.get("max_ulp") is not None else "")
+    parts.append(f"{e.get('n_diff')} elements differ (first at {e.get('first_diff')}) in buffer {e.get('buffer')}"
+                 + (f", {e['n_nonfinite']} of them NaN/inf on one side only" if e.get("n_nonfinite") else ""))
+    if e.get("unstable_sides"): parts.append(f"also unstable: {e['unstable_sides']}")
+    if e.get("wrong_sides"): parts.append(f"off the reference: {', '.join(e['wrong_sides'])}")
+  if e.get("verdict") in ("unstable", "failed", "timeout", "skipped"): parts.append(e.get("error") or e.get("reason") or "")
+  if e.get("retried"): parts.append("retried alone")
   if e.get("old_time_s") and e.get("new_time_s"):
-    parts.append(f"time {e['old_time_s']*1e6:.1f}us -> {e['new_time_s']*1e6:.1f}us" + (" SLOWER" if e.get("slower") else ""))
+    parts.append(f"time {e['old_time_s']*1e6:.1f}us -> {e['new_time_s']*1e6:.1f}us (noise {100 * (e.get('noise') or 0):.0f}%)"
+                 + (" SLOWER" if e.get("slower") else "") + (" faster" if e.get("faster") else ""))
+    if e.get("gbps") is not None: parts.append(f"{e['gbps']:.2f} GB/s, {e.get('gflops', 0):.2f} GFLOP/s")
+  if e.get("seed") is not None: parts.append(f"seed {e['seed']}")
   return ", ".join(p for p in parts if p)
+
+def exec_failures(rep: Report) -> list[Result]:
+  """Every executed capture whose verdict fails the gate, worst kind first."""
+  order = {v: i for i, v in enumerate(FAIL_ORDER)}
+  bad = [r for r in rep.results if r.exec and r.exec.get("verdict") in order]
+  return sorted(bad, key=lambda r: (order[r.exec["verdict"]], r.db, r.input_key))
 
 def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   c = rep.counts()
@@ -92,9 +116,10 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   lines.append("  " + "  ".join(f"{o}: {c[o]}" for o in OUTCOMES))
   if ec := exec_counts(rep): lines.append("  exec: " + "  ".join(f"{k}: {v}" for k, v in ec.items()))
   if et := exec_timing(rep): lines.append("  " + et)
-  for r in [r for r in rep.results if r.exec and r.exec.get("verdict") in ("mismatch", "failed", "timeout")][:5]:
-    lines.append(f"  {r.exec['verdict'].upper()}: {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}"
-                 + (f" ({r.exec.get('error')})" if r.exec.get("error") else ""))
+  fails = exec_failures(rep)
+  for r in fails[:10]: lines.append(f"  {r.exec['verdict'].upper()}: {r.label or '-'} {r.level} {r.input_key[:16]} ({r.db}): {_exec_line(r)}")
+  if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
+  for r in rep.perf_failures()[:5]: lines.append(f"  SLOWER (--perf-gate): {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}")
   for f in rep.fatal: lines.append(f"  FATAL {f}")
   groups = rep.groups()
   for g in groups[:max_groups]:
@@ -117,22 +142,34 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   lines.append("")
   if code == 0: lines.append("OK: every capture replays identically.")
   else:
-    lines.append(f"exit {code}: " + ("errors or incompatible captures" if code == 2 else "changes found"))
+    bad = [v for v in _failing_kinds(rep)]
+    found = ", ".join([f"exec {v}" for v in bad] + (["changes"] if c["changed"] else []))
+    lines.append(f"exit {code}: " + ("errors, incompatible captures, or kernels that failed or timed out" if code == 2 else f"{found or 'changes'} found"))
+    for v in _failing_kinds(rep): lines.append(f"  next ({v}): {NEXT_STEPS[v]}")
     for o in ("changed", "error", "incompatible"):
       if c[o]: lines.append(f"  next: {NEXT_STEPS[o]}")
-    if any(r.exec and r.exec.get("verdict") == "mismatch" for r in rep.results): lines.append(f"  next: {NEXT_STEPS['mismatch']}")
   return "\n".join(lines)
+
+def _failing_kinds(rep: Report) -> list[str]:
+  kinds = {r.exec["verdict"] for r in exec_failures(rep)}
+  return [v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else [])
 
 def markdown(rep: Report, max_groups: int = 20) -> str:
   c = rep.counts()
   code = rep.exit_code()
-  icon = {0: "✅", 1: "⚠️", 2: "❌"}[code]
+  fails = exec_failures(rep)
+  icon = "❌" if code == 2 or fails else {0: "✅", 1: "⚠️"}[code]
   out = [f"## {icon} process replay: {len(rep.results)} captures", "",
          "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
          f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s | {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
   if ec := exec_counts(rep): out += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
   if et := exec_timing(rep): out += [et, ""]
   for f in rep.fatal: out.append(f"- **fatal**: `{f}`")
+  if fails:  # numbers that are wrong come before anything a reviewer could accept
+    out += [f"### ❌ {len(fails)} failing execution(s): not waivable by [replay:accept]", "", "| verdict | capture | detail |", "|---|---|---|"]
+    out += [f"| **{r.exec['verdict']}** | {r.label or '-'} {r.level} `{r.input_key[:12]}` | {_md(_exec_line(r))[:300]} |" for r in fails[:30]]
+    if len(fails) > 30: out.append(f"| … | {len(fails) - 30} more | see the JSON report |")
+    out += [""] + [f"- next ({v}): {NEXT_STEPS[v]}" for v in _failing_kinds(rep)] + [""]
   groups = rep.groups()
   if groups:
     out += ["### Groups (largest first)", "", "| # | outcome | count | signature |", "|---:|---|---:|---|"]
@@ -168,13 +205,16 @@ def junit(rep: Report) -> str:
   parts = ['<?xml version="1.0" encoding="UTF-8"?>',
            f'<testsuites name="process-replay" tests="{len(rep.results)}" time="{rep.elapsed:.3f}">']
   for suite, rs in sorted(by_suite.items()):
-    fails = sum(r.outcome == "changed" or bool(r.exec and r.exec.get("verdict") == "mismatch") for r in rs)
+    fails = sum(r.outcome == "changed" or bool(r.exec and r.exec.get("verdict") in FAIL_ORDER) for r in rs)
     errs = sum(r.outcome in ("error", "incompatible") for r in rs)
     parts.append(f'  <testsuite name={quoteattr(suite)} tests="{len(rs)}" failures="{fails}" errors="{errs}">')
     for r in rs:
       name = f"{r.label or '-'}:{r.level}:{r.input_key[:16]}"
       parts.append(f'    <testcase classname={quoteattr(suite + "." + (r.label or "unlabelled"))} name={quoteattr(name)}>')
-      if r.outcome == "changed" or (r.exec and r.exec.get("verdict") == "mismatch"):
+      if r.exec and r.exec.get("verdict") in FAIL_ORDER:
+        parts.append(f'      <failure message={quoteattr(("exec " + r.exec["verdict"] + ": " + (r.exec.get("where") or r.exec.get("error") or ""))[:200])}>'
+                     f'{escape(_exec_line(r)[:4000])}</failure>')
+      elif r.outcome == "changed":
         body = (r.signature or "") + "\n" + (r.text_diff or "")[:4000] + ("\n" + _exec_line(r) if r.exec else "")
         parts.append(f'      <failure message={quoteattr((r.signature or "changed")[:200])}>{escape(body)}</failure>')
       elif r.outcome in ("error", "incompatible"):

@@ -37,6 +37,7 @@ class Result:
   rules: list[str] = field(default_factory=list)
   metadata: str | None = None
   exec: dict | None = None             # filled by the execution check
+  pair: dict | None = None             # replay diff: {"old_db", "old": [run_id, seq], "new": [run_id, seq]} of the two stored rows
   def to_dict(self) -> dict[str, Any]: return asdict(self)
 
 def replay_output(level: str, data: bytes) -> tuple[Any, bytes]:

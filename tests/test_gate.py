@@ -21,7 +21,8 @@ def make_report(changed: int = 0, error: int = 0, incompatible: int = 0, verdict
   results += [{"outcome": "error", "exec": None}] * error + [{"outcome": "incompatible", "exec": None}] * incompatible
   results += [{"outcome": "changed", "exec": {"verdict": v}} for v in verdicts]
   c = sum(r["outcome"] == "changed" for r in results)
-  code = 2 if (error or incompatible or fatal) else 1 if (c or any(v in ("mismatch", "failed") for v in verdicts)) else 0
+  code = 2 if (error or incompatible or fatal or any(v in ("failed", "timeout") for v in verdicts)) else \
+    1 if (c or any(v in ("mismatch", "wrong", "unstable") for v in verdicts)) else 0
   ex: dict[str, int] = {}
   for v in verdicts: ex[v] = ex.get(v, 0) + 1
   return {"schema": "tinysched-replay-report", "version": 1, "summary": {"total": len(results), "identical": 3, "changed": c, "error": error,
@@ -43,9 +44,11 @@ def test_decide_changes_need_accept():
   ok, why = G.decide(make_report(changed=1, verdicts=("equivalent",)), 1, True)
   assert ok and "1 checked numerically equivalent" in why
 
-@pytest.mark.parametrize("kind", ["mismatch", "failed", "timeout", "error", "incompatible", "fatal", "no report", "exit 2"])
+@pytest.mark.parametrize("kind", ["mismatch", "wrong", "unstable", "failed", "timeout", "error", "incompatible", "fatal", "no report", "exit 2"])
 def test_decide_always_fails_even_when_accepted(kind):
   rep: dict | None = {"mismatch": lambda: make_report(changed=1, verdicts=("equivalent", "mismatch")),
+                      # wrong: old and new agree with each other, and nothing changed, but the reference disagrees
+                      "wrong": lambda: make_report(verdicts=("wrong",)), "unstable": lambda: make_report(changed=1, verdicts=("unstable",)),
                       "failed": lambda: make_report(verdicts=("failed",)), "timeout": lambda: make_report(changed=1, verdicts=("timeout",)),
                       "error": lambda: make_report(changed=1, error=1), "incompatible": lambda: make_report(incompatible=2),
                       "fatal": lambda: make_report(fatal=("x.db: not a capture store",)),
@@ -53,9 +56,9 @@ def test_decide_always_fails_even_when_accepted(kind):
   code = 2 if kind == "exit 2" else (rep or {}).get("exit_code", 1)
   ok, why = G.decide(rep, code, True)
   assert not ok, why
-  assert {"mismatch": "miscompile", "failed": "failed to run", "timeout": "timed out", "error": "does not accept", "incompatible": "incompatible",
+  assert {"mismatch": "miscompile", "wrong": "independent numpy reference", "unstable": "different bits", "failed": "failed to run", "timeout": "timed out", "error": "does not accept", "incompatible": "incompatible",
           "fatal": "could not be read", "no report": "without a readable JSON report", "exit 2": "exited 2"}[kind] in why
-  assert G.failure_exit(rep, code) == (1 if kind in ("mismatch", "failed", "timeout") else 2)
+  assert G.failure_exit(rep, code) == (1 if kind in ("mismatch", "wrong", "unstable") else 2)
 
 def test_decide_distrusts_an_unexplained_exit_1():
   assert not G.decide(make_report(), 1, True)[0]

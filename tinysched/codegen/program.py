@@ -39,7 +39,7 @@ def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GEN
   lw = lower(k, target)
   src = render(lw, target)
   prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem)
-  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src)
+  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src, {"program": prg})
   return prg
 
 def is_kernel_ast(ast: UOp) -> bool: return ast.op is Ops.SINK

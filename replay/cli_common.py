@@ -1,0 +1,50 @@
+"""What the `replay` commands share: the error exit, the --exec options and how they run, the report options."""
+from __future__ import annotations
+import sys
+import click
+
+def _fail(msg: str, hint: str | None = None, code: int = 2) -> None:
+  click.echo(f"replay: error: {msg}", err=True)
+  if hint: click.echo(f"  next: {hint}", err=True)
+  sys.exit(code)
+
+def exec_options(f):
+  """--exec/--exec-all and their settings, for every command that can run kernels."""
+  for opt in reversed([
+      click.option("--exec", "exec_mode", flag_value="changed", default=None, help="run changed kernels old vs new vs the reference on a device"),
+      click.option("--exec-all", "exec_mode", flag_value="all", help="run every captured kernel old vs new vs the reference"),
+      click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT); checked before anything runs"),
+      click.option("--timeout", type=float, default=None, help="seconds per execution job (default: from a calibration run and the job's size)"),
+      click.option("--perf-gate", type=float, default=None, metavar="PCT", help="fail when new kernels are slower by more than PCT%% beyond noise")]):
+    f = opt(f)
+  return f
+
+def report_options(f):
+  """The report files and verbosity, shared by check, diff and the CI commands."""
+  for opt in reversed([
+      click.option("--report-md", type=click.Path(dir_okay=False), help="write a Markdown report (PR comment / job summary)"),
+      click.option("--report-json", type=click.Path(dir_okay=False), help="write the JSON report (schema in replay/report.py)"),
+      click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML"),
+      click.option("-v", "--verbose", is_flag=True, help="print diffs and tracebacks")]):
+    f = opt(f)
+  return f
+
+def _exec_device(exec_mode, device):
+  """The execution check's device, checked before any replay runs (a bad name fails at the start, exit 2)."""
+  if not exec_mode: return device
+  from replay.execcheck import check_device
+  try: return check_device(device)
+  except ValueError as e: _fail(str(e), "pick an existing device: OPENCL, OPENCL:<n> or NUMPY (`python -c 'from tinysched.runtime.opencl import "
+                                "list_devices as l; print(l())'` lists OpenCL devices)")
+
+def run_exec(rep, exec_mode, device, slower_threshold=0.10, timeout=None, perf_gate=None) -> None:
+  """--exec / --exec-all on a replay report (check, diff and commits share it)."""
+  rep.perf_gate = perf_gate
+  if not exec_mode: return
+  from replay.check import terminal_progress
+  from replay.execcheck import exec_report
+  # every kernel of the store (--exec-all) is a correctness sweep: fewer timing runs than for the changed ones
+  try: exec_report(rep, mode=exec_mode, device=device, slower_threshold=slower_threshold, progress=terminal_progress(),
+                   timing_runs=5 if exec_mode == "changed" else 1, timeout_s=timeout)
+  except RuntimeError as e: _fail(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec")
+

@@ -1,0 +1,129 @@
+"""Inputs and comparison for the execution check: seeded values that respect each op's domain, and a
+NaN-aware comparison with a documented tolerance per dtype.
+
+Domains (derived from how the graph uses each buffer, so valid programs raise no false alarms):
+- floats: uniform in [0.5, 2): LOG2, SQRT and RECIP of an input stay finite, EXP2 does not overflow;
+  an expression that leaves the domain (log of a difference) gives NaN on every side at the same places,
+  and NaN compares equal to NaN at the same position;
+- integers: small values in [-8, 9) (no overflow in short arithmetic chains), but
+  - a buffer that reaches the divisor of IDIV/MOD: [1, 9) (division by zero is undefined on devices),
+  - a buffer that reaches a shift amount (SHL/SHR): [0, 8),
+  - unsigned dtypes: [0, 9);
+- bools: fair coin.
+Each buffer's seed is the capture's seed plus the buffer's canonical number, recorded in the report.
+
+Tolerances (rtol, atol) by dtype, used as |a-b| <= atol + rtol*|ref|: half 1e-2/1e-2, bfloat16 2e-2/2e-2,
+float 1e-3/1e-4, double 1e-7/1e-9; integers and bools exact. NaN must sit at the same positions, and an
+infinity must match in sign.
+"""
+from __future__ import annotations
+from typing import Any
+import numpy as np
+from tinysched.dtype import dtypes
+from tinysched.ops import Ops, GroupOp
+
+TOLERANCES = {"half": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2), "float": (1e-3, 1e-4), "double": (1e-7, 1e-9)}  # (rtol, atol)
+
+def _reads(u) -> int | None:
+  """The buffer a node reads directly: BUFFER (big graph / pre-sink) or DEFINE_GLOBAL (kernel AST)."""
+  if u.op is Ops.BUFFER: return u.arg[0]
+  if u.op is Ops.DEFINE_GLOBAL: return u.arg
+  return None
+
+def domains(roots: list, buffer_of=None) -> dict[int, str]:
+  """Buffer number -> domain name ("divisor", "shift") for the buffers whose values reach a restricted operand.
+  `buffer_of(node) -> int | None` maps a DEFINE_GLOBAL to its canonical buffer (default: the node's own number)."""
+  buffer_of = buffer_of or _reads
+  out: dict[int, str] = {}
+  for root in roots:
+    for u in root.toposort():
+      if u.op in (Ops.IDIV, Ops.MOD): dom, operand = "divisor", u.src[1]
+      elif u.op in (Ops.SHL, Ops.SHR): dom, operand = "shift", u.src[1]
+      else: continue
+      for x in operand.toposort():
+        if (b := buffer_of(x)) is not None: out.setdefault(b, dom)
+  return dict(sorted(out.items()))
+
+def seeded_fill(size: int, dtype, seed: int, domain: str | None = None) -> np.ndarray:
+  rng = np.random.default_rng(seed)
+  npd = np.dtype(dtype.scalar().fmt)
+  if dtypes.is_float(dtype): return rng.uniform(0.5, 2.0, size).astype(npd)
+  if dtypes.is_bool(dtype): return rng.integers(0, 2, size).astype(np.bool_)
+  if domain == "divisor": lo, hi = 1, 9
+  elif domain == "shift": lo, hi = 0, 8
+  else: lo, hi = (0 if dtypes.is_unsigned(dtype) else -8), 9
+  return rng.integers(lo, hi, size).astype(npd)
+
+def _ulp(a64: np.ndarray, b64: np.ndarray, npd: np.dtype) -> np.ndarray:
+  """Distance in units of the last place of `npd` (on the magnitude of a)."""
+  spacing = np.spacing(np.abs(a64).astype(npd)).astype(np.float64)
+  with np.errstate(all="ignore"): return np.abs(a64 - b64) / np.where(spacing > 0, spacing, np.finfo(npd).smallest_subnormal)
+
+def compare(ref: np.ndarray, got: np.ndarray, dtype_name: str, ignore: np.ndarray | None = None) -> dict[str, Any]:
+  """How `got` differs from `ref`: equal (within the dtype's tolerance), max abs/rel error, max ULP, the count and
+  first indices of out-of-tolerance elements. NaN/inf by position. `ignore`: elements not judged (see sensitive())."""
+  if ignore is not None and ignore.any() and ref.shape == got.shape:
+    keep = ~ignore
+    c = compare(ref[keep], got[keep], dtype_name)
+    where = np.flatnonzero(keep)
+    return {**c, "first_diff": where[c["first_diff"]].tolist() if c["first_diff"] else [], "n_undecidable": int(ignore.sum())}
+  if ref.shape != got.shape: return {"equal": False, "max_abs_err": None, "max_rel_err": None, "n_diff": max(ref.size, got.size), "n_nonfinite": 0,
+                                     "first_diff": [], "error": f"sizes differ: {ref.size} vs {got.size}"}
+  if ref.dtype.kind in "biu":
+    diff = ref != got
+    ae = np.abs(ref.astype(np.float64) - got.astype(np.float64))
+    return {"equal": not diff.any(), "max_abs_err": float(ae.max()) if ae.size else 0.0, "max_rel_err": None, "n_diff": int(diff.sum()),
+            "n_nonfinite": 0, "first_diff": np.flatnonzero(diff)[:5].tolist(), "rtol": 0.0, "atol": 0.0}
+  rtol, atol = TOLERANCES.get(dtype_name, (1e-3, 1e-4))
+  a64, b64 = ref.astype(np.float64), got.astype(np.float64)
+  nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+  inf_mismatch = (np.isinf(a64) | np.isinf(b64)) & (a64 != b64) & ~(nan_a | nan_b)
+  finite = ~(nan_a | nan_b | np.isinf(a64) | np.isinf(b64))
+  with np.errstate(all="ignore"):
+    ae = np.where(finite, np.abs(a64 - b64), 0.0)
+    re = np.where(finite, ae / np.maximum(np.abs(a64), 1e-30), 0.0)
+    ulp = np.where(finite, _ulp(a64, b64, ref.dtype), 0.0) if ref.size else ae
+  bad = (nan_a != nan_b) | inf_mismatch | (finite & (ae > atol + rtol * np.abs(a64)))
+  return {"equal": not bad.any(), "max_abs_err": float(ae.max()) if ae.size else 0.0, "max_rel_err": float(re.max()) if re.size else 0.0,
+          "max_ulp": float(ulp.max()) if ulp.size else 0.0, "n_diff": int(bad.sum()),
+          "n_nonfinite": int(((nan_a != nan_b) | inf_mismatch).sum()), "first_diff": np.flatnonzero(bad)[:5].tolist(),
+          "rtol": rtol, "atol": atol}
+
+DISCONTINUOUS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD})
+
+def discontinuous(ast) -> bool:
+  """Does the kernel decide something from float values (a comparison, a float -> int/bool cast)? Then a rounding
+  difference of one ULP upstream can flip an output, and a tolerance alone cannot judge it."""
+  for u in ast.toposort():
+    if u.op in DISCONTINUOUS and u.src and dtypes.is_float(u.src[0].dtype): return True
+    if u.op is Ops.CAST and u.src and dtypes.is_float(u.src[0].dtype) and not dtypes.is_float(u.dtype): return True
+  return False
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+  """Bit-for-bit equal (NaNs included): the test for `unstable`."""
+  return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+def kernel_cost(ast, sizes: dict[int, int], itemsize: dict[int, int]) -> tuple[int, int]:
+  """(FLOPs, bytes moved) of one kernel AST, from its views: each ALU node counts once per element of its
+  shape (the full shape below a reduce, the output shape above it); bytes = every buffer it touches, once."""
+  from tinysched.uop import sym_infer
+  shape: dict[Any, tuple[int, ...]] = {}
+  flops = 0
+  def sz(st) -> tuple[int, ...]:
+    try: return tuple(int(sym_infer(s, {})) for s in st.shape)
+    except Exception: return tuple(int(s.vmax) if not isinstance(s, int) else s for s in st.shape)
+  for u in ast.toposort():
+    if u.op in (Ops.LOAD, Ops.STORE): shape[u] = sz(u.src[1].arg)
+    elif u.op is Ops.VALID: shape[u] = sz(u.src[0].arg)
+    elif u.op is Ops.REDUCE_AXIS:
+      s = shape.get(u.src[0], ())
+      shape[u] = tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
+      flops += int(np.prod(s)) if s else 1
+    elif u.src and (u.op in GroupOp.Elementwise):
+      ss = [shape[x] for x in u.src if x in shape]
+      shape[u] = tuple(max(d) for d in zip(*ss)) if ss and all(len(x) == len(ss[0]) for x in ss) else (ss[0] if ss else ())
+      if u.op in GroupOp.ALU: flops += int(np.prod(shape[u])) if shape[u] else 1
+  moved = 0
+  for u in ast.toposort():
+    if u.op is Ops.DEFINE_GLOBAL: moved += sizes.get(u.arg, 0) * itemsize.get(u.arg, 0)
+  return flops, moved

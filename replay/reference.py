@@ -1,0 +1,224 @@
+"""The execution check's oracle: evaluate a scheduler *input* graph (a schedule's big graph, or a kernel's
+pre-sink) op by op with numpy, without the scheduler, the AST rewrite or the code generator.
+
+Why the input and not the stored kernels: the kernels are what is under test. Evaluating the graph the
+scheduler was given catches realize and fusion bugs (a padded view over an unsafe op that is no longer
+realized) even when old and new kernel lists agree with each other.
+
+Semantics, node by node (every value is an ndarray of the node's shape):
+- `BUFFER`: the buffer's current flat contents; `VIEW(BUFFER)` reads it through the view;
+- `VIEW(BUFFER, op)`: an unrealized buffer whose contents are `op`'s values laid out row-major; reading
+  it goes through the view, and the buffer is written with them (a result of the graph);
+- `VIEW(x)`: x's values (row-major) seen through the view; `VALID(VIEW)`: the view's mask;
+- `STORE(BUFFER, VIEW, value)`: value scattered into the buffer through the view; `ASSIGN(target, value)`:
+  value; `CONTIGUOUS`/`COPY`: their source; `EMPTY`: undefined contents (never compared);
+- ALU ops, casts and reduces follow the NUMPY interpreter (the one home of op semantics); reductions of
+  floats accumulate in float64 and round once.
+
+Views are evaluated by the interpreter's own numpy evaluation of shape/strides/offset/mask, which shares no
+code with the index expressions codegen builds. A graph whose reduce inputs exceed `ELEMENT_BUDGET` is not
+evaluated (`TooLarge`): the caller falls back to interpreting the stored kernels.
+"""
+from __future__ import annotations
+from typing import Any
+import numpy as np
+from tinysched.dtype import dtypes
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp, sym_infer
+
+ELEMENT_BUDGET = 1 << 25  # the largest intermediate (elements) evaluated whole
+
+class TooLarge(Exception): pass
+
+class _Assigned:
+  """An ASSIGN's result: `value` written into the target buffer through `st` (the whole buffer when None)."""
+  def __init__(self, st, value): self.st, self.value = st, value
+class Unsupported(Exception): pass
+
+def _interp():
+  from tinysched.runtime import interpreter
+  return interpreter
+
+def _np(d) -> np.dtype: return np.dtype(d.scalar().fmt)
+
+def _view(st, flat: np.ndarray | None, var_vals: dict[UOp, int]) -> tuple[np.ndarray, np.ndarray]:
+  """(values of `flat` seen through st, validity) — values are zero where the view is masked out."""
+  shape, idx, valid = _positions(st, var_vals)
+  if flat is None: return np.zeros(shape, np.bool_), valid
+  if flat.size == 0: return np.zeros(shape, flat.dtype), valid
+  vals = flat[np.clip(idx, 0, flat.size - 1)]
+  return np.where(valid, vals, np.zeros((), flat.dtype)), valid
+
+def graph_vars(root: UOp, names: dict[str, int]) -> dict[UOp, int]:
+  """Every Variable of a graph (as nodes and inside VIEW args) with its value from `names` (name -> int)."""
+  out: dict[UOp, int] = {}
+  for u in root.toposort():
+    found = [u] if u.op is Ops.DEFINE_VAR else ([v if v.op is Ops.DEFINE_VAR else v.src[0] for v in u.arg.vars()] if u.op is Ops.VIEW else [])
+    for v in found:
+      if v.arg[0] in names: out[v] = names[v.arg[0]]
+  return out
+
+def _positions(st, var_vals: dict[UOp, int]) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+  """(shape, buffer position, validity) of every element of a ShapeTracker, from the interpreter's evaluation of
+  the views' fields (no compiler index code)."""
+  I = _interp()
+  views = I.resolve_views(st, var_vals)
+  shape = views[-1][0]
+  idx, valid = I.view_positions(views)
+  return shape, np.broadcast_to(np.asarray(idx, dtype=np.int64), shape), np.broadcast_to(np.asarray(valid, dtype=np.bool_), shape)
+
+_UFUNC = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
+
+def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...], dtype) -> np.ndarray:
+  """A reduce with keepdims, accumulating as the interpreter's reference mode does (floats in float64)."""
+  I = _interp()
+  if op not in _UFUNC: raise Unsupported(f"the reference cannot reduce with {op}")
+  x = np.asarray(x)
+  if x.size == 0:
+    return np.full([1 if i in axes else s for i, s in enumerate(x.shape)], I._identity(op, dtype), dtype=_np(dtype))
+  return _UFUNC[op].reduce(x.astype(I._acc_dtype(dtype, True), copy=False), axis=axes, keepdims=True).astype(_np(dtype))
+
+def _shape_size(st, var_vals) -> int:
+  n = 1
+  for s in st.shape: n *= int(sym_infer(s, var_vals))
+  return n
+
+def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -> tuple[dict[int, np.ndarray], set[int]]:
+  """Evaluate `root` (a big-graph SINK of VIEW(BUFFER, op), or a pre-sink SINK of STOREs) on copies of `bufs`
+  (canonical buffer number -> flat array). Returns (the buffers it writes, with their new contents; the
+  buffers whose contents it leaves undefined)."""
+  I = _interp()
+  out = {i: b.copy() for i, b in bufs.items()}
+  written: dict[int, np.ndarray] = {}
+  undefined: set[int] = set()
+  vals: dict[UOp, Any] = {}
+  topo = root.toposort()
+  for u in topo:
+    if u.op is Ops.VIEW and _shape_size(u.arg, var_vals) > ELEMENT_BUDGET:
+      raise TooLarge(f"a view of {_shape_size(u.arg, var_vals)} elements (budget {ELEMENT_BUDGET})")
+  with np.errstate(all="ignore"):
+    for u in topo:
+      op = u.op
+      if op in (Ops.SINK, Ops.DEFINE_VAR, Ops.BUFFER): continue
+      if op is Ops.CONST: vals[u] = np.array(u.arg, dtype=_np(u.dtype))
+      elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
+      elif op is Ops.VALID: vals[u] = _view(u.src[0].arg, None, var_vals)[1]
+      elif op is Ops.VIEW:
+        if not u.src: continue  # a bare view: read by its VALID/STORE parent
+        base = u.src[0]
+        if base.op is Ops.BUFFER:
+          n = base.arg[0]
+          if len(u.src) == 1: flat = out[n]
+          else:
+            v = vals[u.src[1]]
+            shape = tuple(int(sym_infer(s, var_vals)) for s in u.arg.shape)
+            if v is None:  # EMPTY: the buffer's contents are undefined
+              undefined.add(n)
+              flat = out[n]
+            elif isinstance(v, _Assigned):  # the target keeps its contents outside the assigned region
+              val = np.broadcast_to(v.value, shape)
+              if v.st is None: out[n] = _fit(val.reshape(-1).astype(out[n].dtype), out[n])
+              else:
+                _, idx, valid = _positions(v.st, var_vals)
+                new = out[n].copy()
+                if new.size: new[idx[valid]] = np.broadcast_to(v.value, idx.shape).astype(new.dtype)[valid]
+                out[n] = new
+              written[n] = out[n]
+              vals[u] = val
+              continue
+            else:
+              flat = np.broadcast_to(v, shape).reshape(-1).astype(out[n].dtype, copy=False)
+              out[n] = written[n] = _fit(flat, out[n])
+              flat = out[n]
+        else:
+          v = vals[base]
+          if isinstance(v, _Assigned): v = v.value
+          flat = np.ascontiguousarray(v).reshape(-1)
+        vals[u] = _view(u.arg, flat, var_vals)[0]
+      elif op is Ops.STORE:
+        n = u.src[0].arg[0]
+        _, idx, valid = _positions(u.src[1].arg, var_vals)
+        val = np.broadcast_to(vals[u.src[2]], idx.shape).astype(out[n].dtype, copy=False)
+        if out[n].size: out[n][idx[valid]] = val[valid]
+        written[n] = out[n]
+      elif op in (Ops.CONTIGUOUS, Ops.COPY): vals[u] = vals[u.src[-1]]
+      elif op is Ops.ASSIGN:  # arg: (ShapeTracker,) where in the target the value goes; empty or None: all of it
+        st = u.arg[0] if isinstance(u.arg, tuple) and u.arg else (u.arg if u.arg is not None and not isinstance(u.arg, tuple) else None)
+        vals[u] = _Assigned(st, vals[u.src[1]])
+      elif op is Ops.EMPTY: vals[u] = None
+      elif op is Ops.REDUCE_AXIS:
+        rop, axes = u.arg
+        x = vals[u.src[0]]
+        vals[u] = _reduce(rop, x, tuple(axes), u.dtype)
+      elif op is Ops.CAST: vals[u] = vals[u.src[0]].astype(_np(u.dtype))
+      elif op is Ops.BITCAST: vals[u] = np.ascontiguousarray(vals[u.src[0]]).view(_np(u.dtype))
+      elif op in GroupOp.ALU: vals[u] = np.asarray(I._alu(op, u.dtype, [vals[s] for s in u.src])).astype(_np(u.dtype), copy=False)
+      else: raise Unsupported(f"the reference cannot evaluate {op} nodes")
+  return written, undefined
+
+def _fit(flat: np.ndarray, buf: np.ndarray) -> np.ndarray:
+  """The buffer's new contents: the value's elements, row-major (a value smaller than its buffer fills its start)."""
+  new = buf.copy()
+  n = min(flat.size, new.size)
+  new[:n] = flat[:n]
+  return new
+
+# *** where a kernel's outputs hang on a float decision ***
+
+TIE_RTOL = {"half": 2.0 ** -8, "bfloat16": 2.0 ** -5}   # others: 2^-16 (about 128 ULP of a float32)
+
+def _near(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+  """Operands of a float comparison close enough that a device rounding differently may decide it the other way."""
+  rtol = TIE_RTOL.get(dtype.scalar().name, 2.0 ** -16)
+  a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return np.abs(a64 - b64) <= rtol * np.maximum(np.abs(a64), np.abs(b64)) + 1e-30
+
+def uncertain_outputs(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int]) -> dict[int, np.ndarray] | None:
+  """For a kernel AST (DEFINE_GLOBAL i is bufs[i]): per stored buffer, the elements whose value depends on a float
+  comparison of near-equal operands or a float -> int cast next to an integer boundary. Those are undecidable by a
+  reference that rounds differently from the device (max-pool's backward compares a recomputed value with a stored
+  max for equality). Evaluated with numpy, values and doubt side by side; None when a view exceeds ELEMENT_BUDGET."""
+  from tinysched.dtype import dtypes as D
+  I = _interp()
+  vals: dict[UOp, Any] = {}
+  doubt: dict[UOp, Any] = {}
+  out: dict[int, np.ndarray] = {}
+  topo = ast.toposort()
+  if any(u.op is Ops.VIEW and _shape_size(u.arg, var_vals) > ELEMENT_BUDGET for u in topo): return None
+  with np.errstate(all="ignore"):
+    for u in topo:
+      op = u.op
+      if op in (Ops.SINK, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.VIEW): continue
+      d = np.zeros((), np.bool_)
+      for s in u.src:
+        if s in doubt: d = d | doubt[s]
+      if op is Ops.CONST: vals[u] = np.array(u.arg, dtype=_np(u.dtype))
+      elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
+      elif op is Ops.VALID: vals[u] = _view(u.src[0].arg, None, var_vals)[1]
+      elif op is Ops.LOAD: vals[u] = _view(u.src[1].arg, bufs[u.src[0].arg], var_vals)[0]
+      elif op is Ops.STORE:
+        shape = tuple(int(sym_infer(s, var_vals)) for s in u.src[1].arg.shape)
+        _, idx, valid = _positions(u.src[1].arg, var_vals)
+        m = out.setdefault(u.src[0].arg, np.zeros(bufs[u.src[0].arg].shape, np.bool_))
+        if m.size: m[idx[valid]] |= np.broadcast_to(d, shape)[valid]
+        continue
+      elif op is Ops.REDUCE_AXIS:
+        vals[u] = _reduce(u.arg[0], vals[u.src[0]], tuple(u.arg[1]), u.dtype)
+        if d.ndim: d = np.logical_or.reduce(np.broadcast_to(d, np.shape(vals[u.src[0]])), axis=tuple(u.arg[1]), keepdims=True)
+      elif op is Ops.CAST:
+        x = vals[u.src[0]]
+        vals[u] = x.astype(_np(u.dtype))
+        if D.is_float(u.src[0].dtype) and not D.is_float(u.dtype): d = d | _near(x, np.round(x), u.src[0].dtype)
+      elif op is Ops.BITCAST: vals[u] = np.ascontiguousarray(vals[u.src[0]]).view(_np(u.dtype))
+      elif op in GroupOp.ALU:
+        srcs = [vals[s] for s in u.src]
+        vals[u] = np.asarray(I._alu(op, u.dtype, srcs)).astype(_np(u.dtype), copy=False)
+        if op in (Ops.CMPLT, Ops.CMPNE) and D.is_float(u.src[0].dtype): d = d | _near(srcs[0], srcs[1], u.src[0].dtype)
+        elif op in (Ops.IDIV, Ops.MOD) and D.is_float(u.src[0].dtype):
+          q = np.asarray(srcs[0], np.float64) / np.asarray(srcs[1], np.float64)
+          d = d | _near(q, np.round(q), u.src[0].dtype)
+        elif op is Ops.WHERE and u.src[0] in doubt:  # only the branch taken matters, unless the condition is in doubt
+          d = doubt[u.src[0]] | np.where(vals[u.src[0]], doubt.get(u.src[1], False), doubt.get(u.src[2], False))
+      else: raise Unsupported(f"the reference cannot evaluate {op} nodes")
+      if np.any(d): doubt[u] = d
+  return out

@@ -1,0 +1,94 @@
+"""Planted bugs for the execution check's tests, applied in *every* Python process that starts with this folder on
+PYTHONPATH and TINYSCHED_TEST_PLANT set (the `replay` CLI and its exec workers alike), as a user's change would be.
+
+Each plant is a small monkeypatch of one layer; tests/replay/test_exec_plants.py shows each one caught.
+"""
+import os
+
+def _launch_drops_last_group():
+  # runtime: every NDRange launch loses the last work-group of axis 0 (the last element when the driver picks)
+  import pyopencl as cl
+  orig = cl.enqueue_nd_range_kernel
+  def launch(queue, kernel, gs, ls, *a, **kw):
+    gs = list(gs)
+    step = ls[0] if ls else 1
+    if gs[0] > step: gs[0] -= step
+    return orig(queue, kernel, tuple(gs), ls, *a, **kw)
+  cl.enqueue_nd_range_kernel = launch
+
+def _max_renders_fmin():
+  # codegen: float MAX rendered as fmin (relu([-1, 2, -3]) gives [-1, 0, -3])
+  from tinysched.codegen import opencl as R
+  from tinysched.dtype import dtypes
+  from tinysched.ops import Ops
+  orig = R.render_alu
+  def alu(op, dt, a, srcs):
+    if op is Ops.MAX and dtypes.is_float(dt): return f"fmin({a[0]},{a[1]})"
+    return orig(op, dt, a, srcs)
+  R.render_alu = alu
+
+def _mask_lower_bound_off_by_one():
+  # shared index code: a masked dim's lower bound is one too low (view -> index expression), so padding reads one
+  # element of garbage; codegen uses this code, the reference does not
+  from tinysched import shape as SH
+  from tinysched.dtype import dtypes
+  from tinysched.uop import UOp
+  orig = SH.View.to_indexed_uops
+  def patched(self, idxs, vexpr=None):
+    if self.mask is None or self.all_masked: return orig(self, idxs, vexpr)
+    iexpr, _ = orig(SH.View(self.shape, self.strides, self.offset, None), idxs, vexpr)
+    valid = vexpr
+    for i, sh, (b, e) in zip(idxs, self.shape, self.mask):
+      conds = []
+      if not (type(b) is int and b == 0): conds.append((b - 2 if type(b) is int else b - 2) < i)
+      if not (type(e) is int and type(sh) is int and e == sh): conds.append(i < e)
+      for c in conds: valid = c if valid is None else valid & c
+    return iexpr, (valid if valid is not None else UOp.const(dtypes.bool, True))
+  SH.View.to_indexed_uops = patched
+
+def _pad_over_unsafe_ops():
+  # scheduler: a padded view over an unsafe op (exp, reciprocal, ...) is no longer realized first
+  from tinysched import schedule as S
+  S.can_pad = lambda u: True
+
+def _double_constants():
+  # scheduler: the AST rewrite doubles every non-zero float constant (different numbers)
+  from tinysched import schedule as S
+  from tinysched.ops import Ops
+  from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
+  pm = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg == c.arg
+                        and c.arg not in (0.0, float("inf"), float("-inf")) else None)], name="double")
+  orig = S.full_ast_rewrite
+  def patched(pre, var_vals, assigned):
+    ast, ctx = orig(pre, var_vals, assigned)
+    return graph_rewrite(ast, pm), ctx
+  S.full_ast_rewrite = patched
+
+def _swap_commutative():
+  # scheduler: commutative sources swapped (a different AST, the same numbers)
+  from tinysched import schedule as S
+  from tinysched.ops import Ops
+  from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
+  pm = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None)],
+                      name="swap")
+  orig = S.full_ast_rewrite
+  def patched(pre, var_vals, assigned):
+    ast, ctx = orig(pre, var_vals, assigned)
+    return graph_rewrite(ast, pm), ctx
+  S.full_ast_rewrite = patched
+
+def _stores_twice():
+  # codegen: every global store is written twice (different source, the same numbers, more memory traffic)
+  import re
+  from tinysched.codegen import program as P
+  orig = P.render
+  def render(lw, target):
+    src = orig(lw, target)
+    return re.sub(r"^(\s*)(data0\[[^\n]*\] = [^\n]*;)$", r"\1\2\n\1\2", src, flags=re.M)
+  P.render = render
+
+PLANTS = {"launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
+          "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice}
+
+if (_name := os.environ.get("TINYSCHED_TEST_PLANT")):
+  PLANTS[_name]()
