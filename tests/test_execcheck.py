@@ -88,6 +88,40 @@ def test_fusion_change_at_schedule_level_is_equivalent(db, monkeypatch):
   changed = [r for r in rep.results if r.outcome == "changed"]
   assert changed and all(r.exec["verdict"] == "equivalent" for r in changed)
   assert all(r.exec["new_kernels"] > r.exec["old_kernels"] for r in changed)
+  # which old kernel became which new ones: every old kernel's outputs are written by some new kernel
+  for r in changed:
+    km = r.exec["kernel_map"]
+    assert len(km) == r.exec["old_kernels"] and all(m["new"] for m in km)
+  # the input graph was evaluated, and the compared buffers include the schedule's outputs
+  assert all("input graph" in r.exec["reference"] and r.exec["compared_buffers"] for r in changed)
+
+def test_perf_gate_fails_only_beyond_noise():
+  from replay.check import Report
+  from replay.runner import Result
+  def res(old, new, noise):
+    r = Result("x.db", 1, 1, "kernel", "m", "k" * 64, "s" * 64)
+    r.exec = {"verdict": "equivalent", "old_time_s": old, "new_time_s": new, "noise": noise}
+    return r
+  rep = Report(results=[res(1e-3, 1.3e-3, 0.01)])
+  assert rep.exit_code() == 0                               # off by default: timing never decides
+  rep.perf_gate = 20.0
+  assert rep.exit_code() == 1 and rep.perf_failures()        # 30% slower > 20% + noise
+  rep.results = [res(1e-3, 1.3e-3, 0.2)]
+  assert rep.exit_code() == 0                               # within 2x the measured noise (40%)
+
+def test_inputs_respect_domains():
+  from replay.execinputs import domains
+  from tinysched import Tensor, dtypes
+  a, b, c = (Tensor([[7, -9, 4]], dtype=dtypes.int32) for _ in range(3))
+  ast = (a // b + (a << c)).schedule()[-1].ast
+  assert domains([ast]) == {2: "divisor", 3: "shift"}  # DEFINE_GLOBAL 1 (a) stays unrestricted
+  x = seeded_fill(1000, dtypes.int32, 5, "divisor")
+  assert x.min() >= 1 and seeded_fill(1000, dtypes.int32, 5, "shift").min() >= 0 and seeded_fill(1000, dtypes.int32, 5).min() < 0
+
+def test_compare_counts_ulp_and_one_sided_nan():
+  a = np.array([1.0, 2.0, np.nan], np.float32)
+  c = compare(a, np.array([np.nextafter(np.float32(1), np.float32(2)), 2.0, 1.0], np.float32), "float")
+  assert not c["equal"] and c["n_nonfinite"] == 1 and c["first_diff"] == [2] and c["max_ulp"] >= 1
 
 def test_cli_exec_and_report(db, tmp_path, monkeypatch):
   patch_ast(monkeypatch, double_consts)
