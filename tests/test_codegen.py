@@ -131,9 +131,16 @@ def _kernels_vars(t: Tensor) -> list:
   sched, _ = t.schedule_with_vars()
   return [si for si in sched if si.ast.op is Ops.SINK]
 
-def test_int32_indexing_limit_is_a_clear_error():
-  si = _kernels(Tensor.empty(1 << 31) + 1)[0]  # nothing is allocated: only the AST is built
-  with pytest.raises(KernelError, match="2..31-1 elements"): Kernel(si.ast)
+def test_indexing_past_int32_uses_long():
+  si = _kernels(Tensor.empty((1 << 31) + 8, dtype=dtypes.int8) + 1)[0]  # nothing is allocated: only the AST is built
+  src = to_program(si.ast, (), GENERIC_CPU).src
+  assert "long gidx0 = get_global_id(0);" in src, src
+  small = to_program(_kernels(Tensor.empty(1 << 20, dtype=dtypes.int8) + 1)[0].ast, (), GENERIC_CPU).src
+  assert "long" not in small and "int gidx0" in small, small
+
+def test_indexing_past_int64_is_a_clear_error():
+  si = _kernels(Tensor.empty(1 << 31).expand(1 << 32, 1 << 31).shrink(((0, 1 << 32), (0, 1 << 31))).reshape(1 << 63).contiguous())
+  with pytest.raises(KernelError, match="64-bit indexing"): Kernel(si[0].ast)
 
 def test_not_a_kernel_ast():
   with pytest.raises(KernelError): Kernel(UOp.const(dtypes.int32, 1))

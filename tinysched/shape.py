@@ -162,12 +162,13 @@ class View:
     """(buffer index, validity) at loop indices `idxs`; not simplified (ShapeTracker simplifies)."""
     if len(idxs) != len(self.shape):
       raise ValueError(f"view of shape {_shape_str(self.shape)} needs {len(self.shape)} indices, got {len(idxs)}")
+    idt = idxs[0].dtype if idxs else _IDX  # constants take the indices' dtype (a 64-bit caller gets 64-bit offsets)
     iexpr: UOp | None = None
     for i, sh, st in zip(idxs, self.shape, self.strides):
       if (type(sh) is int and sh == 1) or (type(st) is int and st == 0): continue
       term = i if type(st) is int and st == 1 else i * st
       iexpr = term if iexpr is None else iexpr + term
-    if iexpr is None: iexpr = UOp.const(_IDX, self.offset) if type(self.offset) is int else self.offset
+    if iexpr is None: iexpr = UOp.const(idt, self.offset) if type(self.offset) is int else self.offset
     elif not (type(self.offset) is int and self.offset == 0): iexpr = iexpr + self.offset
     valid = vexpr
     if self.mask is not None:
@@ -588,6 +589,7 @@ class ShapeTracker:
   @functools.lru_cache(maxsize=None)  # noqa: B019
   def _indexed(self, idxs: tuple[UOp, ...] | None) -> tuple[UOp, UOp]:
     if idxs is None: idxs = _ranges(self.shape)
+    idt = idxs[0].dtype if idxs else _IDX
     top = self.views[-1]
     back: dict[UOp, UOp] = {}
     if len(self.views) > 1 and top.mask is not None and top._ints and not top.all_masked:
@@ -606,13 +608,13 @@ class ShapeTracker:
     inner_valid: UOp | None = None
     for v in reversed(self.views[:-1]):
       # unravel the outer flat index by this view's shape, then index it
-      if v.all_masked: return UOp.const(_IDX, 0), UOp.const(dtypes.bool, False)
+      if v.all_masked: return UOp.const(idt, 0), UOp.const(dtypes.bool, False)
       idx = idx.simplify()
       sub: list[UOp] = []
       acc: sint = 1
       for k in range(len(v.shape) - 1, -1, -1):
         s = v.shape[k]
-        if type(s) is int and s == 1: sub.append(UOp.const(_IDX, 0))
+        if type(s) is int and s == 1: sub.append(UOp.const(idt, 0))
         else:
           q = idx if type(acc) is int and acc == 1 else idx // acc
           sub.append(q if k == 0 else q % s)

@@ -329,6 +329,7 @@ def _range(u: UOp) -> tuple[ConstType, ConstType]:
   # a result that may leave the dtype's range wraps around (exec_alu), so then it can be anything
   def fit(lo, hi): return (lo, hi) if dmin <= lo and hi <= dmax else (dmin, dmax)
   if op is Ops.CAST and dtypes.is_int(u.dtype) and dtypes.is_int(s[0].dtype): return fit(s[0].vmin, s[0].vmax)
+  if op is Ops.CAST and dtypes.is_int(u.dtype) and dtypes.is_bool(s[0].dtype): return int(s[0].vmin), int(s[0].vmax)
   if op is Ops.NEG and not dtypes.is_bool(u.dtype): return fit(-s[0].vmax, -s[0].vmin)
   if len(s) >= 2:
     (a0, a1), (b0, b1) = s[0]._min_max, s[1]._min_max
@@ -337,12 +338,7 @@ def _range(u: UOp) -> tuple[ConstType, ConstType]:
       vals = [a0*b0, a0*b1, a1*b0, a1*b1]
       return fit(min(vals), max(vals))
     if op is Ops.MAX: return max(a0, b0), max(a1, b1)
-    if op is Ops.IDIV and b0 == b1 and isinstance(b0, int) and b0 != 0:
-      lo, hi = cdiv(a0, b0), cdiv(a1, b0)
-      return (lo, hi) if b0 > 0 else (hi, lo)
-    if op is Ops.MOD and b0 == b1 and isinstance(b0, int) and b0 > 0:
-      if a0 >= 0: return (a0, a1) if a1 < b0 else (0, b0 - 1)
-      return -(b0 - 1), b0 - 1
+    if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) and (r := _divmod_range(op, a0, a1, b0, b1)) is not None: return fit(*r)
     if op is Ops.CMPLT: return bool(a1 < b0), bool(a0 < b1)
     if op is Ops.CMPNE: return bool(a1 < b0 or a0 > b1), not (a0 == a1 == b0 == b1)
     if op is Ops.AND and dtypes.is_bool(u.dtype): return bool(a0 and b0), bool(a1 and b1)
@@ -353,6 +349,19 @@ def _range(u: UOp) -> tuple[ConstType, ConstType]:
       if c0 == c1: return (x0, x1) if c0 else (y0, y1)
       return min(x0, y0), max(x1, y1)
   return dmin, dmax
+
+def _divmod_range(op: Ops, a0: int, a1: int, b0: int, b1: int) -> tuple[int, int] | None:
+  """[lo, hi] of a C-style a // b or a % b for a in [a0, a1] and b in [b0, b1] (exact integers), or None when the
+  divisor's range holds 0 (then the op yields 0 there and anything else near it: no useful bound)."""
+  if b0 <= 0 <= b1: return None
+  if op is Ops.IDIV:
+    # truncating division is monotone in a for a fixed sign of b, and |a/b| shrinks as |b| grows: the corners bound it
+    qs = [cdiv(a, b) for a in (a0, a1) for b in (b0, b1)]
+    return min(qs), max(qs)
+  m, small = max(abs(b0), abs(b1)) - 1, min(abs(b0), abs(b1))  # |a % b| < |b|, with the sign of a; a itself when |a| < |b|
+  if a0 >= 0: return (a0, a1) if a1 < small else (0, min(a1, m))
+  if a1 <= 0: return (a0, a1) if -a0 < small else (max(a0, -m), 0)
+  return max(a0, -m), min(a1, m)
 
 _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|",
           Ops.XOR: "^"}

@@ -18,6 +18,7 @@ GPU (target.is_gpu)
 CPU: upcast the contiguous output axis by 4, register-tile matmuls (8x16 outputs per work-item)
 and unroll small reduces; no work-groups (PoCL picks them and vectorizes across work-items).
 
+A kernel whose reduces all fold to closed forms (lowerer.reduce_folds: arange) is treated as elementwise.
 Every opt is tried on the kernel and kept only if it applies; the final set is lowered once for
 the target and, if it exceeds a device limit, dropped to no opts.
 """
@@ -164,7 +165,15 @@ def default_opts(ast: UOp, target: Target) -> tuple[Opt, ...]:
   if ast.op is not Ops.SINK: return ()
   try: k = Kernel(ast)
   except KernelError: return ()
-  opts = _gpu(k, target) if target.is_gpu else _cpu(k, target)
+  from tinysched.codegen.lowerer import reduces_fold
+  if reduces_fold(k, target):
+    # the reduces become closed forms (arange): the kernel is elementwise, reduce opts would only add idle threads
+    opts: list[Opt] = []
+    cont = _contiguous_out_axis(k)
+    if cont is not None and (_remaining(k, cont, GLOBAL) or 0) % 4 == 0 and prod(s for s in k.full_shape[:k.n_out] if type(s) is int) >= 4096:
+      _try(k, opts, Opt(OptOps.UPCAST, cont, 4))
+    if target.is_gpu: _locals(k, opts, target, 256)
+  else: opts = _gpu(k, target) if target.is_gpu else _cpu(k, target)
   if opts:
     from tinysched.codegen.lowerer import lower
     try: lower(Kernel(ast, opts), target)

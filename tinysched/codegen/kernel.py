@@ -56,7 +56,7 @@ class KernelOptError(ValueError):
 GLOBAL, LOCAL, GROUP, LOOP, UNROLL, UPCAST = "global", "local", "group", "loop", "unroll", "upcast"
 PART_ORDER = (GLOBAL, LOCAL, GROUP, LOOP, UNROLL, UPCAST)
 MAX_LANES = 4096  # upcast*unroll lanes: the unrolled body grows with it
-INT32_MAX = 2**31 - 1
+INT64_LIMIT = 2**62  # far beyond any buffer; leaves headroom so sums of in-range terms cannot wrap int64
 
 @dataclass(frozen=True)
 class Part:
@@ -142,9 +142,9 @@ class Kernel:
     # views of stores and of loads outside the reduce have 1s on the reduce axes
     for v, st in sts.items():
       if len(st.shape) != len(shape): raise KernelError(f"internal: normalized view {st.shape} vs full shape {shape}")
-    # index arithmetic is 32-bit (int in OpenCL C): refuse what it cannot address instead of computing garbage
-    if any(v.arg.real_size() > INT32_MAX for v in views):
-      raise KernelError(f"kernel of shape {tuple(shape)} addresses more than 2**31-1 elements of a buffer: 32-bit indexing cannot express it")
+    # index arithmetic is exact up to 64 bits (lowerer.py narrows it to 32 bits where it provably fits)
+    if any(v.arg.real_size() > INT64_LIMIT for v in views):
+      raise KernelError(f"kernel of shape {tuple(shape)} addresses more than 2**62 elements of a buffer: 64-bit indexing cannot express it")
 
   # *** parts ***
   def parts_of(self, kind: str) -> list[Part]: return [p for ps in self.parts for p in ps if p.kind == kind]

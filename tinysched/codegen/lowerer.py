@@ -15,6 +15,19 @@ How (DESIGN §6):
   4-aligned become one vector access;
 - the Emitter places each value in the innermost open loop it depends on, so loop-invariant work
   is hoisted and nothing is used outside the loop that defines it.
+
+Index widths: every index expression is built and simplified in int64 (`IDX`), where value ranges
+are exact, so no 32-bit wrap-around can either corrupt an index or hide from the simplifier (arange's
+`% (2n-1)` folds away once the ranges are exact). `narrow_indices` then retypes each node of index
+arithmetic to int32 exactly when its range and its operands' ranges fit (a loop counter also needs
+its last increment to fit); everything else stays `long` in the C source, with casts inserted where
+32- and 64-bit values meet. Buffers past 2**31 elements therefore work; small kernels stay all-int.
+
+Closed-form reduces (`reduce_folds`, named rules): before a reduce gets a loop, it is written as
+REDUCE_AXIS(body, R...) with each reduce axis a symbol. A sum of a constant masked by intervals of R
+becomes the constant times the interval's length (arange, cumsum of a constant: O(1) per output);
+a sum whose mask leaves at most one point of R becomes one guarded load. Floats fold only where the
+result is bit-exact (c*count exact for every count; +0.0 added back for a lone -0.0).
 """
 from __future__ import annotations
 import math
@@ -24,12 +37,17 @@ from tinysched.dtype import DType, dtypes, PtrDType
 from tinysched.ops import Ops, GroupOp
 from tinysched.symbolic import decompose_sum, build_sum
 from tinysched.uop import UOp, sint
-from tinysched.rewrite import UPat, PatternMatcher
+from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite, ANY
 from tinysched.helpers import prod
+from tinysched.shape import ShapeTracker, View
 from tinysched.codegen.kernel import Kernel, KernelOptError, KernelError, GLOBAL, LOCAL, GROUP, LOOP, UNROLL, UPCAST
 from tinysched.codegen.target import Target
 
-IDX = dtypes.int32
+# Index arithmetic is built and simplified in 64 bits, where value ranges are exact (no 32-bit wrap-around can hide an
+# overflow or block a fold); `narrow_indices` then gives every node that provably fits 32 bits back its fast int type.
+IDX = dtypes.int64
+NARROW = dtypes.int32
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 MAX_GRID_Y = 65535  # NVIDIA limits work-group counts in dims 1 and 2; dim 0 is practically unlimited
 LEAVES = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR})
 EFFECTS = frozenset({Ops.STORE, Ops.ASSIGN, Ops.BARRIER, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL})
@@ -38,9 +56,7 @@ EFFECTS = frozenset({Ops.STORE, Ops.ASSIGN, Ops.BARRIER, Ops.DEFINE_ACC, Ops.DEF
 
 # the simplifier's sum-of-products helpers, with the index dtype as the default
 decompose = decompose_sum
-def build(terms: list[tuple[UOp, int]], const: int, dtype: DType = IDX) -> UOp: return build_sum(dtype, terms, const)
-
-def _has(x: UOp, targets: frozenset[UOp] | set[UOp]) -> bool: return any(u in targets for u in x.toposort())
+def build(terms: list[tuple[UOp, int]], const: int, dtype: DType | None = None) -> UOp: return build_sum(dtype or IDX, terms, const)
 
 def _subst(x: UOp, m: dict[UOp, UOp]) -> UOp:
   """x with the nodes in m replaced, simplified (a plain rebuild: cheaper than a rewrite pass)."""
@@ -59,8 +75,39 @@ def _subst(x: UOp, m: dict[UOp, UOp]) -> UOp:
 def _mixed_radix(vals: list[UOp], sizes: list[sint]) -> UOp:
   """vals[0]*prod(sizes[1:]) + ... + vals[-1]."""
   ret: UOp = UOp.const(IDX, 0)
-  for v, s in zip(vals, sizes): ret = ret * s + v
+  for v, s in zip(vals, sizes): ret = ret * wide(s) + v
   return ret
+
+# *** 64-bit index expressions ***
+
+_WIDE_CACHE: dict[UOp, UOp] = {}
+def wide(x: sint) -> UOp:
+  """A shape entry (int, or a symbolic expression over 32-bit Variables) as an exact 64-bit index expression: every
+  integer node becomes int64, a Variable is read through a CAST (it stays a 32-bit kernel argument)."""
+  if not isinstance(x, UOp): return UOp.const(IDX, x)
+  if x.op is Ops.CONST: return UOp.const(IDX, x.arg)
+  if (c := _WIDE_CACHE.get(x)) is not None: return c
+  new: dict[UOp, UOp] = {}
+  for u in x.toposort():
+    if u.op is Ops.CONST: new[u] = UOp.const(IDX, u.arg) if dtypes.is_int(u.dtype) else u
+    elif u.op is Ops.DEFINE_VAR: new[u] = u if u.dtype == IDX else UOp(Ops.CAST, IDX, (u,))
+    elif u.op is Ops.BIND: new[u] = new[u.src[0]]
+    elif u.op is Ops.CAST and dtypes.is_int(u.dtype) and dtypes.is_int(u.src[0].dtype) and \
+        dtypes.min(u.dtype) <= u.src[0].vmin and u.src[0].vmax <= dtypes.max(u.dtype):
+      new[u] = new[u.src[0]]  # a value-preserving cast: the 64-bit value is already exact
+    else:
+      src = tuple(new[s] for s in u.src)
+      new[u] = UOp(u.op, IDX if dtypes.is_int(u.dtype) else u.dtype, src, u.arg)
+  if len(_WIDE_CACHE) > 4096: _WIDE_CACHE.clear()  # it keeps nodes alive: bound it
+  _WIDE_CACHE[x] = ret = new[x].simplify()
+  return ret
+
+def wide_st(st: ShapeTracker) -> ShapeTracker:
+  """The same tracker with its symbolic entries as 64-bit expressions (views rebuilt field by field, not re-canonicalized)."""
+  if all(v._ints for v in st.views): return st
+  def w(x: sint) -> sint: return x if type(x) is int else wide(x)
+  return ShapeTracker(tuple(View(tuple(w(s) for s in v.shape), tuple(w(s) for s in v.strides), w(v.offset),
+                                 None if v.mask is None else tuple((w(b), w(e)) for b, e in v.mask)) for v in st.views))
 
 def _split_dims(n: int) -> list[list[int]]:
   """Consecutive groups (outer to inner) of n items, at most 3: the outermost items merge first."""
@@ -170,6 +217,280 @@ class Emitter:
       return out
     return walk(self.root)
 
+# *** narrowing: 64-bit index arithmetic back to 32 bits where the value ranges allow ***
+
+_PURE_LEAVES = frozenset({Ops.SPECIAL, Ops.RANGE, Ops.DEFINE_VAR})
+# signed or at most 32-bit unsigned: every value converts to int64 exactly
+_EXACT_IN_I64 = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32)
+
+def fits32(lo, hi) -> bool: return INT32_MIN <= lo and hi <= INT32_MAX
+
+class _Narrow:
+  """One pass over a linear program (see narrow_indices); `pick32` is the decision, a hook tests can replace."""
+  def __init__(self, uops: list[UOp], pick32):
+    self.pick32 = pick32
+    self.pure: dict[UOp, bool] = {}
+    self.new: dict[UOp, UOp] = {}
+    self.slots: list[list[UOp]] = []   # one slot per emitted node: the node, then the casts of it
+    self.slot_of: dict[UOp, int] = {}
+    self.uops = uops
+
+  def is_pure(self, u: UOp) -> bool:
+    # an integer/bool function of thread ids, loop counters and Variables only (no memory, no accumulators)
+    if u.op is Ops.CONST: return True
+    return self.pure.get(u, False)
+
+  def fits(self, u: UOp) -> bool:
+    """u's exact value range (computed on the 64-bit graph) is inside int32; never for a non-integer."""
+    return dtypes.is_int(u.dtype) and fits32(u.vmin, u.vmax)
+
+  def val(self, s: UOp, want: DType) -> UOp:
+    """The new program's value of original node s, in dtype `want` (a cast, emitted right after its source)."""
+    if s.op is Ops.CONST: return UOp.const(want, s.arg) if dtypes.is_int(want) and dtypes.is_int(s.dtype) else s
+    n = self.new[s]
+    if n.dtype == want or not (dtypes.is_int(n.dtype) and dtypes.is_int(want)): return n
+    if n.op is Ops.CONST: return UOp.const(want, n.arg)
+    c = UOp(Ops.CAST, want, (n,))
+    if c not in self.slot_of:
+      i = self.slot_of[n]
+      self.slots[i].append(c)
+      self.slot_of[c] = i
+    return c
+
+  def emit(self, n: UOp) -> None:
+    if n in self.slot_of: return  # the same node twice (two originals narrowed to one): its first place computes it
+    self.slot_of[n] = len(self.slots)
+    self.slots.append([n])
+
+  def one(self, u: UOp) -> UOp:
+    op = u.op
+    if op in _PURE_LEAVES or ((op in GroupOp.ALU or op is Ops.CAST) and all(self.is_pure(s) for s in u.src)):
+      self.pure[u] = dtypes.is_int(u.dtype) or dtypes.is_bool(u.dtype)
+    int_srcs = [s for s in u.src if dtypes.is_int(s.dtype)]
+    wide_node = self.pure.get(u, False) and (u.dtype == IDX or (dtypes.is_bool(u.dtype) and bool(int_srcs) and
+                                                                 all(s.dtype == IDX for s in int_srcs)))
+    if wide_node:
+      if op is Ops.SPECIAL: return u.replace(dtype=NARROW) if self.pick32(u, fits32(u.vmin, u.vmax)) else u
+      if op is Ops.RANGE:
+        # the loop counter is incremented once past its last value: that one must fit too
+        calc = NARROW if self.pick32(u, fits32(u.vmin, u.vmax + 1)) else IDX
+        return UOp(op, calc, tuple(self.val(s, calc) for s in u.src), u.arg)
+      if op is Ops.DEFINE_VAR: return u
+      if op is Ops.CAST and u.src[0].dtype in _EXACT_IN_I64:
+        # a widening cast is only a change of type: the source value is exact either way
+        return self.val(u.src[0], NARROW if self.pick32(u, self.fits(u) and self.fits(u.src[0])) else IDX)
+      # a 32-bit op on exact 32-bit operands is exact when its own result fits 32 bits
+      ok = (dtypes.is_bool(u.dtype) or self.fits(u)) and all(self.fits(s) for s in int_srcs)
+      calc = NARROW if self.pick32(u, ok) else IDX
+      return UOp(op, u.dtype if dtypes.is_bool(u.dtype) else calc,
+                 tuple(self.val(s, calc) if dtypes.is_int(s.dtype) else self.val(s, s.dtype) for s in u.src), u.arg)
+    if op is Ops.INDEX: src = (self.new[u.src[0]], self.as_is(u.src[1])) + tuple(self.val(s, s.dtype) for s in u.src[2:])
+    elif op is Ops.CAST and dtypes.is_int(u.src[0].dtype):
+      # a conversion depends only on the value: take the operand in whatever type it has now
+      if (x := self.as_is(u.src[0])).dtype == u.dtype: return x
+      src = (x,)
+    # loop counters as sources of ENDRANGE / DEFINE_ACC only mark the loop (an accumulator is declared before its loop
+    # opens: it keeps the marker it was built with)
+    else: src = tuple(self.new.get(s, s) if s.op is Ops.RANGE else self.val(s, s.dtype) for s in u.src)
+    return u if src == u.src else UOp(op, u.dtype, src, u.arg)
+
+  def as_is(self, s: UOp) -> UOp:
+    """An integer operand whose type does not matter (an address, a conversion's input), in the type it has now."""
+    if s.op is Ops.CONST: return UOp.const(NARROW if fits32(s.arg, s.arg) else IDX, s.arg) if s.dtype == IDX else s
+    return self.new[s]
+
+  def run(self) -> list[UOp]:
+    for u in self.uops:
+      n = self.new[u] = self.one(u)
+      if n.op is not Ops.CONST and n not in self.slot_of: self.emit(n)
+    return [x for sl in self.slots for x in sl]
+
+def _default_pick32(u: UOp, ok: bool) -> bool: return ok
+PICK32 = _default_pick32  # the 32-bit decision (module-level so a test can plant a wrong one)
+
+def narrow_indices(uops: list[UOp]) -> list[UOp]:
+  """Give back 32-bit types to the lowered program's 64-bit index arithmetic wherever that is exact.
+
+  A node is narrowed when it is a pure function of thread ids, loop counters and Variables (index arithmetic and
+  the validity tests over it) and its exact range, and its integer operands' ranges, fit int32: then the int op
+  computes exactly the 64-bit value. Everything else keeps int64; a 32-bit operand of a 64-bit op is cast up (and a
+  64-bit value read by a 32-bit op cast down) right after it is defined. Other integer nodes (memory, accumulators)
+  keep their dtypes and get their operands back in their original types."""
+  return _Narrow(uops, PICK32).run()
+
+# *** closed forms of reduces (arange, cumsum of a constant) ***
+#
+# A reduce is first written symbolically: REDUCE_AXIS(body, R0, R1, ...) with arg (op, "loops"), where each R is one
+# whole reduce axis as a RANGE symbol and the body is the lowered reduce input (thread ids for the output axes). The
+# rules below remove the Rs one at a time; a reduce is folded only when none is left (else it gets its loop).
+
+def _has(x: UOp, targets: frozenset[UOp] | set[UOp]) -> bool: return any(u in targets for u in x.toposort())
+
+def _clauses(cond: UOp) -> list[UOp]:
+  """The conjuncts of a bool AND tree, in order."""
+  out, stack = [], [cond]
+  while stack:
+    u = stack.pop()
+    if u.op is Ops.AND and u.dtype == dtypes.bool: stack.extend(reversed(u.src))
+    else: out.append(u)
+  return out
+
+def _floordiv(p: UOp, d: int) -> UOp:
+  """floor(p / d) for d > 0 with the truncating IDIV: shift p to non-negative by a multiple of d first."""
+  if d == 1: return p
+  if p.vmin >= 0: return (p // d).simplify()
+  m = -(p.vmin // d)  # ceil(-vmin / d): p + m*d >= 0
+  return ((p + m*d) // d - m).simplify()
+
+def _linear(e: UOp, r: UOp) -> tuple[int, UOp] | None:
+  """e == a*r + rest with rest free of r, or None (r inside a product, a division...)."""
+  terms, const = decompose_sum(e)
+  a, rest = 0, []
+  for t, k in terms:
+    if t is r: a += k
+    elif _has(t, {r}): return None
+    else: rest.append((t, k))
+  return a, build(rest, const)
+
+def _bounds(clause: UOp, r: UOp) -> tuple[UOp | None, UOp | None] | None:
+  """A clause on r as lo <= r < hi (None: no bound on that side), or None if it is not an interval in r."""
+  neg, c = False, clause
+  while c.op is Ops.CMPNE and c.src[1].op is Ops.CONST and c.src[1].dtype == dtypes.bool and c.src[1].arg is True:
+    neg, c = not neg, c.src[0]  # x != True is not x
+  if c.op not in (Ops.CMPLT, Ops.CMPNE) or not all(x.dtype == IDX for x in c.src): return None
+  x, y = c.src
+  if c.op is Ops.CMPNE:
+    if not neg or (lin := _linear((x - y).simplify(), r)) is None or abs(lin[0]) != 1: return None
+    p = (-lin[1] if lin[0] == 1 else lin[1]).simplify()  # x == y: r is one point
+    return p, (p + 1).simplify()
+  if neg: x, y = y, x + 1  # not (x < y) is y < x + 1 for integers
+  if (lin := _linear((x - y).simplify(), r)) is None or lin[0] == 0: return None
+  a, rest = lin  # a*r + rest < 0
+  if a > 0: return None, (-_floordiv(rest, a)).simplify()  # r < ceil(-rest/a)
+  return (_floordiv(rest, -a) + 1).simplify(), None         # r > rest/|a|
+
+def _exact_float_multiple(c: UOp, n: sint, dt: DType) -> bool:
+  """Every partial sum k*c (k <= n) of a float constant is exact, so summing it in any order gives n*c exactly."""
+  if not math.isfinite(c.arg) or type(n) is not int: return False
+  m = abs(c.arg)
+  if m == 0: return True
+  mant, _ = math.frexp(m)
+  odd = int(mant * 2**53)
+  while odd % 2 == 0: odd //= 2
+  bits = 24 if dt == dtypes.float32 else 53 if dt == dtypes.float64 else 11
+  return n * odd <= 2**bits
+
+def _scaled(c: UOp, count: UOp, n: sint, dt: DType) -> UOp | None:
+  """The sum of `count` copies of c in dtype dt (as the accumulator would compute it), or None if not exact."""
+  if dt == dtypes.bool: return UOp(Ops.WHERE, dt, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(IDX, 0), count)), c, UOp.const(dt, False)))
+  if dtypes.is_int(dt):  # wrap-around of repeated addition is the wrap-around of the product
+    cnt = count.cast(dt)
+    return cnt if c.op is Ops.CONST and c.arg == 1 else _fold(Ops.MUL, dt, (cnt, c))
+  if c.op is not Ops.CONST or not _exact_float_multiple(c, n, dt): return None
+  if c.arg == 0: return UOp.const(dt, 0.0)
+  # no terms is +0.0 (0 * a negative c would be -0.0)
+  return UOp(Ops.WHERE, dt, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(IDX, 0), count)),
+                             _fold(Ops.MUL, dt, (count.cast(dt), c)), UOp.const(dt, 0.0)))
+
+def _is_zero(z: UOp) -> bool: return z.op is Ops.CONST and z.arg == 0 and not (type(z.arg) is float and math.copysign(1, z.arg) < 0)
+
+def _rsize(r: UOp) -> sint: return r.src[1].arg if r.src[1].op is Ops.CONST else r.src[1]
+
+def _drop(red: UOp, r: UOp, body: UOp) -> UOp:
+  return UOp(Ops.REDUCE_AXIS, red.dtype, (body,) + tuple(x for x in red.src[1:] if x is not r), red.arg)
+
+def fold_invariant(red: UOp, x: UOp) -> UOp | None:
+  """sum over r of x, x free of r: |r| copies of x."""
+  if red.arg[0] is not Ops.ADD: return None
+  for r in red.src[1:]:
+    if _has(x, {r}): continue
+    n = _rsize(r)
+    if (v := _scaled(x, wide(n), n, red.dtype)) is not None: return _drop(red, r, v)
+  return None
+
+def fold_masked_const(red: UOp, cond: UOp, c: UOp, z: UOp) -> UOp | None:
+  """sum over r of (cond ? c : 0), c free of r and cond's clauses on r intervals: c times the interval's length."""
+  if red.arg[0] is not Ops.ADD or not _is_zero(z): return None
+  for r in red.src[1:]:
+    if _has(c, {r}): continue
+    clauses = _clauses(cond)
+    on_r = [cl for cl in clauses if _has(cl, {r})]
+    if not on_r: continue
+    lo, hi = UOp.const(IDX, 0), wide(_rsize(r))
+    for cl in on_r:
+      if (b := _bounds(cl, r)) is None: break
+      if b[0] is not None: lo = lo.maximum(b[0])
+      if b[1] is not None: hi = hi.minimum(b[1])
+    else:
+      count = (hi - lo).maximum(0).simplify()
+      if (v := _scaled(c, count, _rsize(r), red.dtype)) is None: continue
+      rest = [cl for cl in clauses if not _has(cl, {r})]
+      body = v
+      if rest:
+        rc = rest[0]
+        for cl in rest[1:]: rc = UOp(Ops.AND, dtypes.bool, (rc, cl))
+        body = UOp(Ops.WHERE, red.dtype, (rc, v, UOp.const(red.dtype, 0)))
+      return _drop(red, r, body)
+  return None
+
+def _guard_loads(x: UOp, r: UOp, p: UOp, guard: UOp) -> UOp:
+  """x with r := p; every load that reads through r also requires `guard` (its address at p may be out of range)."""
+  new: dict[UOp, UOp] = {}
+  for u in x.toposort():
+    if u.op is Ops.LOAD and _has(u, {r}):
+      idx = _subst(u.src[0].src[1], {r: p})
+      valid = (u.src[1] if len(u.src) > 1 else UOp.const(dtypes.bool, True))
+      valid = UOp(Ops.AND, dtypes.bool, (_subst(valid, {r: p}), guard)).simplify()
+      if valid.op is Ops.CONST: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)),)) \
+        if valid.arg else UOp.const(u.dtype, 0)
+      else: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)), valid))
+    elif u is r: new[u] = p
+    elif u.src: new[u] = UOp(u.op, u.dtype, tuple(new[s] for s in u.src), u.arg)
+    else: new[u] = u
+  return new[x]
+
+def fold_masked_point(red: UOp, x: UOp) -> UOp | None:
+  """sum over r of a body that is 0 outside an interval of r holding at most one point: the body at that point,
+  its loads guarded (one load instead of a loop). The body is 0 outside the interval when it is WHERE(cond, y, 0) with
+  the interval in cond, or a masked load (or a cast of one) with the interval in the load's validity."""
+  if red.arg[0] is not Ops.ADD: return None
+  if x.op is Ops.WHERE and _is_zero(x.src[2]): clauses, y = _clauses(x.src[0]), x.src[1]
+  else: clauses, y = [], x
+  ld = y.src[0] if y.op is Ops.CAST and dtypes.is_int(y.src[0].dtype) == dtypes.is_int(y.dtype) else y
+  load_clauses = _clauses(ld.src[1]) if ld.op is Ops.LOAD and len(ld.src) > 1 else []
+  for r in red.src[1:]:
+    on_r = [cl for cl in clauses + load_clauses if _has(cl, {r})]
+    if not on_r: continue
+    bs = [_bounds(cl, r) for cl in on_r]
+    if any(b is None for b in bs): continue
+    los = [UOp.const(IDX, 0)] + [b[0] for b in bs if b[0] is not None]
+    his = [wide(_rsize(r))] + [b[1] for b in bs if b[1] is not None]
+    # at most one point: some pair of bounds is at most 1 apart
+    if not any((h - l).simplify().vmax <= 1 for l in los for h in his): continue
+    lo, hi = los[0], his[0]
+    for l in los[1:]: lo = lo.maximum(l)
+    for h in his[1:]: hi = hi.minimum(h)
+    lo, guard = lo.simplify(), (lo < hi).simplify()
+    rest = [cl for cl in clauses if not _has(cl, {r})]
+    cond = guard
+    for cl in rest: cond = UOp(Ops.AND, dtypes.bool, (cond, cl))
+    body = _guard_loads(y, r, lo, guard)
+    body = body if cond.op is Ops.CONST and cond.arg else UOp(Ops.WHERE, y.dtype, (cond, body, UOp.const(y.dtype, 0)))
+    # floats: the loop's sum is 0.0 + ... + y, which turns a -0.0 into +0.0
+    if dtypes.is_float(body.dtype): body = UOp(Ops.ADD, body.dtype, (body, UOp.const(body.dtype, 0.0)))
+    return _drop(red, r, body)
+  return None
+
+_LOOPS = "loops"
+# named so replay reports can say which closed form replaced a loop
+reduce_folds = PatternMatcher([
+  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), arg=(Ops.ADD, _LOOPS)), lambda x: x, "reduce_no_loops_left"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.WHERE, src=(UPat.var("cond"), UPat.var("c"), UPat.cvar("z"))),), arg=ANY, name="red",
+        allow_any_len=True), fold_masked_const, "reduce_masked_const_to_count"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), name="red", allow_any_len=True), fold_masked_point, "reduce_masked_point_to_load"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), name="red", allow_any_len=True), fold_invariant, "reduce_invariant_to_product"),
+], name="reduce_folds")
+
 # *** lowering ***
 
 @dataclass(frozen=True)
@@ -205,7 +526,7 @@ class Lowerer:
     self.plist: list[tuple[int, int, Any]] = [(a, j, p) for a, ps in enumerate(k.parts) for j, p in enumerate(ps)]
     self.ph: dict[tuple[int, int], UOp] = {}
     for a, j, p in self.plist:
-      self.ph[(a, j)] = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), p.size if isinstance(p.size, UOp) else UOp.const(IDX, p.size)), ("p", a, j))
+      self.ph[(a, j)] = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), ("p", a, j))
     self.axis_expr = [_mixed_radix([self.ph[(a, j)] for j in range(len(ps))], [p.size for p in ps]) for a, ps in enumerate(k.parts)]
     self.lanes = [(a, j) for a, j, p in self.plist if p.kind in (UPCAST, UNROLL) and not _is1(p.size)]
     self.lane_ph = [self.ph[x] for x in self.lanes]
@@ -216,7 +537,7 @@ class Lowerer:
     self.loops: list[tuple[tuple[int, int], UOp]] = []
     for a, j, p in self.plist:
       if p.kind == LOOP and not _is1(p.size):
-        self.loops.append(((a, j), r := UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), p.size if isinstance(p.size, UOp) else UOp.const(IDX, p.size)), len(self.loops))))
+        self.loops.append(((a, j), r := UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), len(self.loops))))
         self.var[(a, j)] = r
     for a, j, p in self.plist:
       if _is1(p.size): self.var[(a, j)] = UOp.const(IDX, 0)
@@ -245,7 +566,7 @@ class Lowerer:
     # local memory is per work-group: a staged kernel needs explicit work-groups even with no local parts
     self.has_local = bool(lparts) or bool(k.staged)
     size = lambda x: k.parts[x[0]][x[1]].size  # noqa: E731
-    def bound(s: sint) -> int: return s if type(s) is int else int(s.vmax)
+    def bound(s: sint) -> int: return s if type(s) is int else int(wide(s).vmax)  # 64-bit: an int32 product could wrap
     ggroups = _split_dims(len(gparts))
     # counts of work-groups in dims 1 and 2 are limited on some GPUs: fall back to one flat dim
     if any(bound(prod(size(gparts[i]) for i in g)) > MAX_GRID_Y for g in ggroups[:-1]): ggroups = [list(range(len(gparts)))] if gparts else []
@@ -256,7 +577,7 @@ class Lowerer:
     for d, grp in enumerate(reversed(ggroups)):
       sizes = [size(gparts[i]) for i in grp]
       total = prod(sizes)
-      gsz[d] = total
+      gsz[d] = total if type(total) is int else wide(total)  # evaluated at launch: must not wrap either
       fn = "group" if self.has_local else "global"
       sp = UOp(Ops.SPECIAL, IDX, (), (f"gidx{d}", bound(total), fn))
       self._assign_group(sp, [gparts[i] for i in grp], sizes)
@@ -279,8 +600,8 @@ class Lowerer:
   def _assign_group(self, sp: UOp, parts: list[tuple[int, int]], sizes: list[sint]) -> None:
     for i, x in enumerate(parts):
       inner = prod(sizes[i+1:])
-      v = sp if (type(inner) is int and inner == 1) else sp // inner
-      if i > 0: v = v % sizes[i]
+      v = sp if (type(inner) is int and inner == 1) else sp // wide(inner)
+      if i > 0: v = v % wide(sizes[i])
       self.var[x] = v.simplify()
 
   def lid_flat(self) -> UOp:
@@ -289,7 +610,8 @@ class Lowerer:
 
   # *** index expressions ***
   def view_sym(self, view: UOp) -> tuple[UOp, UOp]:
-    st = self.k.sts[view]
+    st = wide_st(self.k.sts[view])
+    if not st.shape: return st.reshape((1,)).to_indexed_uops([UOp.const(IDX, 0)])  # an index to take the offset's dtype from
     idxs = [UOp.const(IDX, 0) if _is1(s) else self.axis_expr[i] for i, s in enumerate(st.shape)]
     return st.to_indexed_uops(idxs)
 
@@ -422,12 +744,62 @@ class Lowerer:
 
   def run(self) -> Lowered:
     k = self.k
-    if k.reduceops: self.lower_reduce()
+    self.fold_reduces()
+    if self.loop_reduces: self.lower_reduce()
     self.lower_stores()
-    uops = [*k.bufs, *k.vars] + self.em.linearize()
+    uops = narrow_indices([*k.bufs, *k.vars] + self.em.linearize())
     if self.local_mem > self.t.local_mem_size:
       raise KernelOptError(f"kernel needs {self.local_mem} bytes of local memory, {self.t.name} has {self.t.local_mem_size}")
     return Lowered(k.name, tuple(uops), self.global_size, self.local_size, self.local_mem, tuple(k.bufs), tuple(k.vars), tuple(k.outbufs))
+
+  # *** reduces in closed form ***
+  def fold_reduces(self) -> None:
+    """Reduces that `reduce_folds` turns into a closed form (every output lane) need no loop: their values go straight
+    into reduce_result; the rest stay in self.loop_reduces."""
+    k = self.k
+    self.loop_reduces: list[UOp] = list(k.reduceops)
+    if not k.reduceops or k.staged: return
+    rs = [UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(k.full_shape[k.n_out + a])), ("fold", a)) for a in range(k.n_red)]
+    self.fold_syms = rs
+    out_combos = self.lane_combos(self.out_lanes)
+    for r in k.reduceops:
+      if r.arg[0] is not Ops.ADD: continue  # every rule is about sums
+      adt = acc_dtype(r.dtype)
+      vals = []
+      for c in out_combos:
+        if (body := self._fold_body(r.src[0], c)) is None: break
+        if body.dtype != adt: body = body.cast(adt) if body.op is Ops.CONST else UOp(Ops.CAST, adt, (body,))
+        v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *rs), (r.arg[0], _LOOPS)), reduce_folds, self)
+        if any(u.op is Ops.REDUCE_AXIS or u in rs for u in v.toposort()): break
+        vals.append((tuple(c[i] for i in self.out_lanes), v.cast(r.dtype) if v.dtype != r.dtype else v))
+      else:
+        for key, v in vals: self.reduce_result[(r, key)] = v
+        self.loop_reduces.remove(r)
+
+  def _fold_view(self, view: UOp, lanes: tuple[int, ...]) -> tuple[UOp, UOp]:
+    """(index, valid) of a view with output axes as thread ids (lanes substituted) and reduce axes as fold symbols."""
+    k = self.k
+    st = wide_st(k.sts[view])
+    if not st.shape: idx, valid = st.reshape((1,)).to_indexed_uops([UOp.const(IDX, 0)])  # as in view_sym
+    else:
+      idx, valid = st.to_indexed_uops([self.fold_syms[i - k.n_out] if i >= k.n_out else UOp.const(IDX, 0) if _is1(sz) else
+                                       self.axis_expr[i] for i, sz in enumerate(st.shape)])
+    return self.lane_subst(_subst(idx, self.conc), lanes), self.lane_subst(_subst(valid, self.conc), lanes)
+
+  def _fold_body(self, node: UOp, lanes: tuple[int, ...]) -> UOp | None:
+    """A reduce input with every reduce axis as its fold symbol (loads read through it), or None for what cannot be written so."""
+    memo: dict[UOp, UOp] = {}
+    for u in node.toposort():
+      if u.op is Ops.VALID: memo[u] = self._fold_view(u.src[0], lanes)[1]
+      elif u.op is Ops.LOAD: memo[u] = self.make_load(u.src[0], *self._fold_view(u.src[1], lanes), u.dtype)
+      elif u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.VIEW, Ops.DEFINE_GLOBAL): memo[u] = u
+      elif u.op is Ops.BIND: memo[u] = u.src[0]
+      elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
+        srcs = tuple(memo[x] for x in u.src)
+        memo[u] = srcs[0] if u.op is Ops.CAST and srcs[0].dtype == u.dtype else \
+          UOp.const(u.dtype, srcs[0].arg) if u.op is Ops.CAST and srcs[0].op is Ops.CONST else _fold(u.op, u.dtype, srcs, u.arg)
+      else: return None
+    return memo[node]
 
   def define_local(self, dtype: DType, size: int) -> UOp:
     self.local_mem += size * dtype.itemsize
@@ -448,7 +820,7 @@ class Lowerer:
     red_combos = self.lane_combos(self.red_lanes)
     ranges = [r for _, r in self.loops]
     accs: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
-    for r in k.reduceops:
+    for r in self.loop_reduces:
       adt = acc_dtype(r.dtype)
       for c in out_combos: accs[(r, c)] = self.define_acc(adt, reduce_identity(r.arg[0], r.dtype), ranges)
     # the outermost loop is where staged tiles are loaded
@@ -470,7 +842,7 @@ class Lowerer:
       cur = {key: a for key, a in accs.items()}
       for ui, u in enumerate(red_combos):
         last = ui == len(red_combos) - 1
-        for r in k.reduceops:
+        for r in self.loop_reduces:
           adt = acc_dtype(r.dtype)
           for c in out_combos:
             key = (r, c)
@@ -478,7 +850,7 @@ class Lowerer:
             cur[key] = em.effect(upd, None if last else em.contrib[accs[key]])
       assigns = cur
     else:
-      for r in k.reduceops:
+      for r in self.loop_reduces:
         adt = acc_dtype(r.dtype)
         for c in out_combos:
           acc = accs[(r, c)]
@@ -666,4 +1038,11 @@ ast_lowering = PatternMatcher([
 def lower(k: Kernel, target: Target) -> Lowered:
   return Lowerer(k, target).run()
 
-__all__ = ["lower", "Lowered", "Lowerer", "Emitter", "decompose", "build", "acc_dtype", "reduce_identity"]
+def reduces_fold(k: Kernel, target: Target) -> bool:
+  """Every reduce of the (unoptimized) kernel has a closed form: it needs no loop, so no reduce opts."""
+  if not k.reduceops: return False
+  lw = Lowerer(k, target)
+  lw.fold_reduces()
+  return not lw.loop_reduces
+
+__all__ = ["lower", "reduces_fold", "narrow_indices", "reduce_folds", "Lowered", "Lowerer", "Emitter", "decompose", "build", "acc_dtype", "reduce_identity"]

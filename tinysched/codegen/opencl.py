@@ -143,7 +143,8 @@ opencl_rules = PatternMatcher([
   (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: f"__local {ctype(x.dtype.base, mem=True)} {{name}}[{x.arg[1]}] __attribute__((aligned(16)));",
    "local_buffer"),
   (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: f"{ctype(x.dtype)} {{name}} = {ctx.r[x.src[0]]};", "accumulator"),
-  (UPat(Ops.RANGE, name="x"), lambda ctx, x: f"for (int {{name}} = {ctx.r[x.src[0]]}; {{name}} < {ctx.r[x.src[1]]}; {{name}}++) {{{{", "loop"),
+  (UPat(Ops.RANGE, name="x"), lambda ctx, x: f"for ({ctype(x.dtype)} {{name}} = {ctx.r[x.src[0]]}; {{name}} < {ctx.r[x.src[1]]}; {{name}}++) {{{{",
+   "loop"),
   (UPat(Ops.ENDRANGE), lambda ctx: "}", "end_loop"),
   (UPat(Ops.BARRIER), lambda ctx: "barrier(CLK_LOCAL_MEM_FENCE);", "barrier"),
   (UPat(Ops.ASSIGN, name="x"), lambda ctx, x: f"{ctx.r[x.src[0]]} = {ctx.r[x.src[1]]};", "accumulate"),
@@ -233,7 +234,7 @@ def render(lw: Lowered, target: Target) -> str:
       lines.append("  "*depth + txt.format(name=nm))  # type: ignore[union-attr]
     elif op is Ops.SPECIAL:
       ctx.r[u] = u.arg[0]
-      lines.append("  "*depth + f"int {u.arg[0]} = {txt}; /* {u.arg[1]} */")
+      lines.append("  "*depth + f"{ctype(u.dtype)} {u.arg[0]} = {txt}; /* {u.arg[1]} */")
     elif op in (Ops.STORE, Ops.BARRIER, Ops.ENDRANGE):
       lines.append("  "*depth + txt)  # type: ignore[operator]
     elif op is Ops.ASSIGN:
