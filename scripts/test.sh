@@ -14,7 +14,7 @@ python -m pytest tests -q -n 2 -p no:cacheprovider "$@"
 if python -c "from tinysched.runtime.opencl import opencl_available as a; raise SystemExit(0 if a() else 1)"; then
   echo "test.sh: 2/3 the Tensor, scheduler, interpreter and exec-check tests again on OpenCL" >&2
   TINYSCHED_DEVICE=OPENCL python -m pytest tests/test_tensor_ops.py tests/test_autograd.py tests/test_nn.py tests/test_optim.py \
-    tests/test_schedule.py tests/test_execcheck.py tests/test_interpreter.py -q -n 2 -p no:cacheprovider
+    tests/test_schedule.py tests/test_execcheck.py tests/test_interpreter.py tests/test_index_range.py -q -n 2 -p no:cacheprovider
 else
   echo "test.sh: 2/3 skipped: no OpenCL platform" >&2
 fi
