@@ -128,3 +128,12 @@ def test_cli_exec_and_report(db, tmp_path, monkeypatch):
   r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "-j", "1", "--exec", "--device", DEVICE, "--report-md", str(tmp_path / "r.md")])
   assert r.exit_code == 1 and "mismatch" in r.output
   assert "mismatch" in (tmp_path / "r.md").read_text()
+
+def test_stored_source_for_a_bigger_work_group_is_skipped_not_failed():
+  from replay.execcheck import _unlaunchable
+  from tinysched.codegen.target import Target
+  small = Target(name="small-gpu", max_work_group_size=256, max_work_item_sizes=(256, 256, 64), has_fp16=False)
+  item = ("src", "k", "__kernel void k() {}", {"local": [1024], "global": [4096], "vars": [], "dtypes": []})
+  assert "work-group of [1024]" in _unlaunchable(small, "GPU", [item])  # a CPU capture replayed next to a GPU
+  assert _unlaunchable(small, "GPU", [("src", "k", "half x;", {"local": [64]})]).endswith("lacks")
+  assert _unlaunchable(small, "GPU", [("src", "k", "float x;", {"local": [64]})]) is None
