@@ -2,8 +2,9 @@
 
 References: torch for the training runs and MobileNetV2 (a functional forward built from the same state dict: no
 torchvision needed), transformers for MiniLM (BertModel), SmolLM2 (LlamaForCausalLM: from our dequantized weights with
-Hugging Face's row order in the quick test, loaded by transformers from the GGUF file in the slow one) and GPT-2, and
-sentence-transformers for the full MiniLM. Tests skip with the reason when weights or references are not installed.
+Hugging Face's row order in the quick test, loaded by transformers from the GGUF file in the slow one) and GPT-2
+(GPT2LMHeadModel built from a local GPT2Config, our weights copied in: the tiny suite model, and GPT-2 small in a slow
+test), and sentence-transformers for the full MiniLM. Tests skip with the reason when weights or references are not installed.
 
 Normal runs use the quick configurations (see suite.py's docstring); the full-size models are under @pytest.mark.slow.
 """
@@ -206,7 +207,7 @@ def _check_decode_reuses_kernels(log, n_steps: int) -> None:
   assert keys[0] != keys[1], "the prefill (concrete shapes) should differ from decode steps"
   assert len(set(keys[1:])) == 1, "every decode step must schedule the same kernel ASTs"
   names = {v.arg[0] for a in all_asts[1] for v in kernel_vars(a)}
-  assert {"start_pos", "token"} <= names, names
+  assert "start_pos" in names, names  # the token id is a (1, 1) buffer, not a Variable
 
 def _hf_llama_from_gguf_weights(g, n_layers: int):
   """LlamaForCausalLM with our dequantized weights, q/k rows permuted back to Hugging Face's RoPE layout."""
@@ -249,6 +250,7 @@ def _greedy_reference(model, prompt: list[int], n_new: int) -> tuple[list[int], 
 def _check_generation(raw: dict, want_ids: list[int], want_logits: list[np.ndarray]) -> None:
   assert raw["generated_ids"] == want_ids
   errs = [float(np.abs(a - b).max()) for a, b in zip(raw["logits"], want_logits)]
+  print(f"{len(want_ids)} greedy tokens identical, max abs logit error {max(errs):.3g}")
   assert max(errs) <= 1e-3, errs
 
 def test_smollm2_quick_matches_transformers_and_reuses_decode_kernels():
@@ -256,6 +258,7 @@ def test_smollm2_quick_matches_transformers_and_reuses_decode_kernels():
   with kernel_log() as log: summary = SUITE["smollm2"](quick=True)
   raw = RAW["smollm2"]
   assert summary["n_layers"] == 2 and len(summary["generated_ids"]) == 3
+  assert raw["embedding_shape"] == (49152, 576) and raw["logits"][0].shape == (49152,)  # the whole vocabulary
   _check_decode_reuses_kernels(log, 3)
   from tinysched.models.gguf import load_gguf
   g = load_gguf(suite.assets.smollm2_gguf())
@@ -271,6 +274,7 @@ def test_smollm2_full_greedy_20_tokens_matches_transformers_gguf():
   summary = SUITE["smollm2"](quick=False)
   raw = RAW["smollm2"]
   assert summary["n_layers"] == 30 and len(raw["generated_ids"]) == 20
+  assert raw["embedding_shape"] == (49152, 576) and raw["logits"][0].shape == (49152,)
   path = suite.assets.smollm2_gguf()
   ref_tok = tr.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
   assert ref_tok(suite.SMOLLM2_PROMPT)["input_ids"] == raw["prompt_ids"]
@@ -278,17 +282,51 @@ def test_smollm2_full_greedy_20_tokens_matches_transformers_gguf():
   _check_generation(raw, *_greedy_reference(model, raw["prompt_ids"], 20))
   assert summary["text"] == ref_tok.decode(raw["generated_ids"])
 
-def _hf_gpt2(raw: dict):
+def _hf_gpt2(c, state_dict: dict[str, np.ndarray]):
+  """transformers' GPT2LMHeadModel built locally from a GPT2Config (nothing downloaded) with our weights copied in."""
   tr = _transformers()
-  c = raw["config"]
   cfg = tr.GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head,
                       layer_norm_epsilon=c.layer_norm_epsilon, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
                       attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
   model = tr.GPT2LMHeadModel(cfg).eval()
-  missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in raw["state_dict"].items()}, strict=False)
+  missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in state_dict.items()}, strict=False)
   assert not unexpected and set(missing) <= {"lm_head.weight"}
   model.tie_weights()
   return model
+
+def _gpt2_tokens(vocab: int, n: int = 64) -> list[int]:
+  """n seeded ids, with the first and the last vocabulary rows among them (the rows a trimmed embedding would lose)."""
+  ids = [int(i) for i in np.random.default_rng(7).integers(0, vocab, n)]
+  ids[3], ids[-2] = vocab - 1, 0
+  return ids
+
+def _check_gpt2_logits(c) -> None:
+  """Every position's logits of a 1 x 64 forward vs transformers: max abs error <= 1e-4, the same top-1 token everywhere."""
+  _transformers()  # skip before the forward when the reference is missing
+  from tinysched.models.gpt2 import GPT2, random_gpt2_weights
+  sd = random_gpt2_weights(c, seed=0)
+  tokens = _gpt2_tokens(c.vocab_size)
+  got = GPT2(c, sd).logits(tokens)
+  assert got.shape == (len(tokens), c.vocab_size)
+  ref = _hf_gpt2(c, sd)
+  with torch.no_grad(): want = ref(torch.tensor([tokens])).logits[0].numpy()
+  err = float(np.abs(got - want).max())
+  same_top = int((got.argmax(-1) == want.argmax(-1)).sum())
+  print(f"GPT-2 {c.n_layer}x{c.n_embd} vocab {c.vocab_size}: max abs error {err:.3g}, top-1 agrees at {same_top}/{len(tokens)}")
+  assert err <= 1e-4, err
+  assert same_top == len(tokens)
+
+def test_gpt2_tiny_logits_at_the_full_vocabulary_match_transformers():
+  from tinysched.models.gpt2 import GPT2_TINY
+  assert GPT2_TINY.vocab_size == 50257
+  _check_gpt2_logits(GPT2_TINY)
+
+@pytest.mark.slow
+def test_gpt2_small_logits_match_transformers():
+  from tinysched.models.gpt2 import GPT2Config
+  c = GPT2Config()
+  assert (c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.n_positions) == (12, 768, 12, 50257, 1024)
+  _check_gpt2_logits(c)
 
 @pytest.mark.parametrize("quick", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_gpt2_tiny_matches_transformers_and_reuses_decode_kernels(quick):
@@ -297,7 +335,8 @@ def test_gpt2_tiny_matches_transformers_and_reuses_decode_kernels(quick):
   assert len(summary["generated_ids"]) == n
   _check_decode_reuses_kernels(log, n)
   raw = RAW["gpt2_tiny"]
-  _check_generation(raw, *_greedy_reference(_hf_gpt2(raw), suite.GPT2_PROMPT, n))
+  assert raw["config"].vocab_size == 50257 and raw["logits"][0].shape == (50257,)
+  _check_generation(raw, *_greedy_reference(_hf_gpt2(raw["config"], raw["state_dict"]), suite.GPT2_PROMPT, n))
 
 def test_suite_runs_are_deterministic():
   assert SUITE["gpt2_tiny"](quick=True) == SUITE["gpt2_tiny"](quick=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 import numpy as np
 from tinysched import Tensor, nn
-from tinysched.models.layers import RowEmbedding, gelu_erf, param, replace_weights
+from tinysched.models.layers import embedding, gelu_erf, param, replace_weights, token_ids
 
 @dataclass(frozen=True)
 class BertConfig:
@@ -50,7 +50,7 @@ class Bert:
     self.config = c
     self.n_layers = c.num_hidden_layers if n_layers is None else n_layers
     if not 0 < self.n_layers <= c.num_hidden_layers: raise ValueError(f"n_layers must be in [1, {c.num_hidden_layers}], got {n_layers}")
-    self.word_embeddings: RowEmbedding | None = None  # set by load
+    self.word_embeddings: nn.Embedding | None = None  # set by load
     self.position_embeddings: Tensor | None = None
     self.token_type_embeddings: Tensor | None = None
     self.emb_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
@@ -62,7 +62,7 @@ class Bert:
       for k in (name, "bert." + name):
         if k in sd: return sd[k].numpy() if isinstance(sd[k], Tensor) else np.asarray(sd[k])
       raise KeyError(f"BERT weights have no {name!r} (e.g. {list(sd)[:3]})")
-    self.word_embeddings = RowEmbedding(param(get("embeddings.word_embeddings.weight")))
+    self.word_embeddings = embedding(get("embeddings.word_embeddings.weight"))
     self.position_embeddings = param(get("embeddings.position_embeddings.weight"))
     self.token_type_embeddings = param(get("embeddings.token_type_embeddings.weight"))
     replace_weights(self.emb_norm, weight=get("embeddings.LayerNorm.weight"), bias=get("embeddings.LayerNorm.bias"))
@@ -80,7 +80,8 @@ class Bert:
       raise RuntimeError("Bert: call load() with the weights first")
     b, t = len(ids), len(ids[0])
     if t > self.config.max_position_embeddings: raise ValueError(f"sequence of {t} tokens is longer than {self.config.max_position_embeddings} positions")
-    x = self.word_embeddings(ids) + self.position_embeddings[0:t].reshape(1, t, -1) + self.token_type_embeddings[0].reshape(1, 1, -1)
+    x = self.word_embeddings(token_ids(ids, self.word_embeddings.vocab_sz))
+    x = x + self.position_embeddings[0:t].reshape(1, t, -1) + self.token_type_embeddings[0].reshape(1, 1, -1)
     x = self.emb_norm(x)
     # padding keys get -inf before the softmax (bool mask: True = attend), every query row keeps at least [CLS]
     mask = Tensor(np.asarray(attention_mask, dtype=bool).reshape(b, 1, 1, t), requires_grad=False)

@@ -1,13 +1,13 @@
-"""Pieces the suite's models share: realization with a kernel log, embeddings, GELU, greedy argmax, KV-cache attention.
+"""Pieces the suite's models share: realization with a kernel log, embeddings, erf GELU, KV-cache attention.
 
-Several of these exist in Tensor/nn but cost too much on the NUMPY interpreter, or hit a current limitation; each says
-why it is here.
+Token embeddings are nn.Embedding over the whole vocabulary and greedy decoding uses Tensor.argmax, so the models' kernels
+include a vocabulary-size Tensor.arange (both). cached_attention works around a current Tensor limitation and says which.
 """
 from __future__ import annotations
 import contextlib, math
 from typing import Iterator, Sequence
 import numpy as np
-from tinysched import Tensor, UOp
+from tinysched import Tensor, UOp, nn
 from tinysched.dtype import dtypes
 from tinysched.realize import run_schedule
 
@@ -47,24 +47,20 @@ def replace_weights(obj, **tensors: np.ndarray | None) -> None:
 
 # *** embeddings ***
 
-class RowEmbedding:
-  """Rows of `weight` (vocab, dim) for token ids the host knows: prompts, and the token a decode step feeds back.
+def embedding(weight: np.ndarray) -> nn.Embedding:
+  """nn.Embedding holding `weight` (vocab, dim), all rows."""
+  emb = nn.Embedding(*weight.shape)
+  replace_weights(emb, weight=weight)
+  return emb
 
-  Not nn.Embedding: its one-hot compare over the vocabulary reads vocab*dim values per token (49152x576 for SmolLM2:
-  ~10 s per token on the NUMPY interpreter), and it builds Tensor.arange(vocab), which costs O(vocab^2) memory there
-  (arange(49152) asks numpy for 54 GiB). Here host ids become shrinks of the weight, joined by one cat kernel; a bound Variable id (decode)
-  becomes a shrink at a symbolic offset, so every decode step has the same kernel AST.
-  """
-  def __init__(self, weight: Tensor): self.weight = weight
-  def __call__(self, ids: Sequence[Sequence[int]] | UOp) -> Tensor:
-    vocab, dim = self.weight.shape
-    if isinstance(ids, UOp): return self.weight[ids].reshape(1, 1, dim)
-    if len({len(seq) for seq in ids}) != 1: raise ValueError(f"token id rows must have one length, got {[len(seq) for seq in ids]}")
-    for seq in ids:
-      for i in seq:
-        if not 0 <= i < vocab: raise IndexError(f"token id {i} is outside the vocabulary of {vocab}")
-    rows = [self.weight[i:i + 1] for seq in ids for i in seq]
-    return (rows[0] if len(rows) == 1 else Tensor.cat(*rows)).reshape(len(ids), len(ids[0]), dim)
+def token_ids(ids: Sequence[Sequence[int]], vocab: int) -> Tensor:
+  """(B, T) int32 index buffer for nn.Embedding. A decode step's one token is a (1, 1) buffer too, so every decode step
+  has the same kernel ASTs. Checked here: nn.Embedding gives a zero row, not an error, for an id outside the vocabulary."""
+  if len({len(seq) for seq in ids}) != 1: raise ValueError(f"token id rows must have one length, got {[len(seq) for seq in ids]}")
+  for seq in ids:
+    for i in seq:
+      if not 0 <= i < vocab: raise IndexError(f"token id {i} is outside the vocabulary of {vocab}")
+  return Tensor(np.asarray(ids, dtype=np.int32), requires_grad=False)
 
 # *** activations ***
 
@@ -77,17 +73,6 @@ def erf(x: Tensor) -> Tensor:
   return (x < 0).where(-y, y)
 
 def gelu_erf(x: Tensor) -> Tensor: return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
-
-# *** greedy decoding ***
-
-class Argmax:
-  """argmax over the last dim with a host-made counter: Tensor.argmax builds Tensor.arange(n), O(n^2) on NUMPY for a vocab."""
-  def __init__(self, n: int):
-    self.n = n
-    self.counter = param(np.arange(n, 0, -1, dtype=np.int32), dtypes.int32)  # n..1: the max picks the first maximum
-  def __call__(self, x: Tensor) -> Tensor:
-    is_max = x == x.max(-1, keepdim=True)
-    return (self.n - is_max.where(self.counter, 0).max(-1)).cast(dtypes.int32)
 
 # *** attention with a KV cache ***
 
@@ -139,5 +124,5 @@ def new_cache(n_layers: int, bsz: int, max_context: int, n_heads: int, head_dim:
   """One realized (2, B, max_context, H, D) zero buffer per layer, each its own allocation (host zeros, so no aliasing)."""
   return [param(np.zeros((2, bsz, max_context, n_heads, head_dim), np.float32)) for _ in range(n_layers)]
 
-__all__ = ["kernel_log", "realize", "param", "replace_weights", "RowEmbedding", "erf", "gelu_erf", "Argmax", "causal_mask",
+__all__ = ["kernel_log", "realize", "param", "replace_weights", "embedding", "token_ids", "erf", "gelu_erf", "causal_mask",
            "cached_attention", "write_cache", "new_cache"]

@@ -11,9 +11,9 @@ scores (q and k are permuted alike, and q.k is invariant to a common permutation
 
 Decoding: the prompt is one prefill call at start_pos=0 (concrete shapes, causal mask); every later token is one call
 at start_pos = Variable("start_pos", 1, max_context - 1) bound to the position (a one-token step at start_pos writes
-cache row start_pos, so max_context - 1 is the last one that fits), with the token id bound to
-Variable("token", 0, vocab - 1), so all decode steps share one set of kernel ASTs (see layers.cached_attention). The
-KV cache is realized in place after every layer's write, like tinygrad's llama example.
+cache row start_pos, so max_context - 1 is the last one that fits), with the token id in a (1, 1) buffer, so all
+decode steps share one set of kernel ASTs (see layers.cached_attention). The KV cache is realized in place after every
+layer's write, like tinygrad's llama example.
 """
 from __future__ import annotations
 import os
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 import numpy as np
 from tinysched import Tensor, UOp, Variable, nn
-from tinysched.models.layers import Argmax, RowEmbedding, cached_attention, new_cache, param, realize, replace_weights, write_cache
+from tinysched.models.layers import cached_attention, embedding, new_cache, param, realize, replace_weights, token_ids, write_cache
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -81,33 +81,31 @@ class Block:
 class Llama:
   def __init__(self, c: LlamaConfig):
     self.c = c
-    self.tok_embeddings: RowEmbedding | None = None
+    self.tok_embeddings: nn.Embedding | None = None
     self.output: Tensor | None = None  # (vocab, dim)
     self.layers = [Block(c) for _ in range(c.n_layers)]
     self.norm = nn.RMSNorm(c.dim, c.norm_eps)
     cos, sin = rope_tables(c.head_dim, c.max_context, c.rope_theta)
     self.rope_cos, self.rope_sin = param(cos), param(sin)
-    self.argmax = Argmax(c.vocab_size)
     self.cache: list[Tensor] = []
     self.start_pos_var = Variable("start_pos", 1, c.max_context - 1)
-    self.token_var = Variable("token", 0, c.vocab_size - 1)
 
   def reset(self) -> None:
     """Fresh (zero) KV caches, batch 1."""
     self.cache = new_cache(self.c.n_layers, 1, self.c.max_context, self.c.n_heads, self.c.head_dim)
 
-  def forward(self, tokens: Sequence[int] | UOp, start_pos: int | UOp) -> tuple[Tensor, Tensor]:
+  def forward(self, tokens: Sequence[int], start_pos: int | UOp) -> tuple[Tensor, Tensor]:
     """(logits (1, vocab) of the last position, greedy next token (1,)), both lazy; the KV caches are updated now."""
     if not self.cache: self.reset()
     if self.tok_embeddings is None or self.output is None: raise RuntimeError("Llama: load weights first")
-    t = 1 if isinstance(tokens, UOp) else len(tokens)
-    x = self.tok_embeddings(tokens if isinstance(tokens, UOp) else [list(tokens)])
+    t = len(tokens)
+    x = self.tok_embeddings(token_ids([list(tokens)], self.c.vocab_size))
     cos, sin = self.rope_cos[start_pos:start_pos + t], self.rope_sin[start_pos:start_pos + t]
     for layer, cache_kv in zip(self.layers, self.cache): x = layer(x, cache_kv, start_pos, cos, sin)
     # only the last position's logits are needed: project one row, not t (the output matrix is vocab x dim)
     h = self.norm(x[:, t - 1:t, :]).reshape(1, self.c.dim)
     logits = h.matmul(self.output.transpose())
-    return logits, self.argmax(logits)
+    return logits, logits.argmax(-1)
 
   def prefill(self, tokens: Sequence[int]) -> tuple[np.ndarray, int]:
     """Run the prompt from position 0; (last logits, greedy next token)."""
@@ -118,9 +116,9 @@ class Llama:
     return logits.numpy()[0], int(tok.numpy()[0])
 
   def decode(self, token: int, pos: int) -> tuple[np.ndarray, int]:
-    """Feed one token at position pos (>= 1), with symbolic start_pos and token; (logits, greedy next token)."""
+    """Feed one token at position pos (>= 1), with a symbolic start_pos; (logits, greedy next token)."""
     if not 1 <= pos < self.c.max_context: raise ValueError(f"position {pos} is outside [1, {self.c.max_context - 1}]")
-    logits, tok = self.forward(self.token_var.bind(int(token)), self.start_pos_var.bind(pos))
+    logits, tok = self.forward([int(token)], self.start_pos_var.bind(pos))
     realize(logits, tok, label="logits")
     return logits.numpy()[0], int(tok.numpy()[0])
 
@@ -151,9 +149,8 @@ def load_llama_gguf(path: str | os.PathLike, max_context: int = 128, n_layers: i
   g = load_gguf(path)
   c = config_from_gguf(g.metadata, max_context, n_layers)
   m = Llama(c)
-  emb = param(g.tensor("token_embd.weight"))
-  m.tok_embeddings = RowEmbedding(emb)
-  m.output = param(g.tensor("output.weight")) if "output.weight" in g.tensors else emb  # tied embeddings
+  m.tok_embeddings = embedding(g.tensor("token_embd.weight"))
+  m.output = param(g.tensor("output.weight")) if "output.weight" in g.tensors else m.tok_embeddings.weight  # tied embeddings
   replace_weights(m.norm, weight=g.tensor("output_norm.weight"))
   for i, layer in enumerate(m.layers):
     p = f"blk.{i}."

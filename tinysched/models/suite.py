@@ -2,7 +2,9 @@
 
 Every run is deterministic (fixed seeds, fixed inputs) and returns a small JSON-able summary. `available(name)` says
 why a model cannot run (weights or input package missing), or None. quick=True is sized for CI on the NUMPY
-interpreter; what it trims is listed per model:
+interpreter, and trims for time only: layers, steps, generated tokens, sentences, image size. No model trims its
+vocabulary: token embeddings are nn.Embedding over every row and greedy decoding is Tensor.argmax over every logit, so
+the quick captures hold vocabulary-size embeddings and aranges (SmolLM2 49152, GPT-2 50257, MiniLM 30522). Per model:
 
   mlp_digits   64-64-10 MLP, Adam lr 1e-2, batch 64 on sklearn digits. quick: 5 steps. full: 50 steps + test accuracy.
   cnn_train    conv-BN-ReLU-maxpool x2 + linear, BatchNorm in training mode, Adam lr 1e-2, batch 32.
@@ -12,9 +14,11 @@ interpreter; what it trims is listed per model:
   minilm       all-MiniLM-L6-v2 sentence embeddings (masked mean pooling, L2 norm), one padded batch of sentences
                of different lengths. quick: the first 2 of 6 layers, 3 short sentences (<= 8 tokens). full: 6 layers,
                5 sentences (<= 16 tokens).
-  smollm2      SmolLM2-135M-Instruct (GGUF) greedy decoding with a symbolic-start_pos KV cache (max_context 64).
-               quick: the first 2 of 30 layers, prefill + 2 decode steps (3 tokens). full: 30 layers, 20 tokens.
-  gpt2_tiny    a random 2-layer GPT-2 (d=64, 4 heads, vocab 256) with the same KV-cache decoding.
+  smollm2      SmolLM2-135M-Instruct (GGUF) greedy decoding with a symbolic-start_pos KV cache (max_context 64),
+               vocabulary 49152. quick: the first 2 of 30 layers, prefill + 2 decode steps (3 tokens). full: 30 layers,
+               20 tokens.
+  gpt2_tiny    a random GPT-2 with GPT-2's vocabulary (50257) and context (1024), 2 layers, d=64, 4 heads, with the
+               same KV-cache decoding (GPT-2 small itself, gpt2.GPT2Config(), is the slow parity test's).
                quick: 4 tokens. full: 16 tokens.
 
 RAW[name] keeps the last run's full-precision outputs (logits, embeddings, initial weights) for parity checks, so a
@@ -83,21 +87,22 @@ def _minilm(quick: bool = False) -> dict:
   return {"n_layers": 2 if quick else 6, "sentences": len(sentences), "cosine": [[round(float(v), 5) for v in row] for row in sims]}
 
 def smollm2_generate(n_new: int, n_layers: int | None = None, prompt: str = SMOLLM2_PROMPT, max_context: int = 64):
-  """(prompt ids, new ids, per-step logits, tokenizer) of greedy decoding."""
+  """(prompt ids, new ids, per-step logits, tokenizer, model) of greedy decoding."""
   from tinysched.models.llama import load_llama_gguf
   model, tok, _ = load_llama_gguf(assets.smollm2_gguf(), max_context=max_context, n_layers=n_layers)
   ids = tok.encode(prompt)
   new, logits = model.generate(ids, n_new)
-  return ids, new, logits, tok
+  return ids, new, logits, tok, model
 
 def _smollm2(quick: bool = False) -> dict:
-  ids, new, logits, tok = smollm2_generate(3 if quick else 20, 2 if quick else None)
-  RAW["smollm2"] = {"prompt_ids": ids, "generated_ids": new, "logits": logits, "n_layers": 2 if quick else 30}
+  ids, new, logits, tok, model = smollm2_generate(3 if quick else 20, 2 if quick else None)
+  RAW["smollm2"] = {"prompt_ids": ids, "generated_ids": new, "logits": logits, "n_layers": 2 if quick else 30,
+                    "embedding_shape": tuple(model.tok_embeddings.weight.shape)}
   return {"n_layers": 2 if quick else 30, "prompt_ids": ids, "generated_ids": new, "text": tok.decode(new)}
 
 def _gpt2_tiny(quick: bool = False) -> dict:
-  from tinysched.models.gpt2 import GPT2, GPT2Config, random_gpt2_weights
-  c = GPT2Config()
+  from tinysched.models.gpt2 import GPT2, GPT2_TINY, random_gpt2_weights
+  c = GPT2_TINY
   sd = random_gpt2_weights(c, seed=0)
   new, logits = GPT2(c, sd).generate(GPT2_PROMPT, 4 if quick else 16)
   RAW["gpt2_tiny"] = {"config": c, "state_dict": sd, "generated_ids": new, "logits": logits}
