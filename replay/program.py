@@ -4,7 +4,15 @@ from typing import Any
 from replay.encode import IncompatibleCapture
 
 def opts_to_json(opts) -> list[list]: return [list(o.to_tuple()) for o in opts]
-def target_to_json(target) -> dict[str, Any]: return target.to_dict()
+# what identifies a machine rather than what code generation depends on: kept out of program-level inputs (and so
+# out of their keys), so a capture made on another CPU model or driver build replays identically. The heuristic's
+# compute_units only picks optimizations, which program captures store themselves.
+HOST_FIELDS = ("name", "vendor", "driver_version", "compute_units", "max_alloc")
+
+def target_to_json(target) -> dict[str, Any]:
+  """The codegen-relevant description of a target: limits, vector and precision support, GPU or not."""
+  d = target.to_dict()
+  return {k: v for k, v in d.items() if k not in HOST_FIELDS}
 
 def launch_json(prg) -> dict:
   """What launching a rendered Program again needs without the code generator: its name, launch sizes (symbolic

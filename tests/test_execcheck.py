@@ -137,3 +137,13 @@ def test_stored_source_for_a_bigger_work_group_is_skipped_not_failed():
   assert "work-group of [1024]" in _unlaunchable(small, "GPU", [item])  # a CPU capture replayed next to a GPU
   assert _unlaunchable(small, "GPU", [("src", "k", "half x;", {"local": [64]})]).endswith("lacks")
   assert _unlaunchable(small, "GPU", [("src", "k", "float x;", {"local": [64]})]) is None
+
+def test_program_inputs_do_not_depend_on_the_host():
+  # a capture made with a different CPU name, vendor, driver or core count has the same program-level input
+  from dataclasses import replace
+  from replay.program import target_to_json
+  from tinysched.codegen.target import GENERIC_CPU
+  here = replace(GENERIC_CPU, name="pthread-skylake-avx512-Intel(R) Xeon(R)", vendor="GenuineIntel", driver_version="3.1", compute_units=2)
+  there = replace(GENERIC_CPU, name="pthread-haswell-AMD EPYC", vendor="AuthenticAMD", driver_version="6.0", compute_units=64)
+  assert target_to_json(here) == target_to_json(there)
+  assert target_to_json(here) != target_to_json(replace(here, max_work_group_size=1024))  # a real codegen difference still counts
