@@ -52,8 +52,14 @@ def _contiguous_out_axis(k: Kernel) -> int | None:
   return a
 
 def _matmul_axes(k: Kernel) -> tuple[int, int, UOp, UOp] | None:
-  """(m axis, n axis, load A, load B) when the reduce looks like a matmul: A ignores n, B ignores m."""
+  """(m axis, n axis, load A, load B) when the reduce looks like a matmul: a sum of products where A ignores n and B
+  ignores m. Not a masked sum (an embedding's where(ids == arange, W, 0) has the same strides): register tiles of
+  its compares and selects blow up the kernel (128 copies made PoCL's compiler take 13 GB)."""
   if k.n_red != 1 or k.n_out < 2 or type(k.full_shape[-1]) is not int: return None
+  for r in k.reduceops:
+    x = r.src[0]
+    while x.op is Ops.CAST: x = x.src[0]
+    if r.arg[0] is not Ops.ADD or x.op is not Ops.MUL: return None
   loads = _inner_loads(k)
   if len(loads) < 2: return None
   n_ax = k.n_out - 1
