@@ -1,6 +1,6 @@
 """Small, dependency-free utilities shared by every module."""
 from __future__ import annotations
-import functools, operator, os
+import contextlib, contextvars, functools, operator, os
 from typing import Iterable, TypeVar, Any
 
 T = TypeVar("T")
@@ -24,6 +24,32 @@ def round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
 @functools.lru_cache(maxsize=None)
 def getenv(key: str, default: Any = 0) -> Any: return type(default)(os.getenv(key, default))
 DEBUG = getenv("DEBUG", 0)
+
+# *** flags readable from the environment and overridable in a `with Context(NAME=value):` block ***
+_CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("tinysched_context", default={})
+
+class ContextFlag:
+  """A switch: the innermost `Context(key=...)` value if one is active, else the environment (read at each use, so a
+  test may set it), else `default`. Truthiness and int() give its value."""
+  def __init__(self, key: str, default: Any = 0): self.key, self.default = key, default
+  @property
+  def value(self) -> Any:
+    ctx = _CONTEXT.get()
+    if self.key in ctx: return ctx[self.key]
+    return type(self.default)(os.environ[self.key]) if self.key in os.environ else self.default
+  def __bool__(self) -> bool: return bool(self.value)
+  def __int__(self) -> int: return int(self.value)
+  def __repr__(self) -> str: return f"ContextFlag({self.key}={self.value!r})"
+
+@contextlib.contextmanager
+def Context(**flags: Any):
+  """`with Context(FUSE_ARANGE=1): ...` overrides ContextFlags for the block (per thread / async task)."""
+  token = _CONTEXT.set({**_CONTEXT.get(), **flags})
+  try: yield
+  finally: _CONTEXT.reset(token)
+
+# scheduler switch (tinygrad 0.10.0): fuse an arange (a sum of masked constants) into the kernels that read it
+FUSE_ARANGE = ContextFlag("FUSE_ARANGE", 0)
 
 def cdiv(a: int, b: int) -> int:
   """C-style integer division (truncates toward zero), the semantics of Ops.IDIV."""

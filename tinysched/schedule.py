@@ -22,7 +22,7 @@ from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.lazy import LazyBuffer, Metadata
 from tinysched.device import Buffer
-from tinysched.helpers import prod, dedup, all_same, all_int
+from tinysched.helpers import prod, dedup, all_same, all_int, FUSE_ARANGE
 from tinysched import capture_hook
 
 class ScheduleError(RuntimeError): pass
@@ -216,8 +216,20 @@ def get_isolated_children(r: UOp, reduce_for_op: dict[UOp, UOp], ctx: ScheduleCo
   for tr in group: recursive_group(tr, ctx.allbufs[tr].st, tr, ctx, realizes, reduce_for_op, descendants, set())
   return {**group, **({} if any(tr in group for tr in descendants) else descendants)}
 
+def _inline_arange(ctx: ScheduleContext, realizes: dict[UOp, UOp], stores: list[UOp]) -> None:
+  """FUSE_ARANGE: the buffers an arange (a sum of masked constants) would be stored in are recomputed inside each
+  kernel that reads them, so codegen can fold it to a closed form there (lowerer.py `reduce_folds`: an embedding's
+  vocab loop becomes one guarded load). Kept stored: an arange that is an output (a contiguous base), and one that
+  no kernel reads (only COPY/BUFFER_VIEW do)."""
+  if any(is_contiguous_base(ctx.allbufs[b].src[1]) for b in stores): return
+  readers = [c for b in stores for c in ctx.children.get(b, {})]
+  if all(uval(ctx.allbufs[c]).op in (Ops.COPY, Ops.BUFFER_VIEW) for c in readers): return
+  for b in stores: realizes.pop(b, None)
+
 def group_realizes(ctx: ScheduleContext, realizes: dict[UOp, UOp]) -> list[list[UOp]]:
   reduce_for_op: dict[UOp, UOp] = {}
+  reduce_of_const: list[UOp] = []
+  fuse_arange = bool(FUSE_ARANGE)
   for r, r_view in ctx.allbufs.items():
     if (r_uop := uval(r_view)).op is not Ops.REDUCE_AXIS or r in realizes: continue
     group: dict[UOp, None] = {}
@@ -252,6 +264,8 @@ def group_realizes(ctx: ScheduleContext, realizes: dict[UOp, UOp]) -> list[list[
       group = {tr: None}
       realizes[tr] = tr
     reduce_for_op.update((tr, r) for tr in group)
+    if fuse_arange and r_uop.arg[0] is Ops.ADD and base_of(r_uop.src[0]).op is Ops.WHERE: reduce_of_const.append(r)
+  for r in reduce_of_const: _inline_arange(ctx, realizes, [tr for tr, rop in reduce_for_op.items() if rop is r])
   output_groups: dict[UOp, list[UOp]] = {}
   for ubuf in realizes: output_groups.setdefault(reduce_for_op.get(ubuf, ubuf), []).append(ubuf)
   return list(output_groups.values())

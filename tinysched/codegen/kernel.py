@@ -90,21 +90,34 @@ class Kernel:
 
   # *** normalization ***
   def _normalize(self, topo: list[UOp]) -> None:
+    # a reduce may contain another (FUSE_ARANGE: an arange inside an embedding's gather) when they reduce disjoint axes;
+    # reduces side by side must reduce the same axes. Only a nested reduce that folds to a closed form can be lowered
+    # (lowerer.py `fold_reduces`; the rest is refused there).
+    self.inner_reduces: dict[UOp, list[UOp]] = {r: [x for x in r.src[0].toposort() if x.op is Ops.REDUCE_AXIS] for r in self.reduceops}
+    self.nested = any(self.inner_reduces.values())
+    outer = [r for r in self.reduceops if not any(r in v for v in self.inner_reduces.values())]
     red_axes: tuple[int, ...] | None = None
     for r in self.reduceops:
+      if r.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX): raise KernelError(f"cannot reduce with {r.arg[0]}")
+      for x in self.inner_reduces[r]:
+        if set(x.arg[1]) & set(r.arg[1]): raise KernelError(f"a reduce over axes {tuple(x.arg[1])} inside a reduce over {tuple(r.arg[1])}")
+    for r in outer:
       ax = tuple(sorted(r.arg[1]))
       if red_axes is not None and ax != red_axes: raise KernelError(f"reduces over different axes in one kernel: {red_axes} and {ax}")
       red_axes = ax
-      if r.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX): raise KernelError(f"cannot reduce with {r.arg[0]}")
-      if any(x.op is Ops.REDUCE_AXIS for x in r.src[0].toposort()): raise KernelError("a reduce inside a reduce is not supported")
+    for r in self.reduceops:  # reduces at one nesting level reduce the same axes
+      ins = self.inner_reduces[r]
+      direct = [x for x in ins if not any(x in self.inner_reduces[y] for y in ins)]
+      if len({tuple(sorted(x.arg[1])) for x in direct}) > 1: raise KernelError("reduces over different axes in one kernel (inside one reduce)")
     views = [u for u in topo if u.op is Ops.VIEW and not u.src]
     if not views: raise KernelError("a kernel AST needs at least one VIEW")
     if self.reduceops:
-      inner = [u for u in self.reduceops[0].src[0].toposort() if u.op is Ops.VIEW]
+      innermost = next(r for r in self.reduceops if not self.inner_reduces[r])
+      inner = [u for u in innermost.src[0].toposort() if u.op is Ops.VIEW]
       if not inner: raise KernelError("a reduce without a shaped input")
       full = inner[0].arg.shape
     else: full = self.ast.src[0].src[1].arg.shape
-    red = set(red_axes or ())
+    red = {a for r in self.reduceops for a in r.arg[1]}
     for v in views:
       sh = v.arg.shape
       if len(sh) != len(full) or not all(a is b or a == b or (_is1(a) and i in red) for i, (a, b) in enumerate(zip(sh, full))):
@@ -114,6 +127,9 @@ class Kernel:
     keep = [i for i, s in enumerate(full) if not _is1(s)]
     order = [i for i in keep if i not in red] + [i for i in keep if i in red]
     kinds = [i in red for i in order]
+    # axes merge only with axes reduced by the same reduces (a nested reduce's axes stay apart from its parent's)
+    keys = [frozenset(j for j, r in enumerate(self.reduceops) if i in r.arg[1]) for i in order]
+    origin = [[i] for i in order]  # original axes of each normalized axis
     for v, st in sts.items():
       if len(keep) != len(full): st = st.reshape(tuple(st.shape[i] for i in keep))
       perm = tuple(keep.index(i) for i in order)
@@ -123,7 +139,7 @@ class Kernel:
     # merge adjacent axes of one kind where every view stays one view
     i = len(shape) - 1
     while i > 0:
-      if kinds[i] == kinds[i-1]:
+      if kinds[i] == kinds[i-1] and keys[i] == keys[i-1]:
         new_sts = {}
         for v, st in sts.items():
           ns = tuple(st.shape[:i-1]) + (st.shape[i-1]*st.shape[i],) + tuple(st.shape[i+1:])
@@ -133,12 +149,19 @@ class Kernel:
         else:
           sts = new_sts
           shape[i-1:i+1] = [ssimplify(shape[i-1]*shape[i])]
-          del kinds[i]
+          origin[i-1:i+1] = [origin[i-1] + origin[i]]
+          del kinds[i], keys[i]
       i -= 1
     self.sts: dict[UOp, ShapeTracker] = sts
     self.full_shape: tuple[sint, ...] = tuple(shape)
     self.n_red = sum(kinds)
     self.n_out = len(shape) - self.n_red
+    # each reduce's axes as reduce-axis numbers (0 = the first reduce axis, full_shape[n_out])
+    self.red_axes: dict[UOp, tuple[int, ...]] = {r: tuple(a - self.n_out for a in range(self.n_out, len(shape)) if set(origin[a]) & set(r.arg[1]))
+                                                 for r in self.reduceops}
+    # reduce axes that only nested reduces reduce: they fold away (or the kernel is refused), so they get no loop
+    outer_axes = {a for r in outer for a in self.red_axes[r]}
+    self.inner_only: frozenset[int] = frozenset(a for a in range(self.n_red) if a not in outer_axes)
     # views of stores and of loads outside the reduce have 1s on the reduce axes
     for v, st in sts.items():
       if len(st.shape) != len(shape): raise KernelError(f"internal: normalized view {st.shape} vs full shape {shape}")
@@ -185,6 +208,7 @@ class Kernel:
       if op is OptOps.UNROLL and amt == 0:
         amt = next(p.size for p in self.parts[self.n_out + ax] if p.kind == LOOP)
         if type(amt) is not int: raise KernelOptError(f"{opt}: cannot fully unroll a symbolic axis")
+      if ax in self.inner_only: raise KernelOptError(f"{opt}: reduce axis {ax} is only reduced by a nested reduce (it folds, no loop to split)")
       if op is OptOps.GROUP and self.parts_of(GROUP): raise KernelOptError(f"{opt}: only one GROUP per kernel")
       self._split(self.n_out + ax, LOOP, UNROLL if op is OptOps.UNROLL else GROUP, amt, opt)
     elif op is OptOps.STAGE:

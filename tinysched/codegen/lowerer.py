@@ -352,12 +352,32 @@ def _linear(e: UOp, r: UOp) -> tuple[int, UOp] | None:
     else: rest.append((t, k))
   return a, build(rest, const)
 
+def _fits(w: UOp, dt: DType) -> bool: return dtypes.min(dt) <= w.vmin and w.vmax <= dtypes.max(dt)
+
+def _widen(x: UOp) -> UOp | None:
+  """The exact value of an integer expression in IDX, or None where a narrower dtype may wrap around. A folded arange
+  is int (CAST of an IDX count, plus the start): `v == id` with v and id int32 becomes an IDX compare this way."""
+  if x.dtype == IDX: return x
+  if not dtypes.is_int(x.dtype) or x.dtype.itemsize > IDX.itemsize or (x.dtype.itemsize == IDX.itemsize and dtypes.min(x.dtype) == 0):
+    return None
+  if x.op is Ops.CONST: return UOp.const(IDX, x.arg)
+  if x.op is Ops.CAST and dtypes.is_int(x.src[0].dtype):
+    return w if (w := _widen(x.src[0])) is not None and _fits(w, x.dtype) else None
+  if x.op in (Ops.ADD, Ops.MUL):
+    ws = [_widen(s) for s in x.src]
+    if any(w is None for w in ws): return None
+    return w if _fits(w := UOp(x.op, IDX, tuple(ws)).simplify(), x.dtype) else None  # type: ignore[arg-type]
+  return UOp(Ops.CAST, IDX, (x,))  # a load, a variable: its value, extended
+
 def _bounds(clause: UOp, r: UOp) -> tuple[UOp | None, UOp | None] | None:
   """A clause on r as lo <= r < hi (None: no bound on that side), or None if it is not an interval in r."""
   neg, c = False, clause
   while c.op is Ops.CMPNE and c.src[1].op is Ops.CONST and c.src[1].dtype == dtypes.bool and c.src[1].arg is True:
     neg, c = not neg, c.src[0]  # x != True is not x
-  if c.op not in (Ops.CMPLT, Ops.CMPNE) or not all(x.dtype == IDX for x in c.src): return None
+  if c.op not in (Ops.CMPLT, Ops.CMPNE): return None
+  if not all(x.dtype == IDX for x in c.src):
+    if (w := [_widen(x) for x in c.src])[0] is None or w[1] is None: return None
+    c = UOp(c.op, c.dtype, (w[0], w[1]))
   x, y = c.src
   if c.op is Ops.CMPNE:
     if not neg or (lin := _linear((x - y).simplify(), r)) is None or abs(lin[0]) != 1: return None
@@ -536,11 +556,11 @@ class Lowerer:
     self._setup_ids()
     self.loops: list[tuple[tuple[int, int], UOp]] = []
     for a, j, p in self.plist:
-      if p.kind == LOOP and not _is1(p.size):
+      if p.kind == LOOP and not _is1(p.size) and a - k.n_out not in k.inner_only:
         self.loops.append(((a, j), r := UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), len(self.loops))))
         self.var[(a, j)] = r
     for a, j, p in self.plist:
-      if _is1(p.size): self.var[(a, j)] = UOp.const(IDX, 0)
+      if _is1(p.size) or (p.kind == LOOP and a - k.n_out in k.inner_only): self.var[(a, j)] = UOp.const(IDX, 0)
     self.conc = {self.ph[x]: v for x, v in self.var.items()}  # placeholder -> concrete (lanes stay)
     self.view_cache: dict[UOp, Any] = {}
     self.at_cache: dict[tuple, tuple[UOp, UOp]] = {}
@@ -727,7 +747,11 @@ class Lowerer:
   def _reduce_value(self, u: UOp) -> UOp:
     key = (u, tuple(self.cur_lanes[i] for i in self.out_lanes))
     if key not in self.reduce_result: raise KernelError("internal: reduce used before it was computed")
-    return self.reduce_result[key]
+    v = self.reduce_result[key]
+    if u in self.folded_inner:  # inside a parent's loop: its fold symbols become the loop's indices at these lanes
+      k = self.k
+      v = _subst(v, {sym: self.lane_subst(_subst(self.axis_expr[k.n_out + a], self.conc), self.cur_lanes) for a, sym in enumerate(self.fold_syms)})
+    return v
   def _elementwise(self, u: UOp) -> UOp:
     srcs = self._srcs(u)
     if u.op is Ops.CAST and srcs[0].dtype == u.dtype: return srcs[0]
@@ -758,23 +782,41 @@ class Lowerer:
     into reduce_result; the rest stay in self.loop_reduces."""
     k = self.k
     self.loop_reduces: list[UOp] = list(k.reduceops)
-    if not k.reduceops or k.staged: return
+    self.folded_inner: set[UOp] = set()
+    if not k.reduceops: return
+    if k.staged:
+      if k.nested: raise KernelError("a kernel with a reduce inside a reduce cannot STAGE buffers")
+      return
     rs = [UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(k.full_shape[k.n_out + a])), ("fold", a)) for a in range(k.n_red)]
     self.fold_syms = rs
     out_combos = self.lane_combos(self.out_lanes)
+    outer = [r for r in k.reduceops if not any(r in v for v in k.inner_reduces.values())]
+    # inner reduces first (k.reduceops is in toposort order): a folded inner reduce is a value in its parent's body,
+    # written with the parent's fold symbols, so the parent can fold too (arange inside a gather: `v == id`, one load)
     for r in k.reduceops:
       if r.arg[0] is not Ops.ADD: continue  # every rule is about sums
+      own = [rs[a] for a in k.red_axes[r]]
+      left = set(rs) if r in outer else set(own)  # an inner reduce's value may still depend on its parents' axes
       adt = acc_dtype(r.dtype)
       vals = []
       for c in out_combos:
         if (body := self._fold_body(r.src[0], c)) is None: break
         if body.dtype != adt: body = body.cast(adt) if body.op is Ops.CONST else UOp(Ops.CAST, adt, (body,))
-        v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *rs), (r.arg[0], _LOOPS)), reduce_folds, self)
-        if any(u.op is Ops.REDUCE_AXIS or u in rs for u in v.toposort()): break
+        v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *own), (r.arg[0], _LOOPS)), reduce_folds, self)
+        if any(u.op is Ops.REDUCE_AXIS or u in left for u in v.toposort()): break
         vals.append((tuple(c[i] for i in self.out_lanes), v.cast(r.dtype) if v.dtype != r.dtype else v))
       else:
         for key, v in vals: self.reduce_result[(r, key)] = v
         self.loop_reduces.remove(r)
+    # an inner reduce that folded is a value of its parent's fold symbols: a parent that keeps its loop reads it with
+    # the loop's indices in place of the symbols (`_reduce_value`). An inner reduce that needs a loop is refused.
+    self.folded_inner = {r for r in k.reduceops if r not in outer and r not in self.loop_reduces}
+    if k.nested and self.loop_reduces:
+      bad = [r for r in self.loop_reduces if r not in outer]
+      if bad:
+        raise KernelError(f"a reduce inside a reduce is only supported when the inner one folds to a closed form (lowerer.py "
+                          f"reduce_folds); {len(bad)} nested reduce(s) of this kernel need a loop.\nhelp: schedule with FUSE_ARANGE=0 "
+                          "(the inner reduce gets its own kernel)")
 
   def _fold_view(self, view: UOp, lanes: tuple[int, ...]) -> tuple[UOp, UOp]:
     """(index, valid) of a view with output axes as thread ids (lanes substituted) and reduce axes as fold symbols."""
@@ -782,8 +824,8 @@ class Lowerer:
     st = wide_st(k.sts[view])
     if not st.shape: idx, valid = st.reshape((1,)).to_indexed_uops([UOp.const(IDX, 0)])  # as in view_sym
     else:
-      idx, valid = st.to_indexed_uops([self.fold_syms[i - k.n_out] if i >= k.n_out else UOp.const(IDX, 0) if _is1(sz) else
-                                       self.axis_expr[i] for i, sz in enumerate(st.shape)])
+      idx, valid = st.to_indexed_uops([UOp.const(IDX, 0) if _is1(sz) and k.nested else self.fold_syms[i - k.n_out] if i >= k.n_out else
+                                       UOp.const(IDX, 0) if _is1(sz) else self.axis_expr[i] for i, sz in enumerate(st.shape)])
     return self.lane_subst(_subst(idx, self.conc), lanes), self.lane_subst(_subst(valid, self.conc), lanes)
 
   def _fold_body(self, node: UOp, lanes: tuple[int, ...]) -> UOp | None:
@@ -794,6 +836,9 @@ class Lowerer:
       elif u.op is Ops.LOAD: memo[u] = self.make_load(u.src[0], *self._fold_view(u.src[1], lanes), u.dtype)
       elif u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.VIEW, Ops.DEFINE_GLOBAL): memo[u] = u
       elif u.op is Ops.BIND: memo[u] = u.src[0]
+      elif u.op is Ops.REDUCE_AXIS:  # a nested reduce: only in its folded form
+        if (fv := self.reduce_result.get((u, tuple(lanes[i] for i in self.out_lanes)))) is None: return None
+        memo[u] = fv
       elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
         srcs = tuple(memo[x] for x in u.src)
         memo[u] = srcs[0] if u.op is Ops.CAST and srcs[0].dtype == u.dtype else \

@@ -1,0 +1,137 @@
+"""FUSE_ARANGE (scheduler switch from tinygrad 0.10.0) and nested reduces that fold in the code generator.
+
+With FUSE_ARANGE on, an arange (a sum of masked constants) is not stored: it is recomputed inside the kernels that read it,
+where `reduce_masked_const_to_count` folds it to `v` and `reduce_masked_point_to_load` turns an embedding's compare
+`v == id` into one guarded load of the weight: no loop over the vocabulary.
+"""
+import numpy as np
+import pytest
+from tinysched import Tensor, nn
+from tinysched.ops import Ops
+from tinysched.helpers import Context, FUSE_ARANGE
+from tinysched.rewrite import PatternMatcher
+from tinysched.codegen import Kernel, GENERIC_GPU, to_program
+from tinysched.codegen import lowerer
+from tinysched.codegen.kernel import KernelError
+from tests.test_codegen import HAS_CL
+
+needs_cl = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
+DEVICES = ["NUMPY", pytest.param("OPENCL", marks=needs_cl)]
+
+def _kernels(t: Tensor) -> list:
+  return [si for si in t.schedule() if si.ast.op is Ops.SINK]
+
+def _arange_consumer(device=None) -> Tensor:
+  # the arange is read through an expand, so without fusion it is stored first
+  return (Tensor.arange(10, device=device).reshape(10, 1).expand(10, 10) * Tensor.arange(10, device=device).reshape(1, 10)).sum(0)
+
+# *** the flag ***
+
+def test_flag_default_off_env_and_context(monkeypatch):
+  monkeypatch.delenv("FUSE_ARANGE", raising=False)
+  assert not FUSE_ARANGE
+  monkeypatch.setenv("FUSE_ARANGE", "1")
+  assert FUSE_ARANGE
+  with Context(FUSE_ARANGE=0):
+    assert not FUSE_ARANGE
+    with Context(FUSE_ARANGE=1): assert FUSE_ARANGE
+    assert not FUSE_ARANGE
+  assert FUSE_ARANGE
+
+@pytest.mark.parametrize("flag,n", [(0, 2), (1, 1)])
+def test_arange_consumer_kernel_count(flag, n):
+  with Context(FUSE_ARANGE=flag): assert len(_kernels(_arange_consumer())) == n
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("flag", [0, 1])
+def test_arange_consumer_numbers(device, flag):
+  with Context(FUSE_ARANGE=flag): got = _arange_consumer(device).numpy()
+  np.testing.assert_array_equal(got, (np.arange(10).reshape(10, 1) * np.arange(10).reshape(1, 10)).sum(0))
+
+def test_env_flag_fuses(monkeypatch):
+  monkeypatch.setenv("FUSE_ARANGE", "1")
+  assert len(_kernels(_arange_consumer())) == 1
+
+def test_arange_output_not_fused():
+  # an arange that is itself an output is stored (a contiguous base), also with the flag on
+  with Context(FUSE_ARANGE=1):
+    assert len(_kernels(Tensor.arange(10))) == 1  # schedule() does not run it: numbers from a fresh tensor
+    np.testing.assert_array_equal(Tensor.arange(10).numpy(), np.arange(10))
+
+# *** the embedding ***
+
+def _embedding(vocab: int, dim: int, ids: np.ndarray, device=None) -> tuple[nn.Embedding, Tensor]:
+  emb = nn.Embedding(vocab, dim)
+  if device is not None: emb.weight = emb.weight.to(device)
+  emb.weight.realize()
+  return emb, Tensor(ids, device=device).realize()
+
+def _gather_src(vocab: int, dim: int, tokens: int) -> str:
+  emb, idx = _embedding(vocab, dim, np.zeros((1, tokens), dtype=np.int32))
+  with Context(FUSE_ARANGE=1): ks = _kernels(emb(idx))
+  assert len(ks) == 1
+  return to_program(ks[0].ast, None, GENERIC_GPU).src
+
+def test_embedding_kernel_count_off():
+  emb, idx = _embedding(1000, 32, np.zeros((1, 64), dtype=np.int32))
+  with Context(FUSE_ARANGE=0): assert len(_kernels(emb(idx))) == 2  # arange, then the gather
+  with Context(FUSE_ARANGE=1): assert len(_kernels(emb(idx))) == 1
+
+def test_embedding_no_vocab_loop():
+  src = _gather_src(1000, 32, 64)
+  assert "for (" not in src and "1000" in src  # the vocabulary only shows up as the bound of the guard
+
+def test_embedding_no_vocab_loop_gpt2_shape(monkeypatch):
+  # GPT-2's 50257 x 768; SPLIT_REDUCEOP would split the vocab reduce (lazy.py) before the scheduler sees it
+  monkeypatch.setenv("SPLIT_REDUCEOP", "0")
+  from tinysched.helpers import getenv
+  getenv.cache_clear()
+  try: assert "for (" not in _gather_src(50257, 768, 64)
+  finally: getenv.cache_clear()
+
+def test_planted_no_point_fold_loop_comes_back(monkeypatch):
+  # without the point fold the inner arange still folds, but the vocab reduce needs its loop: refused clearly
+  rules = [r for r in lowerer.reduce_folds.rules if r[2] != "reduce_masked_point_to_load"]
+  assert len(rules) == len(lowerer.reduce_folds.rules) - 1
+  pm = PatternMatcher([])
+  pm.rules = rules
+  monkeypatch.setattr(lowerer, "reduce_folds", pm)
+  with pytest.raises(KernelError, match="reduce inside a reduce"): _gather_src(1000, 32, 64)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_embedding_exact(device):
+  rng = np.random.default_rng(0)
+  vocab, dim = 1000, 32
+  ids = rng.integers(0, vocab, size=(1, 64)).astype(np.int32)
+  ids[0, :3] = [0, vocab - 1, 7]
+  emb, idx = _embedding(vocab, dim, ids, device)
+  w = emb.weight.numpy()
+  with Context(FUSE_ARANGE=1): got = emb(idx).numpy()
+  with Context(FUSE_ARANGE=0): ref = emb(idx).numpy()
+  np.testing.assert_array_equal(got, w[ids])
+  np.testing.assert_array_equal(got, ref)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_embedding_out_of_range_ids_are_zero(device):
+  # the loop's semantics: an id that matches no row sums to 0 (the guarded load must not read out of bounds)
+  vocab, dim = 50, 8
+  ids = np.array([[-1, 0, 49, 50, 1 << 30]], dtype=np.int32)
+  emb, idx = _embedding(vocab, dim, ids, device)
+  w = emb.weight.numpy()
+  with Context(FUSE_ARANGE=1): got = emb(idx).numpy()
+  exp = np.zeros((1, 5, dim), dtype=np.float32)
+  exp[0, 1], exp[0, 2] = w[0], w[49]
+  np.testing.assert_array_equal(got, exp)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nested_fold_inside_a_loop(device):
+  # the inner arange folds, the outer sum of i*j keeps its loop: the folded value is read with the loop's index
+  with Context(FUSE_ARANGE=1):
+    np.testing.assert_array_equal(_arange_consumer(device).numpy(), 45 * np.arange(10))
+    assert len(_kernels(_arange_consumer(device))) == 1
+
+def test_kernel_accepts_nested_reduce():
+  emb, idx = _embedding(100, 8, np.zeros((1, 4), dtype=np.int32))
+  with Context(FUSE_ARANGE=1): ks = _kernels(emb(idx))
+  k = Kernel(ks[0].ast)
+  assert k.nested and k.n_red == 2 and sorted(k.red_axes.values()) == [(0,), (1,)]
