@@ -335,6 +335,10 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     specs, extra_names = _program_specs(ast, names)
     names.update({k: v for k, v in extra_names.items() if k not in names})
   else: specs = {int(i): (size, _dtype(dt)) for i, (size, dt) in job["specs"].items()}
+  # only the buffers a kernel touches (and the outputs) get memory: a pre-sink also names the fused intermediates it
+  # never stores, which can be vocab x tokens x dim large
+  used = {i for side in (old, new) for it in side.items for i in side.touched(it)} | set(job.get("outputs") or [])
+  specs = {i: sd for i, sd in specs.items() if i in used}
   doms = {int(k): v for k, v in (job.get("domains") or {}).items()}
   host = {i: seeded_fill(size, dt, job["seed"] + i, doms.get(i)) for i, (size, dt) in specs.items()}
   res: dict[str, Any] = {"device": device, "seed": job["seed"], "old_kernels": len(old.items), "new_kernels": len(new.items)}

@@ -108,6 +108,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
         base = u.src[0]
         if base.op is Ops.BUFFER:
           n = base.arg[0]
+          if n not in out: out[n] = np.zeros(int(base.arg[1][1]), _np(base.dtype.base))  # an intermediate no kernel stores
           if len(u.src) == 1: flat = out[n]
           else:
             v = vals[u.src[1]]
