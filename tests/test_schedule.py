@@ -255,3 +255,17 @@ def test_ops_between_tensors_of_one_symbolic_length():
   sched, var_vals = out.schedule_with_vars()
   run_schedule(sched, var_vals)
   np.testing.assert_allclose(out.numpy(), (a[:4] * a[:4] + a[:4] / 2).sum(), rtol=1e-5)
+
+def test_bound_variable_constant_feeding_a_reduce():
+  # a Variable standing for a constant broadcast into a reduce used to crash the swizzle push (VIEW of a shapeless
+  # DEFINE_VAR taken for a swizzle); the same kernel serves every binding
+  from tinysched import Variable
+  asts = []
+  for val in (2, 3):
+    v = Variable("token", 0, 3).bind(val)
+    t = Tensor(v).reshape(1, 1).expand(4, 3).sum(0)
+    asts.append([si.ast for si in t.schedule_with_vars()[0]])
+    v = Variable("token", 0, 3).bind(val)
+    np.testing.assert_equal(Tensor(v).reshape(1, 1).expand(4, 3).sum(0).numpy(), [4 * val] * 3)
+    np.testing.assert_equal((Tensor.arange(4) == Tensor(v).reshape(1).expand(4)).numpy(), np.arange(4) == val)
+  assert len(asts[0]) == 1 and asts[0] == asts[1]

@@ -330,7 +330,8 @@ merge_views = PatternMatcher([
 view_left = merge_views + PatternMatcher([
   (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN), name="e").view(name="v"),
    lambda e, v: e.replace(src=tuple(s.view(v.st) for s in e.src)), "view_through_elementwise"),
-  (UPat(Ops.CONST, name="c").view(), lambda c: c, "view_of_const"),  # constants broadcast; VALID carries the mask
+  # constants, and Variables standing for a constant, broadcast: VALID carries the mask
+  (UPat((Ops.CONST, Ops.DEFINE_VAR, Ops.BIND), name="c").view(), lambda c: c, "view_of_const"),
   (UPat(GroupOp.Buffer, name="b").view(name="v"),
    lambda b, v: b.replace(src=tuple(st_uop(s.arg + v.arg) if s.op is Ops.VIEW else s for s in b.src)), "merge_view_into_buffer_op"),
 ], name="view_left")
