@@ -128,10 +128,9 @@ def suite_cmd(models, db, out, full, levels) -> None:
   failed = 0
   for name in names:
     target = Path(db) if db else Path(out) / f"{name}.db"
-    if not db:
-      target.parent.mkdir(parents=True, exist_ok=True)
-      for suffix in ("", "-wal", "-shm"): Path(str(target) + suffix).unlink(missing_ok=True)
-    r = run_model(name, target, quick=not full, levels=tuple(levels.split(",")))
+    if not db: target.parent.mkdir(parents=True, exist_ok=True)
+    # without --db the model's store replaces the old one only after a complete, non-empty run (atomic rename)
+    r = run_model(name, target, quick=not full, levels=tuple(levels.split(",")), replace=not db)
     if r.get("skipped"): click.echo(f"  {name}: skipped ({r['skipped']})")
     elif r.get("ok"): click.echo(f"  {name}: captured into {target} in {r['seconds']}s  {json.dumps(r.get('summary'))[:160]}")
     else:

@@ -4,8 +4,9 @@ Same exit codes as every replay command: 0 nothing changed / passed; 1 changes o
 on changes); 2 errors, incompatible captures, interrupted runs or bad usage. Every failure says what to do next.
 """
 from __future__ import annotations
-import os, sys, tempfile
+import contextlib, os, shutil, signal, sys, tempfile
 from pathlib import Path
+from typing import Iterator
 import click
 from replay.store import LEVELS
 from replay.cli_common import _fail, _exec_device, run_exec
@@ -24,6 +25,36 @@ def _write_reports(rep, report_md: str | None, report_json: str | None, junit: s
   if report_md: Path(report_md).write_text(R.markdown(rep))
   if report_json: R.write_json(rep, report_json)
   if junit: Path(junit).write_text(R.junit(rep))
+
+@contextlib.contextmanager
+def _accept_process(captures_dir: str) -> Iterator[None]:
+  """What `replay accept` needs around run_accept so that no way of stopping it leaves anything behind:
+  - SIGTERM and SIGHUP raise KeyboardInterrupt during the whole command, like Ctrl-C (run_accept then removes its
+    temporary folder; subprocess.run kills the model process it waits for);
+  - one accept per repository at a time, through an flock in the git directory that the kernel releases whenever the
+    process dies, SIGKILL included. Whoever holds it may therefore remove `.replay-accept-*` folders left by a killed
+    run (their model processes die with it: replay.suite arms a parent-death signal)."""
+  from replay.commits import repo_root, git, CommitsError
+  def on_signal(signum: int, frame) -> None: raise KeyboardInterrupt(signal.Signals(signum).name)
+  old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+  lock = None
+  try:
+    try:
+      root = repo_root()
+      gitdir = Path(git(["rev-parse", "--git-common-dir"], root))
+      lock = open((gitdir if gitdir.is_absolute() else root / gitdir) / "replay-accept.lock", "w")
+    except (CommitsError, OSError): root = None  # run_accept reports a missing repository itself
+    if lock is not None:
+      import fcntl
+      try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError: _fail("another `replay accept` is running in this repository", "wait for it to finish, then run this again")
+      assert root is not None
+      for d in (root / captures_dir).parent.glob(".replay-accept-*"):
+        if d.is_dir(): shutil.rmtree(d, ignore_errors=True)
+    yield
+  finally:
+    if lock is not None: lock.close()
+    for sig, h in old.items(): signal.signal(sig, h)
 
 def register(main: click.Group) -> None:
   """Add the CI commands to `main`."""
@@ -80,7 +111,9 @@ def register(main: click.Group) -> None:
     captures/<model>.db and captures/README.md, ready to commit."""
     from replay.commits import run_accept, CommitsError
     lv = _levels(levels)
-    try: res = run_accept(_models(models), captures_dir, lv, timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush())
+    try:
+      with _accept_process(captures_dir):
+        res = run_accept(_models(models), captures_dir, lv, timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush())
     except CommitsError as e: _fail(str(e), e.hint)
     except KeyboardInterrupt as e: _fail(f"interrupted ({e or 'SIGINT'}); the baseline is unchanged", "run `replay accept` again")
     rel = lambda p: os.path.relpath(p, Path.cwd())

@@ -23,10 +23,12 @@ def _index(store: Store) -> dict[tuple, dict]:
     else: out.setdefault((row["level"], label, row["input_key"]), row)
   return out
 
-def compare(old_path: str, new_path: str, level: str | None = None, label: str | None = None) -> Report:
+def compare(old_path: str, new_path: str, level: str | None = None, label: str | None = None, allow_empty: bool = False) -> Report:
+  """`allow_empty`: a side with no captures is compared (everything shows as added/removed) instead of refused; `replay
+  commits` makes such a side when a commit's suite lacks the models. `replay diff` refuses it: usually a broken store."""
   t0 = time.perf_counter()
   rep = Report(sources=[old_path, new_path], paired=True)
-  old, new = Store(old_path, readonly=True), Store(new_path, readonly=True)
+  old, new = Store(old_path, readonly=True, allow_empty=allow_empty), Store(new_path, readonly=True, allow_empty=allow_empty)
   try:
     oi, ni = _index(old), _index(new)
     keys = list(oi) + [k for k in ni if k not in oi]

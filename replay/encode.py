@@ -13,17 +13,18 @@ keys and no whitespace, so the same work captured in two processes has the same 
 runs code (no pickle, no eval).
 """
 from __future__ import annotations
-import hashlib, json
+import hashlib, json, os, reprlib
 from typing import Any
-from tinysched.dtype import DType, PtrDType, dtypes
-from tinysched.ops import Ops
-from tinysched.uop import UOp
+from tinysched.dtype import DType, PtrDType, dtypes, ALL as ALL_DTYPES
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp, _SYM_OPS
 from tinysched.shape import View, ShapeTracker
 
 FORMAT, VERSION = "tinysched-uop", 1
 
 class IncompatibleCapture(ValueError):
-  """A stored capture cannot be decoded by this code (unknown version, op, dtype or a malformed node)."""
+  """A stored capture cannot be decoded by this code (unknown version, op, dtype, a malformed node,
+  or a document over the size limits below)."""
 
 _DTYPE_ENC: dict[DType, dict] = {}  # dtypes are canonical objects: encode each once
 def _enc_dtype(d: DType) -> dict:
@@ -106,120 +107,257 @@ def encode_schedule_input(big_graph: UOp, var_vals: dict[UOp, int], stats: dict 
   return encode_graph([big_graph], {"var_vals": vv}, enc, stats)
 
 # *** decoding ***
+#
+# A stored capture may come from another branch, another version or a crafted file, so decoding checks every
+# type, range and reference and raises only IncompatibleCapture. The limits below are far above what real
+# captures need (the committed baseline's largest payload is 0.25 MB with 3,081 nodes, 9 levels of nesting and
+# 21-character strings); they keep a hostile document from costing unbounded memory or time.
+# MAX_PAYLOAD: decompressed bytes of one payload (parsing JSON costs ~15x its size in memory); REPLAY_MAX_PAYLOAD_MB raises it
+MAX_PAYLOAD = int(float(os.environ.get("REPLAY_MAX_PAYLOAD_MB", "32")) * 2**20)
+MAX_NODES = 500_000         # nodes of one document (~1 KB of memory each, decoded)
+MAX_ARG_DEPTH = 32          # nesting of one node argument
+MAX_TUPLE = 4096            # elements of one tuple argument
+MAX_STR = 4096              # characters of one string argument
+MAX_DIMS = 64               # dimensions of a view, views of a shape tracker, reduce axes
+MAX_VEC = 64                # lanes of a vector dtype
+MAX_DIM = 2**48             # a view's dimension, |stride|; |offset| < 2**62
+INT_LO, INT_HI = -2**63, 2**64 - 1  # any integer argument: int64 .. uint64
 
 _OPS = {o.name: o for o in Ops}
-# decoded views are immutable values: reuse them across documents (a store repeats the same views a lot)
+_REDUCE_OPS = GroupOp.Associative
+# exact source counts, and ops whose argument is always None: anything else cannot have come from tinysched
+_ARITY: dict[Ops, int] = {**{o: 1 for o in GroupOp.Unary}, **{o: 2 for o in GroupOp.Binary}, **{o: 3 for o in GroupOp.Ternary},
+                          Ops.CAST: 1, Ops.BITCAST: 1, Ops.REDUCE_AXIS: 1, Ops.BIND: 2, Ops.BUFFER: 0, Ops.DEFINE_GLOBAL: 0,
+                          Ops.DEFINE_VAR: 0, Ops.CONST: 0}
+_NO_ARG = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.BIND}
+_DOC_KEYS = frozenset({"format", "version", "nodes", "roots", "var_vals", "assigns", "opts", "target"})
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 60, 60, 3, 6, 4
+def _brief(x: Any) -> str: return _REPR.repr(x)  # bounded in length and depth, whatever the input
+
+# decoded views are immutable values: reuse them across documents (a store repeats the same views a lot). Keys
+# hold only validated plain ints (never bools), so equal keys mean identical views.
 _VIEW_CACHE: dict[tuple, View] = {}
 _ST_CACHE: dict[tuple, ShapeTracker] = {}
 
-_DTYPE_DEC: dict[tuple, DType] = {}
+_DTYPE_NAMES = {d.name: d for d in (dtypes.void, *ALL_DTYPES)}  # canonical names only: the encoder writes no alias
+_DTYPE_DEC: dict[tuple, DType] = {}  # keyed by the validated fields, so a result never depends on what came before
 def _dec_dtype(x: Any, where: str) -> DType:
-  if type(x) is dict and (d := _DTYPE_DEC.get((x.get("dt"), x.get("n"), x.get("ptr")))) is not None and len(x) <= 3: return d
-  d = _dec_dtype_slow(x, where)
-  _DTYPE_DEC[(x["dt"], x.get("n"), x.get("ptr"))] = d
+  if type(x) is not dict or type(x.get("dt")) is not str or len(x) != 1 + ("n" in x) + ("ptr" in x):
+    raise IncompatibleCapture(f"{where}: malformed dtype {_brief(x)}")
+  n, ptr = x.get("n"), x.get("ptr")
+  if n is not None and not (type(n) is int and 2 <= n <= MAX_VEC): raise IncompatibleCapture(f"{where}: bad vector width {_brief(n)}")
+  if ptr is not None and not (type(ptr) is int and ptr == 1): raise IncompatibleCapture(f"{where}: malformed dtype {_brief(x)}")
+  k = (x["dt"], n, ptr)
+  if (d := _DTYPE_DEC.get(k)) is not None: return d
+  if (d := _DTYPE_NAMES.get(x["dt"])) is None: raise IncompatibleCapture(f"{where}: unknown dtype {_brief(x['dt'])}")
+  if n is not None:
+    if d is dtypes.void: raise IncompatibleCapture(f"{where}: a void dtype has no vector form")
+    d = d.vec(n)
+  if ptr is not None: d = d.ptr()
+  _DTYPE_DEC[k] = d  # bounded: names x widths x ptr
   return d
 
-def _dec_dtype_slow(x: Any, where: str) -> DType:
-  if not isinstance(x, dict) or not isinstance(x.get("dt"), str): raise IncompatibleCapture(f"{where}: malformed dtype {x!r}")
-  if set(x) - {"dt", "n", "ptr"}: raise IncompatibleCapture(f"{where}: malformed dtype {x!r}")
-  if x["dt"] == "void": d = dtypes.void
-  else:
-    try: d = dtypes.from_name(x["dt"])
-    except KeyError: raise IncompatibleCapture(f"{where}: unknown dtype {x['dt']!r}") from None
-  if "n" in x:
-    if not isinstance(x["n"], int) or x["n"] < 1: raise IncompatibleCapture(f"{where}: bad vector width {x['n']!r}")
-    d = d.vec(x["n"])
-  if x.get("ptr"): d = d.ptr()
-  return d
+def _is_scalar(d: DType) -> bool: return not isinstance(d, PtrDType) and d.count == 1 and d is not dtypes.void
 
 class _Decoder:
   def __init__(self, doc: Any):
-    if not isinstance(doc, dict): raise IncompatibleCapture("document is not a JSON object")
-    if doc.get("format") != FORMAT: raise IncompatibleCapture(f"unknown format {doc.get('format')!r} (expected {FORMAT!r})")
-    if doc.get("version") != VERSION:
-      raise IncompatibleCapture(f"format version {doc.get('version')!r} is not supported by this code (it reads version {VERSION})")
-    if not isinstance(doc.get("nodes"), list): raise IncompatibleCapture("document has no node list")
+    if type(doc) is not dict: raise IncompatibleCapture("document is not a JSON object")
+    if doc.get("format") != FORMAT: raise IncompatibleCapture(f"unknown format {_brief(doc.get('format'))} (expected {FORMAT!r})")
+    if type(doc.get("version")) is not int or doc["version"] != VERSION:  # type first: JSON true == 1 in Python
+      raise IncompatibleCapture(f"format version {_brief(doc.get('version'))} is not supported by this code (it reads version {VERSION})")
+    if unknown := set(doc) - _DOC_KEYS: raise IncompatibleCapture(f"unknown document field(s) {_brief(sorted(map(str, unknown)))}")
+    nodes = doc.get("nodes")
+    if type(nodes) is not list: raise IncompatibleCapture("document has no node list")
+    if len(nodes) > MAX_NODES: raise IncompatibleCapture(f"document has {len(nodes)} nodes, more than the limit of {MAX_NODES}")
     self.doc = doc
     self.uops: list[UOp] = []
-    for i, n in enumerate(doc["nodes"]): self.uops.append(self._node(i, n))
+    self.sym_ok: set[UOp] = set()  # nodes checked to be symbolic integer expressions
+    for i, n in enumerate(nodes): self.uops.append(self._node(i, n))
+    if "opts" in doc: _check_opts(doc["opts"])
+    if "target" in doc: _check_target(doc["target"])
+    # checked here, whichever decoder asks: a document is valid or not as a whole
+    self._var_vals, self._assigns = self._read_var_vals(), self._read_assigns()
+
   def _ref(self, i: Any, where: str) -> UOp:
-    if type(i) is not int or not 0 <= i < len(self.uops): raise IncompatibleCapture(f"{where}: reference {i!r} is not an earlier node")
+    # only earlier nodes: this also makes every decoded graph acyclic
+    if type(i) is not int or not 0 <= i < len(self.uops): raise IncompatibleCapture(f"{where}: reference {_brief(i)} is not an earlier node")
     return self.uops[i]
-  def arg(self, x: Any, where: str) -> Any:
-    if x is None or type(x) in (bool, int, str): return x
-    if isinstance(x, dict) and len(x) == 1:
+  def _refs(self, xs: Any, where: str) -> list[UOp]:
+    if type(xs) is not list: raise IncompatibleCapture(f"{where}: expected a list of node references, got {_brief(xs)}")
+    return [self._ref(i, where) for i in xs]
+
+  def arg(self, x: Any, where: str, depth: int = 0) -> Any:
+    if depth > MAX_ARG_DEPTH: raise IncompatibleCapture(f"{where}: argument nested deeper than {MAX_ARG_DEPTH}")
+    t = type(x)
+    if x is None or t is bool: return x
+    if t is int:
+      if not INT_LO <= x <= INT_HI: raise IncompatibleCapture(f"{where}: integer {_brief(x)} out of range")
+      return x
+    if t is str:
+      if len(x) > MAX_STR: raise IncompatibleCapture(f"{where}: string argument of {len(x)} characters (limit {MAX_STR})")
+      return x
+    if t is dict and len(x) == 1:
       (tag, v), = x.items()
       if tag == "f":
-        if not isinstance(v, str): raise IncompatibleCapture(f"{where}: malformed float {v!r}")
+        if type(v) is not str or len(v) > 64: raise IncompatibleCapture(f"{where}: malformed float {_brief(v)}")
         try: return float.fromhex(v)
-        except (ValueError, OverflowError): raise IncompatibleCapture(f"{where}: malformed float {v!r}") from None
-      if tag == "t" and isinstance(v, list): return tuple(self.arg(a, where) for a in v)
+        except (ValueError, OverflowError): raise IncompatibleCapture(f"{where}: malformed float {_brief(v)}") from None
+      if tag == "t" and type(v) is list:
+        if len(v) > MAX_TUPLE: raise IncompatibleCapture(f"{where}: tuple argument of {len(v)} elements (limit {MAX_TUPLE})")
+        return tuple(self.arg(a, where, depth + 1) for a in v)
       if tag == "op":
-        if v not in _OPS: raise IncompatibleCapture(f"{where}: unknown op {v!r} in an argument")
+        if type(v) is not str or v not in _OPS: raise IncompatibleCapture(f"{where}: unknown op {_brief(v)} in an argument")
         return _OPS[v]
       if tag == "u": return self._ref(v, where)
-      if tag == "v" and isinstance(v, list) and len(v) == 4:
-        shape, strides, offset, mask = (self.arg(a, where) for a in v)
-        if not (isinstance(shape, tuple) and isinstance(strides, tuple) and len(shape) == len(strides)) or \
-            not all(isinstance(s, (int, UOp)) for s in shape + strides + (offset,)) or \
-            (mask is not None and not (isinstance(mask, tuple) and len(mask) == len(shape) and
-                                       all(isinstance(m, tuple) and len(m) == 2 for m in mask))):
-          raise IncompatibleCapture(f"{where}: malformed view {v!r}")
-        if all(type(x) is int for x in shape + strides + (offset,)):
-          k = (shape, strides, offset, mask)
-          if (cv := _VIEW_CACHE.get(k)) is None:
-            if len(_VIEW_CACHE) > 65536: _VIEW_CACHE.clear()
-            cv = _VIEW_CACHE[k] = View(shape, strides, offset, mask)
-          return cv
-        return View(shape, strides, offset, mask)
-      if tag == "st" and isinstance(v, list):
-        views = tuple(self.arg(a, where) for a in v)
-        if not views or not all(isinstance(w, View) for w in views): raise IncompatibleCapture(f"{where}: malformed shape tracker")
+      if tag == "v": return self._view(v, where, depth)
+      if tag == "st" and type(v) is list:
+        if not 1 <= len(v) <= MAX_DIMS: raise IncompatibleCapture(f"{where}: a shape tracker needs 1 to {MAX_DIMS} views, got {len(v)}")
+        views = tuple(self.arg(a, where, depth + 1) for a in v)
+        if not all(type(w) is View for w in views): raise IncompatibleCapture(f"{where}: malformed shape tracker")
         if (cst := _ST_CACHE.get(views)) is None:
           if len(_ST_CACHE) > 65536: _ST_CACHE.clear()
           cst = _ST_CACHE[views] = ShapeTracker(views)
         return cst
-    if isinstance(x, dict) and "dt" in x: return _dec_dtype(x, where)
-    raise IncompatibleCapture(f"{where}: malformed argument {x!r}")
+    if t is dict and "dt" in x: return _dec_dtype(x, where)
+    raise IncompatibleCapture(f"{where}: malformed argument {_brief(x)}")
+
+  def _view(self, v: Any, where: str, depth: int) -> View:
+    if type(v) is not list or len(v) != 4: raise IncompatibleCapture(f"{where}: malformed view {_brief(v)}")
+    shape, strides, offset, mask = (self.arg(a, where, depth + 1) for a in v)
+    if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides) or len(shape) > MAX_DIMS:
+      raise IncompatibleCapture(f"{where}: malformed view {_brief(v)}")
+    for s in shape: self._sint(s, 0, MAX_DIM, where, "dimension")
+    for s in strides: self._sint(s, -MAX_DIM, MAX_DIM, where, "stride")
+    self._sint(offset, -2**62, 2**62, where, "offset")
+    if mask is not None:
+      if type(mask) is not tuple or len(mask) != len(shape) or not all(type(m) is tuple and len(m) == 2 for m in mask):
+        raise IncompatibleCapture(f"{where}: malformed view mask {_brief(mask)}")
+      for (b, e), s in zip(mask, shape):
+        self._sint(b, 0, MAX_DIM, where, "mask bound")
+        self._sint(e, 0, MAX_DIM, where, "mask bound")
+        if type(b) is int and type(e) is int and (b > e or (type(s) is int and e > s)):
+          raise IncompatibleCapture(f"{where}: view mask {_brief(mask)} does not fit shape {_brief(shape)}")
+    if all(type(a) is int for a in shape + strides + (offset,)) and (mask is None or all(type(a) is int for m in mask for a in m)):
+      k = (shape, strides, offset, mask)
+      if (cv := _VIEW_CACHE.get(k)) is None:
+        if len(_VIEW_CACHE) > 65536: _VIEW_CACHE.clear()
+        cv = _VIEW_CACHE[k] = View(shape, strides, offset, mask)
+      return cv
+    return View(shape, strides, offset, mask)
+
+  def _sint(self, x: Any, lo: int, hi: int, where: str, what: str) -> None:
+    """A view field: a plain int in [lo, hi], or a symbolic integer expression."""
+    if type(x) is int:
+      if not lo <= x <= hi: raise IncompatibleCapture(f"{where}: view {what} {x} out of range [{lo}, {hi}]")
+      return
+    if not isinstance(x, UOp): raise IncompatibleCapture(f"{where}: view {what} {_brief(x)} is not an integer")
+    if x in self.sym_ok: return
+    if not (dtypes.is_int(x.dtype) and _is_scalar(x.dtype)): raise IncompatibleCapture(f"{where}: view {what} refers to a {x.dtype} node")
+    for u in x.toposort():  # printing and index code walk these: only symbolic-integer ops may be inside
+      if u in self.sym_ok: continue
+      if u.op not in _SYM_OPS or not _is_scalar(u.dtype) or not (dtypes.is_int(u.dtype) or u.dtype is dtypes.bool):
+        raise IncompatibleCapture(f"{where}: view {what} contains a {u.op.name} {u.dtype} node, not a symbolic integer")
+      self.sym_ok.add(u)
+
   def _node(self, i: int, n: Any) -> UOp:
     where = f"node {i}"
-    if not (isinstance(n, list) and len(n) == 4 and isinstance(n[0], str) and isinstance(n[2], list)):
-      raise IncompatibleCapture(f"{where}: malformed node {str(n)[:80]}")
-    if n[0] not in _OPS: raise IncompatibleCapture(f"{where}: unknown op {n[0]!r} (this code knows {len(_OPS)} ops)")
-    op = _OPS[n[0]]
+    if not (type(n) is list and len(n) == 4 and type(n[0]) is str and type(n[2]) is list):
+      raise IncompatibleCapture(f"{where}: malformed node {_brief(n)}")
+    if (op := _OPS.get(n[0])) is None: raise IncompatibleCapture(f"{where}: unknown op {_brief(n[0])} (this code knows {len(_OPS)} ops)")
     dtype = _dec_dtype(n[1], where)
-    src = tuple(self._ref(s, where) for s in n[2])
+    src = tuple(self._refs(n[2], where))
     arg = self.arg(n[3], where)
-    if op is Ops.BUFFER and not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[0], int)):
-      raise IncompatibleCapture(f"{where}: malformed BUFFER argument {arg!r}")
-    if op is Ops.VIEW and not isinstance(arg, ShapeTracker): raise IncompatibleCapture(f"{where}: VIEW without a shape tracker")
-    if op is Ops.REDUCE_AXIS and not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[0], Ops) and isinstance(arg[1], tuple)):
-      raise IncompatibleCapture(f"{where}: malformed REDUCE_AXIS argument {arg!r}")
+    _check_node(op, dtype, src, arg, where)
     try: return UOp(op, dtype, src, arg)
-    except TypeError as e: raise IncompatibleCapture(f"{where}: {e}") from None
+    except (TypeError, ValueError) as e: raise IncompatibleCapture(f"{where}: {e}") from None
+
   def roots(self) -> list[UOp]:
     r = self.doc.get("roots")
-    if not isinstance(r, list) or not r: raise IncompatibleCapture("document has no roots")
-    return [self._ref(i, "roots") for i in r]
-  def var_vals(self) -> dict[UOp, int]:
+    if type(r) is not list or not r: raise IncompatibleCapture("document has no roots")
+    return self._refs(r, "roots")
+  def var_vals(self) -> dict[UOp, int]: return dict(self._var_vals)
+  def assigns(self) -> dict[UOp, None]: return dict(self._assigns)
+  def _read_var_vals(self) -> dict[UOp, int]:
+    vv = self.doc.get("var_vals", [])
+    if type(vv) is not list: raise IncompatibleCapture(f"var_vals is not a list: {_brief(vv)}")
     out: dict[UOp, int] = {}
-    for p in self.doc.get("var_vals", []):
-      if not (isinstance(p, list) and len(p) == 2 and type(p[1]) is int): raise IncompatibleCapture(f"malformed var_vals entry {p!r}")
+    for p in vv:
+      if not (type(p) is list and len(p) == 2 and type(p[1]) is int): raise IncompatibleCapture(f"malformed var_vals entry {_brief(p)}")
       v = self._ref(p[0], "var_vals")
-      if v.op is not Ops.DEFINE_VAR: raise IncompatibleCapture(f"var_vals entry is a {v.op}, not a DEFINE_VAR")
+      if v.op is not Ops.DEFINE_VAR: raise IncompatibleCapture(f"var_vals entry is a {v.op.name}, not a DEFINE_VAR")
+      name, lo, hi = v.arg
+      if not lo <= p[1] <= hi: raise IncompatibleCapture(f"var_vals: {name}={p[1]} is outside its range [{lo}, {hi}]")
+      if v in out: raise IncompatibleCapture(f"var_vals: {name} appears twice")
       out[v] = p[1]
     return out
-  def assigns(self) -> dict[UOp, None]:
+  def _read_assigns(self) -> dict[UOp, None]:
     out: dict[UOp, None] = {}
-    for i in self.doc.get("assigns", []):
-      b = self._ref(i, "assigns")
-      if b.op is not Ops.BUFFER: raise IncompatibleCapture(f"assigns entry is a {b.op}, not a BUFFER")
+    for b in self._refs(self.doc.get("assigns", []), "assigns"):
+      if b.op is not Ops.BUFFER: raise IncompatibleCapture(f"assigns entry is a {b.op.name}, not a BUFFER")
       out[b] = None
     return out
 
+def _bad(where: str, op: Ops, why: str) -> IncompatibleCapture: return IncompatibleCapture(f"{where}: {op.name} {why}")
+
+def _check_node(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, where: str) -> None:
+  """What every consumer of a decoded graph relies on (printing, keys, bound values, shapes), checked per op."""
+  if (n := _ARITY.get(op)) is not None and len(src) != n: raise _bad(where, op, f"needs {n} source(s), has {len(src)}")
+  if op in _NO_ARG and arg is not None: raise _bad(where, op, f"takes no argument, got {_brief(arg)}")
+  if op is Ops.BUFFER:
+    if not (type(arg) is tuple and len(arg) == 2 and type(arg[0]) is int and arg[0] >= 0 and type(arg[1]) is tuple and len(arg[1]) == 3
+            and type(arg[1][0]) is str and arg[1][0] and type(arg[1][1]) is int and 0 <= arg[1][1] <= MAX_DIM
+            and isinstance(arg[1][2], DType)) or not isinstance(dtype, PtrDType):
+      raise _bad(where, op, f"needs a pointer dtype and (number, (device, size, dtype)), got {dtype} {_brief(arg)}")
+  elif op is Ops.DEFINE_GLOBAL:
+    if not (type(arg) is int and 0 <= arg < 2**31) or not isinstance(dtype, PtrDType): raise _bad(where, op, f"malformed: {dtype} {_brief(arg)}")
+  elif op is Ops.DEFINE_VAR:
+    if not (type(arg) is tuple and len(arg) == 3 and type(arg[0]) is str and arg[0] and type(arg[1]) is int and type(arg[2]) is int
+            and arg[1] <= arg[2]) or not (dtypes.is_int(dtype) and _is_scalar(dtype)):
+      raise _bad(where, op, f"needs an integer dtype and (name, min, max), got {dtype} {_brief(arg)}")
+  elif op is Ops.BIND:
+    v, c = src
+    if v.op is not Ops.DEFINE_VAR or c.op is not Ops.CONST or type(c.arg) is not int or not v.arg[1] <= c.arg <= v.arg[2]:
+      raise _bad(where, op, "must bind a DEFINE_VAR to an integer CONST within its range")
+  elif op is Ops.CONST:
+    # the value's Python type need not match the dtype (a Tensor made from a Python int with a float dtype keeps its int)
+    if not (_is_scalar(dtype) and type(arg) in (bool, int, float)): raise _bad(where, op, f"needs a scalar dtype and a number, got {dtype} {_brief(arg)}")
+  elif op is Ops.REDUCE_AXIS:
+    # axes within MAX_DIMS; whether they fit the source's shape is the scheduler's business (its own tests build such graphs)
+    if not (type(arg) is tuple and len(arg) == 2 and arg[0] in _REDUCE_OPS and type(arg[1]) is tuple and len(arg[1]) <= MAX_DIMS and
+            all(type(a) is int and 0 <= a < MAX_DIMS for a in arg[1])):
+      raise _bad(where, op, f"needs (ADD|MUL|MAX|AND|OR, axes in [0, {MAX_DIMS})), got {_brief(arg)}")
+  elif op is Ops.VIEW:
+    if type(arg) is not ShapeTracker or len(src) > 2: raise _bad(where, op, "needs a shape tracker and at most 2 sources")
+
+def _check_opts(opts: Any) -> None:
+  if type(opts) is not list or len(opts) > 256: raise IncompatibleCapture(f"malformed optimization choices {_brief(opts)}")
+  for o in opts:
+    if not (type(o) is list and len(o) == 3 and type(o[0]) is str and len(o[0]) <= 32 and type(o[1]) is int and 0 <= o[1] < MAX_DIMS
+            and type(o[2]) is int and 0 <= o[2] <= 2**16):
+      raise IncompatibleCapture(f"malformed optimization choice {_brief(o)}")
+
+def _check_target(t: Any) -> None:
+  from dataclasses import fields
+  from tinysched.codegen.target import Target
+  if type(t) is not dict or len(t) > 64: raise IncompatibleCapture(f"malformed target {_brief(t)}")
+  kinds = {f.name: type(f.default) for f in fields(Target)}  # each field as the type of its default
+  for k, v in t.items():
+    kind = kinds.get(k)  # unknown fields are refused by Target.from_dict, with their names
+    if kind is None: continue
+    if kind is tuple: ok = type(v) is list and len(v) <= 16 and all(type(x) is int and 0 <= x < 2**31 for x in v)
+    elif kind is int: ok = type(v) is int and 0 <= v < 2**63
+    elif kind is str: ok = type(v) is str and len(v) <= MAX_STR
+    else: ok = type(v) is kind
+    if not ok: raise IncompatibleCapture(f"target field {k!r} has a malformed value {_brief(v)}")
+
 def parse(data: bytes) -> _Decoder:
+  if not isinstance(data, (bytes, bytearray)): raise IncompatibleCapture(f"payload is a {type(data).__name__}, not bytes")
+  if len(data) > MAX_PAYLOAD: raise IncompatibleCapture(f"payload of {len(data)} bytes is over the limit of {MAX_PAYLOAD} (REPLAY_MAX_PAYLOAD_MB)")
   try: doc = json.loads(data)
-  except (ValueError, UnicodeDecodeError) as e: raise IncompatibleCapture(f"not valid JSON: {e}") from None
+  except RecursionError: raise IncompatibleCapture("not valid JSON: nested too deeply") from None
+  except (ValueError, UnicodeDecodeError) as e: raise IncompatibleCapture(f"not valid JSON: {_brief(str(e))}") from None
   try: return _Decoder(doc)
   except RecursionError: raise IncompatibleCapture("document is nested too deeply") from None
 

@@ -18,12 +18,12 @@ from tinysched import capture_hook
 from tinysched.ops import Ops
 from tinysched.uop import UOp
 from replay.encode import bound_values, encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
-from replay.store import Store, graph_row, dumps, LEVELS
+from replay.store import Store, StoreError, graph_row, dumps, LEVELS, pause_point
 from replay.program import opts_to_json, target_to_json, launch_json
 
 FLUSH_EVERY = 512
 SCHEDULE_FLUSH_EVERY = 16
-ENV_FLAGS = ("TINYSCHED_DEVICE", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_THRESHOLD", "REDUCEOP_SPLIT_SIZE", "CAST_BEFORE_VIEW", "NOOPT")
+ENV_FLAGS = ("TINYSCHED_DEVICE", "FUSE_ARANGE", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_THRESHOLD", "REDUCEOP_SPLIT_SIZE", "CAST_BEFORE_VIEW", "NOOPT")
 
 def _git(args: list[str], cwd: Path) -> str | None:
   try:
@@ -65,7 +65,11 @@ class Capturer:
     if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(LEVELS)}")
     self.path, self.label, self.levels = Path(path), label, tuple(levels)
     self.store = Store(self.path)
-    self.run_id = self.store.new_run(run_info(label, self.levels))
+    try: self.run_id = self.store.new_run(run_info(label, self.levels))
+    except BaseException:
+      self.store.close()
+      raise
+    pause_point("run:started")
     self.seq = 0
     self.queue: list[tuple[str, Any, Any, dict | None]] = []
     self.queued_schedules = 0
@@ -214,15 +218,65 @@ def _on_sigterm(signum, frame):
     c.exit_code = 128 + signum
     return
   try: stop()
+  except Exception as e: _say_lost(c, e)
   finally: os._exit(128 + signum)
 
+def _say_lost(c: Capturer | None, e: BaseException) -> None:
+  where = c.path if c is not None else "the capture store"
+  sys.stderr.write(f"replay: error: capture into {where} failed while writing its last captures: {type(e).__name__}: {e}\n"
+                   "  next: what was flushed before is kept; fix the store (or choose another TINYSCHED_CAPTURE) and run again\n")
+  sys.stderr.flush()
+
+def _stop_at_exit() -> None:
+  c = _active
+  try: stop()
+  except Exception as e:
+    # an exception in an atexit hook is printed and then ignored (exit status 0): a capture that lost its last
+    # batch must not look like a success
+    _say_lost(c, e)
+    sys.stdout.flush()
+    os._exit(2)
+
+class CaptureConfigError(SystemExit):
+  """TINYSCHED_CAPTURE* names something unusable: the process stops with status 2 and says which variable."""
+
+def _config_error(var: str, value: str, why: str, hint: str) -> CaptureConfigError:
+  sys.stderr.write(f"replay: error: {var}={value!r}: {why}\n  next: {hint}\n")
+  sys.stderr.flush()
+  return CaptureConfigError(2)
+
+def env_config() -> tuple[Path, str, tuple[str, ...]] | None:
+  """(path, label, levels) from the environment, validated; None when TINYSCHED_CAPTURE is unset or empty.
+  Raises CaptureConfigError, naming the variable and its value, for anything that would fail later."""
+  raw = os.environ.get("TINYSCHED_CAPTURE")
+  if not raw: return None
+  raw_levels = os.environ.get("TINYSCHED_CAPTURE_LEVELS")
+  levels = LEVELS if raw_levels is None else tuple(x.strip() for x in raw_levels.split(",") if x.strip())
+  if bad := [lv for lv in levels if lv not in LEVELS]:
+    raise _config_error("TINYSCHED_CAPTURE_LEVELS", raw_levels or "", f"unknown capture level(s) {', '.join(bad)}",
+                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for all levels")
+  if not levels:
+    raise _config_error("TINYSCHED_CAPTURE_LEVELS", raw_levels or "", "names no capture level",
+                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for all levels")
+  path = Path(raw).expanduser()
+  if path.is_dir(): raise _config_error("TINYSCHED_CAPTURE", raw, "is a directory", "name a .db file, e.g. TINYSCHED_CAPTURE=run.db")
+  if not path.parent.is_dir():
+    raise _config_error("TINYSCHED_CAPTURE", raw, f"directory {path.parent} does not exist (replay does not create it)",
+                        "create the directory, or name a file in an existing one")
+  return path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels
+
 def install_from_env() -> None:
-  """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file."""
-  path = os.environ.get("TINYSCHED_CAPTURE")
-  if not path or _active is not None: return
+  """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file. Every setting is
+  checked here, at the first point replay is loaded, so a misconfiguration stops the program with a message
+  naming the variable instead of failing later (at exit, or in the middle of the user's work)."""
+  if _active is not None: return
   if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None
-  levels = tuple(x.strip() for x in os.environ.get("TINYSCHED_CAPTURE_LEVELS", ",".join(LEVELS)).split(",") if x.strip())
-  start(path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels)
-  atexit.register(stop)
+  if (cfg := env_config()) is None: return
+  path, label, levels = cfg
+  try: start(path, label, levels)
+  except StoreError as e:
+    raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"], f"not usable as a capture store: {e}",
+                        "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE") from None
+  atexit.register(_stop_at_exit)
   if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -3,6 +3,10 @@
 Outcomes: `identical` (same output key), `changed` (a different output: diffs attached), `error` (the
 current code raised: the traceback is kept), `incompatible` (the stored input cannot be decoded by this
 code: the reason is kept). Replaying never writes to the store.
+
+Blame: only an exception raised while running the current code on a decoded input is an `error` (a regression
+to fix). A stored input or output that cannot be read or decoded, for whatever reason, is `incompatible`: a bad
+capture must never read as the user's bug, nor as a reviewable change that `[replay:accept]` could wave through.
 """
 from __future__ import annotations
 import traceback
@@ -15,6 +19,11 @@ from replay.store import Store
 from replay import diff as D
 
 OUTCOMES = ("identical", "changed", "error", "incompatible")
+# past these sizes a changed output gets no structural/text diff (printing a deep chain is quadratic, deepdiff and
+# the rule trace grow with it): the report says so. Real kernel outputs are far below (the committed baseline's
+# largest: 881 nodes, depth 36).
+DETAIL_NODE_LIMIT = 20_000
+DETAIL_DEPTH_LIMIT = 500
 
 @dataclass
 class Result:
@@ -40,24 +49,36 @@ class Result:
   pair: dict | None = None             # replay diff: {"old_db", "old": [run_id, seq], "new": [run_id, seq]} of the two stored rows
   def to_dict(self) -> dict[str, Any]: return asdict(self)
 
-def replay_output(level: str, data: bytes) -> tuple[Any, bytes]:
+def decode_input(level: str, data: bytes) -> Any:
+  """The stored input, decoded (raises IncompatibleCapture): what `run_input` runs."""
+  if level == "kernel": return decode_kernel_input(data)
+  if level == "schedule": return decode_schedule_input(data)
+  if level == "program":
+    d = parse(data)
+    if len(d.roots()) != 1: raise IncompatibleCapture("a program input must have one AST root")
+    return d
+  raise IncompatibleCapture(f"unknown capture level {level!r}")
+
+def run_input(level: str, inputs: Any) -> tuple[Any, bytes]:
   """Run the current code on a decoded input: (new output object, its canonical bytes)."""
   if level == "kernel":
     from tinysched.schedule import full_ast_rewrite
-    pre, var_vals, assigns = decode_kernel_input(data)
+    pre, var_vals, assigns = inputs
     ast, _ = full_ast_rewrite(pre, var_vals, assigns)
     return ast, encode_graph([ast])
   if level == "schedule":
     from tinysched.schedule import schedule_graph
-    big_graph, var_vals = decode_schedule_input(data)
+    big_graph, var_vals = inputs
     kernels, _ = schedule_graph(big_graph, var_vals)
     asts = [k.ast for k in kernels]
     return asts, _encode_list(asts)
-  if level == "program":
-    from replay.program import replay_program
-    src = replay_program(parse(data))
-    return src, src.encode()
-  raise IncompatibleCapture(f"unknown capture level {level!r}")
+  from replay.program import replay_program
+  src = replay_program(inputs)
+  return src, src.encode()
+
+def replay_output(level: str, data: bytes) -> tuple[Any, bytes]:
+  """Run the current code on a stored input: (new output object, its canonical bytes)."""
+  return run_input(level, decode_input(level, data))
 
 def _encode_list(asts: list[UOp]) -> bytes:
   if asts: return encode_graph(asts)
@@ -65,9 +86,14 @@ def _encode_list(asts: list[UOp]) -> bytes:
   return canonical_bytes({"format": "tinysched-uop", "version": 1, "nodes": [], "roots": []})
 
 def decode_output(level: str, data: bytes) -> Any:
-  if level == "kernel": return decode_graph(data)[0]
+  """A stored output (raises IncompatibleCapture)."""
+  if level == "kernel":
+    roots = decode_graph(data)
+    if len(roots) != 1: raise IncompatibleCapture(f"a kernel output must have one root, has {len(roots)}")
+    return roots[0]
   if level == "schedule": return _decode_list(data)
-  return data.decode()
+  try: return data.decode()
+  except UnicodeDecodeError as e: raise IncompatibleCapture(f"stored source is not UTF-8 ({e})") from None
 
 def _decode_list(data: bytes) -> list[UOp]:
   d = parse(data)
@@ -77,33 +103,67 @@ def _decode_list(data: bytes) -> list[UOp]:
 def replay_row(store: Store, row: dict, detail: bool = True) -> Result:
   res = Result(str(store.path), row["run_id"], row["seq"], row["level"], row["label"] or "", row["input_key"], row["output_key"],
                metadata=row.get("metadata"))
+  def incompatible(why: str) -> Result:
+    res.outcome, res.reason = "incompatible", why
+    return res
+  if row.get("_invalid"): return incompatible(row["_invalid"])
   hook, capture_hook.HOOK = capture_hook.HOOK, None  # replaying must not capture itself
   try:
-    try: data = store.blob(row["input_key"])
-    except IncompatibleCapture as e:
-      res.outcome, res.reason = "incompatible", str(e)
-      return res
-    try: new, new_bytes = replay_output(row["level"], data)
-    except IncompatibleCapture as e:
-      res.outcome, res.reason = "incompatible", str(e)
-      return res
+    try: inputs = decode_input(row["level"], data := store.blob(row["input_key"]))
+    except IncompatibleCapture as e: return incompatible(str(e))
+    except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
+      return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
+    try: new, new_bytes = run_input(row["level"], inputs)
+    except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # the code under test raised: that is the finding, keep going
       res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()
       return res
     res.new_key = key_of(new_bytes)
     if res.new_key == row["output_key"]: return res
+    # a different output is only a reviewable change if the stored one can be read: otherwise nobody can say what changed
+    try: old = decode_output(res.level, store.blob(res.stored_key))
+    except Exception as e:  # noqa: BLE001 (as for inputs)
+      why = str(e) if isinstance(e, IncompatibleCapture) else f"{type(e).__name__}: {e}"
+      res.signature = f"{res.level}: stored output unreadable"
+      return incompatible(f"stored output unreadable: {why}")
     res.outcome = "changed"
-    if detail: describe_change(store, res, new, data)
+    if detail: describe_change(store, res, new, data, old)
     return res
   finally:
     capture_hook.HOOK = hook
 
-def describe_change(store: Store, res: Result, new: Any, data: bytes) -> None:
-  try: old = decode_output(res.level, store.blob(res.stored_key))
-  except IncompatibleCapture as e:
-    res.reason = f"stored output unreadable: {e}"
-    res.signature = f"{res.level}: stored output unreadable"
-    return
+def _too_big(graphs: list[UOp]) -> str | None:
+  """Why the graphs are too big for a detailed diff, or None; stops counting at the limits (bounded work)."""
+  seen: set[UOp] = set()
+  stack = list(graphs)
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if len(seen) > DETAIL_NODE_LIMIT: return f"more than {DETAIL_NODE_LIMIT} nodes"
+    stack.extend(u.src)
+  depth: dict[UOp, int] = {}
+  for g in graphs:
+    for u in g.toposort():
+      if u not in depth: depth[u] = 1 + max((depth[s] for s in u.src), default=0)
+  if depth and max(depth.values()) > DETAIL_DEPTH_LIMIT: return f"deeper than {DETAIL_DEPTH_LIMIT} levels"
+  return None
+
+def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any = None) -> None:
+  """Diffs of a changed capture. `old`: the decoded stored output (read from the store when not given)."""
+  if old is None:
+    try: old = decode_output(res.level, store.blob(res.stored_key))
+    except IncompatibleCapture as e:
+      res.outcome, res.reason = "incompatible", f"stored output unreadable: {e}"
+      res.signature = f"{res.level}: stored output unreadable"
+      return
+  if res.level in ("kernel", "schedule"):
+    graphs = ([old] if res.level == "kernel" else list(old)) + ([new] if res.level == "kernel" else list(new))
+    if (why := _too_big(graphs)) is not None:
+      res.signature = f"{res.level}: output changed (too large for a detailed diff)"
+      res.text_diff = (f"(no detailed diff: the stored or the current output has {why}; stored output {res.stored_key[:16]}, "
+                       f"current {(res.new_key or '')[:16]}; look at both with `replay show`)")
+      return
   if res.level == "kernel":
     res.rules = rules_behind(data, old)
     res.changes = D.structural_diff(old, new)

@@ -1,32 +1,67 @@
 """`replay suite`: run the real-model suite (tinysched.models.suite) with capture on.
 
 Every model runs in its own fresh process, so its captures do not depend on what ran before it (lazy
-caches, buffer numbers) and the same suite captured twice gives the same keys.
+caches, buffer numbers) and the same suite captured twice gives the same keys. That process dies with the
+command that started it (even a SIGKILLed one), and a new store appears whole or not at all.
 """
 from __future__ import annotations
-import json, os, subprocess, sys, time
+import ctypes, json, os, signal, subprocess, sys, time
 from pathlib import Path
-from replay.store import LEVELS
+from typing import Callable
+from replay.store import LEVELS, Store, StoreError, remove_stale_temps, replace_store
+
+def _parent_death_signal() -> Callable[[], None] | None:
+  """A preexec function making the child receive SIGTERM when this process dies (Linux prctl PR_SET_PDEATHSIG), so
+  a killed `replay accept`/`replay suite` leaves no model process behind; None where prctl is not available."""
+  if not sys.platform.startswith("linux"): return None
+  try: prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child should only make the call
+  except (OSError, AttributeError): return None
+  parent = os.getpid()
+  def arm() -> None:
+    prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent: os._exit(143)  # the parent died before the call took effect
+  return arm
+
+def _has_captures(db: Path) -> bool:
+  try: Store(db, readonly=True).close()
+  except StoreError: return False
+  return True
 
 def suite_models() -> list[str]:
   from tinysched.models.suite import SUITE
   return list(SUITE)
 
 def run_model(name: str, db: Path, quick: bool, levels: tuple[str, ...] = LEVELS, cwd: str | None = None,
-              python: str = sys.executable, timeout: float | None = None) -> dict:
-  """Capture one model into `db` in a subprocess; returns {"model", "ok", "seconds", "summary"|"error"|"skipped"}."""
-  env = {**os.environ, "TINYSCHED_CAPTURE": str(Path(db).resolve()), "TINYSCHED_CAPTURE_LABEL": name,
+              python: str = sys.executable, timeout: float | None = None, replace: bool = False) -> dict:
+  """Capture one model into `db` in a subprocess; returns {"model", "ok", "seconds", "summary"|"error"|"skipped"}.
+
+  When `db` does not exist yet, or with replace=True (which replaces it), the model captures into a hidden
+  temporary file beside `db` that is renamed over it only once the model finished and captured something: a
+  failed, killed or empty run leaves `db` as it was (absent, or the old baseline). Otherwise it appends to `db`."""
+  target = Path(db)
+  atomic = replace or not target.exists()
+  if atomic: remove_stale_temps(target.parent, f".{target.name}.capture-*.tmp*")
+  out_db = target.with_name(f".{target.name}.capture-{os.getpid()}.tmp") if atomic else target
+  env = {**os.environ, "TINYSCHED_CAPTURE": str(out_db.resolve()), "TINYSCHED_CAPTURE_LABEL": name,
          "TINYSCHED_CAPTURE_LEVELS": ",".join(levels)}
   t0 = time.perf_counter()
   try:
-    r = subprocess.run([python, "-m", "replay.suite", name, "--quick" if quick else "--full"], env=env, cwd=cwd, capture_output=True,
-                       text=True, timeout=timeout)
-  except subprocess.TimeoutExpired:
-    return {"model": name, "ok": False, "seconds": time.perf_counter() - t0, "error": f"timed out after {timeout}s"}
-  out = {"model": name, "seconds": round(time.perf_counter() - t0, 2)}
-  lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-  if r.returncode == 0 and lines: return {**out, **json.loads(lines[-1])}
-  return {**out, "ok": False, "error": (r.stderr.strip().splitlines() or ["(no output)"])[-1], "stderr": r.stderr[-4000:]}
+    try:
+      r = subprocess.run([python, "-m", "replay.suite", name, "--quick" if quick else "--full"], env=env, cwd=cwd, capture_output=True,
+                         text=True, timeout=timeout, preexec_fn=_parent_death_signal())
+    except subprocess.TimeoutExpired:
+      return {"model": name, "ok": False, "seconds": time.perf_counter() - t0, "error": f"timed out after {timeout}s"}
+    out = {"model": name, "seconds": round(time.perf_counter() - t0, 2)}
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+      return {**out, "ok": False, "error": (r.stderr.strip().splitlines() or ["(no output)"])[-1], "stderr": r.stderr[-4000:]}
+    try: res = {**out, **json.loads(lines[-1])}
+    except ValueError: return {**out, "ok": False, "error": f"unreadable result line {lines[-1][:200]!r}", "stderr": r.stderr[-4000:]}
+    if atomic and res.get("ok") and not res.get("skipped") and _has_captures(out_db): replace_store(out_db, target)
+    return res
+  finally:
+    if atomic:
+      for suffix in ("", "-wal", "-shm", "-journal"): Path(f"{out_db}{suffix}").unlink(missing_ok=True)
 
 def _worker(name: str, quick: bool) -> None:
   from tinysched.models.suite import SUITE, available
