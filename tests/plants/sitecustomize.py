@@ -51,31 +51,33 @@ def _pad_over_unsafe_ops():
   from tinysched import schedule as S
   S.can_pad = lambda u: True
 
-def _double_constants():
-  # scheduler: the AST rewrite doubles every non-zero float constant (different numbers)
+def _after_ast_rewrite(pm_of):
+  """Wrap the scheduler's full_ast_rewrite so every AST it returns goes through one more matcher (a user's rule change)."""
   from tinysched import schedule as S
-  from tinysched.ops import Ops
-  from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
-  pm = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg == c.arg
-                        and c.arg not in (0.0, float("inf"), float("-inf")) else None)], name="double")
-  orig = S.full_ast_rewrite
+  from tinysched.rewrite import graph_rewrite
+  pm, orig = pm_of(), S.full_ast_rewrite
   def patched(pre, var_vals, assigned):
     ast, ctx = orig(pre, var_vals, assigned)
     return graph_rewrite(ast, pm), ctx
   S.full_ast_rewrite = patched
 
+def _double_constants():
+  # scheduler: the AST rewrite doubles every non-zero float constant (different numbers)
+  def pm():
+    from tinysched.ops import Ops
+    from tinysched.rewrite import PatternMatcher, UPat
+    return PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg == c.arg
+                            and c.arg not in (0.0, float("inf"), float("-inf")) else None)], name="double")
+  _after_ast_rewrite(pm)
+
 def _swap_commutative():
   # scheduler: commutative sources swapped (a different AST, the same numbers)
-  from tinysched import schedule as S
-  from tinysched.ops import Ops
-  from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
-  pm = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None)],
-                      name="swap")
-  orig = S.full_ast_rewrite
-  def patched(pre, var_vals, assigned):
-    ast, ctx = orig(pre, var_vals, assigned)
-    return graph_rewrite(ast, pm), ctx
-  S.full_ast_rewrite = patched
+  def pm():
+    from tinysched.ops import Ops
+    from tinysched.rewrite import PatternMatcher, UPat
+    return PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None)],
+                          name="swap")
+  _after_ast_rewrite(pm)
 
 def _stores_twice():
   # codegen: every global store is written twice (different source, the same numbers, more memory traffic)
