@@ -463,7 +463,9 @@ def check_device(device: str | None) -> str:
   try:
     name = Device.canonicalize(device) if device else default_device()
     Device[name]
-  except Exception as e: raise ValueError(f"device {device!r} cannot be opened: {e}") from None
+  except Exception as e:
+    what = f"device {device!r}" if device else f"the default device (TINYSCHED_DEVICE={os.environ.get('TINYSCHED_DEVICE')!r})"
+    raise ValueError(f"{what} cannot be opened: {e}") from None
   return name
 
 def job_size(job: dict) -> int:

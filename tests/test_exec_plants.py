@@ -135,6 +135,9 @@ def test_an_unknown_device_fails_at_the_start(db, tmp_path):
   r = subprocess.run([sys.executable, "-m", "replay.cli", "check", str(db), "--exec", "--device", "BOGUS"], env=_env(None), cwd=ROOT,
                      capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "BOGUS" in r.stderr and "Traceback" not in r.stderr
+  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", str(db), "--exec-all"], env={**_env(None), "TINYSCHED_DEVICE": "BOGUS"},
+                     cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2 and "TINYSCHED_DEVICE='BOGUS'" in r.stderr and "Traceback" not in r.stderr
 
 def _diff(db, tmp_path, plant: str) -> tuple[int, dict, str]:
   new = tmp_path / f"new-{plant}.db"
