@@ -89,6 +89,19 @@ def test_embedding_no_vocab_loop_gpt2_shape(monkeypatch):
   try: assert "for (" not in _gather_src(50257, 768, 64)
   finally: getenv.cache_clear()
 
+def test_embedding_gpt2_shape_with_the_reduce_split():
+  # the default SPLIT_REDUCEOP: the arange is not split (lazy.py leaves a masked-constant sum whole when FUSE_ARANGE is
+  # on) and the gather's split stages fold: no loop longer than the split factor (29) is left anywhere
+  import re
+  from tinysched import dtypes
+  emb = nn.Embedding(50257, 768)
+  idx = Tensor(np.arange(64, dtype=np.int32).reshape(1, 64) * 785, dtype=dtypes.int32)
+  with Context(FUSE_ARANGE=1): asts = [k.ast for k in _kernels(emb(idx))]
+  bounds = [int(b) for a in asts for b in re.findall(r"ridx\d+ < (\d+)", to_program(a, None, GENERIC_GPU).src)]
+  assert len(asts) <= 3 and max(bounds, default=0) <= 29, bounds
+  with Context(FUSE_ARANGE=1): got = emb(idx).numpy()
+  np.testing.assert_array_equal(got, emb.weight.numpy()[idx.numpy()])
+
 def test_planted_no_point_fold_loop_comes_back(monkeypatch):
   # without the point fold the inner arange still folds, but the vocab reduce needs its loop: refused clearly
   rules = [r for r in lowerer.reduce_folds.rules if r[2] != "reduce_masked_point_to_load"]

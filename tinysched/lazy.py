@@ -13,7 +13,7 @@ from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, exec_alu, resolve, sint
 from tinysched.shape import ShapeTracker
 from tinysched.device import Buffer, Device
-from tinysched.helpers import prod, all_int, getenv
+from tinysched.helpers import FUSE_ARANGE, prod, all_int, getenv
 
 @dataclass(frozen=True)
 class Metadata:
@@ -180,8 +180,9 @@ class LazyBuffer:
       if op is Ops.ADD: return self.const_with_shape(exec_alu(Ops.MUL, self.dtype, [self.base.arg, n]), new_shape)
       if op is Ops.MUL: return self.const_with_shape(exec_alu(Ops.MUL, self.dtype, [self.base.arg**n, 1]), new_shape)
       if op is Ops.MAX: return self.const_with_shape(self.base.arg, new_shape)
-    # split a large reduce into two kernels so the first one can run in parallel
-    if not getenv("SPLIT_REDUCEOP", 1) or not all_int(self.shape) or 0 in self.shape or \
+    # split a large reduce into two kernels so the first one can run in parallel; not an arange (a sum of masked
+    # constants) that FUSE_ARANGE will inline: codegen folds it to a closed form, and two stages would not fold
+    if not getenv("SPLIT_REDUCEOP", 1) or not all_int(self.shape) or 0 in self.shape or (FUSE_ARANGE and self.is_unrealized_const) or \
         prod(self.shape) // prod(new_shape) < getenv("REDUCEOP_SPLIT_THRESHOLD", 32768):
       return self._reduce_op(op, axis)
     biggest = min(256, 2**getenv("REDUCEOP_SPLIT_SIZE", 22) // prod(new_shape))
