@@ -37,7 +37,8 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
       o, n = oi.get(k), ni.get(k)
       row = o or n
       assert row is not None
-      r = Result(new_path, row["run_id"], row["seq"], k[0], k[1], row["input_key"], o["output_key"] if o else "",
+      # a row only the old store has lives in the old store: name that one in reports
+      r = Result(new_path if n is not None else old_path, row["run_id"], row["seq"], k[0], k[1], row["input_key"], o["output_key"] if o else "",
                  new_key=n["output_key"] if n else None, metadata=row.get("metadata"))
       if o is not None and n is not None: r.pair = {"old_db": old_path, "old": [o["run_id"], o["seq"]], "new": [n["run_id"], n["seq"]]}
       if o is None or n is None:

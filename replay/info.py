@@ -53,11 +53,15 @@ def show(path: str, key: str) -> str:
   try:
     rows = list(s.captures(key=key))
     if not rows: raise KeyError(f"no capture in {path} has an input or output key starting with {key!r}")
+    distinct = sorted({(x["level"], x["input_key"], x["output_key"]) for x in rows})
+    if len(distinct) > 1:  # like an ambiguous git revision: name the candidates, never guess
+      shown = ", ".join(f"{lv} {i[:12]}->{o[:12]}" for lv, i, o in distinct[:10]) + (" ..." if len(distinct) > 10 else "")
+      raise KeyError(f"key prefix {key!r} is ambiguous in {path}: {len(distinct)} different captures match ({shown}); give more characters")
     r = rows[0]
     if r.get("_invalid"): raise IncompatibleCapture(r["_invalid"])
     out = [f"{r['level']} capture, label {r['label'] or '-'}, run {r['run_id']} #{r['seq']}",
            f"input  {r['input_key']}", f"output {r['output_key']}"]
-    if len(rows) > 1: out.append(f"({len(rows)} captures match {key!r}; showing the first)")
+    if len(rows) > 1: out.append(f"(the same capture in {len(rows)} runs; showing run {r['run_id']})")
     inputs = decode_input(r["level"], s.blob(r["input_key"]))
     if r["level"] == "kernel":
       pre, vv, asg = inputs

@@ -158,6 +158,14 @@ def test_diff_two_stores(db, tmp_path, monkeypatch):
   with replay.capture(new, label="unit"): workload()
   r = invoke("diff", db, new, "--level", "kernel")
   assert r.exit_code == 1 and "changed:" in r.output and "SINK.src[0].STORE" in r.output
+  # a capture only one side has is reported with the store that holds it
+  from replay.compare import compare
+  part = tmp_path / "part.db"
+  with replay.capture(part, label="unit"): Tensor([[1.0, 2.0], [3.0, 4.0]]).exp().sum(1).realize()  # a kernel the workload never made
+  rep = compare(str(db), str(part), level="kernel")
+  only = [x for x in rep.results if x.reason in ("only in the old capture", "only in the new capture")]
+  assert only and all(x.db == (str(db) if x.reason == "only in the old capture" else str(part)) for x in only)
+  assert {x.reason for x in only} == {"only in the old capture", "only in the new capture"}
 
 def test_shards_partition_and_merge(db, tmp_path):
   whole = check([str(db)], jobs=1)
@@ -188,6 +196,8 @@ def test_show_and_stats(db):
   s.close()
   r = invoke("show", db, key[:10])
   assert r.exit_code == 0 and "== output ==" in r.output and "DEFINE_GLOBAL" in r.output
+  r = invoke("show", db, "")  # every capture matches: ambiguous, never a guess
+  assert r.exit_code == 2 and "ambiguous" in r.output and "give more characters" in r.output
 
 def test_program_level_sees_codegen_changes(tmp_path, monkeypatch):
   pytest.importorskip("pyopencl")
