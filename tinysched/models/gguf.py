@@ -13,7 +13,7 @@ In every nibble block the low nibbles are values 0..15 and the high nibbles valu
 in the order above (d * q, then + m), the same as the reference gguf-py package, so weights match it bit for bit.
 """
 from __future__ import annotations
-import os, struct
+import math, os, struct
 from dataclasses import dataclass, field
 from typing import Any
 import numpy as np
@@ -72,6 +72,11 @@ class GGUFFile:
     if name not in self.tensors: raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors, e.g. {list(self.tensors)[:3]})")
     return self.tensors[name]
 
+# explicit limits on what a header may claim (a valid file is far inside all of them)
+MAX_ARRAY_DEPTH = 8          # arrays of arrays (llama.cpp itself writes none)
+MAX_ALIGNMENT = 1 << 20      # general.alignment
+MAX_DIM = 1 << 62            # one tensor dim, and the product of all of them (values of a tensor)
+
 class _Reader:
   def __init__(self, path: str, buf: bytes | memoryview):
     self.path, self.buf, self.pos = path, buf, 0
@@ -87,18 +92,29 @@ class _Reader:
     raw = bytes(self.take(n, what))
     try: return raw.decode("utf-8")
     except UnicodeDecodeError: raise GGUFError(f"{self.path}: {what} is not valid UTF-8: {raw[:40]!r}") from None
-  def value(self, vtype: int, what: str) -> Any:
+  def need(self, count: int, min_bytes: int, what: str) -> None:
+    """Refuse a count whose elements (at least min_bytes each) cannot fit in the rest of the file, before looping over it."""
+    if count * min_bytes > len(self.buf) - self.pos:
+      raise GGUFError(f"{self.path}: truncated or corrupt GGUF file: {what} claims {count} entries of at least {min_bytes} bytes, "
+                      f"only {len(self.buf) - self.pos} bytes are left at offset {self.pos}")
+  def value(self, vtype: int, what: str, depth: int = 0) -> Any:
     if vtype in _SCALARS: return self.unpack(_SCALARS[vtype][0], what)
     if vtype == T_STRING: return self.string(what)
     if vtype == T_ARRAY:
+      if depth >= MAX_ARRAY_DEPTH:
+        raise GGUFError(f"{self.path}: {what.split('[')[0]}: arrays nested more than {MAX_ARRAY_DEPTH} deep (at offset {self.pos})")
       etype, count = self.unpack("<I", what), self.unpack("<Q", what)
       if etype in _SCALARS:
         # numeric arrays in one numpy read, not count struct calls
         fmt = _SCALARS[etype][0]
         raw = self.take(count * struct.calcsize(fmt), f"{what} (array of {count} {_SCALARS[etype][1]})")
         return np.frombuffer(raw, dtype=np.dtype(fmt)).tolist()
-      if etype == T_STRING: return [self.string(f"{what}[{i}]") for i in range(count)]
-      if etype == T_ARRAY: return [self.value(T_ARRAY, f"{what}[{i}]") for i in range(count)]
+      if etype == T_STRING:
+        self.need(count, 8, what)
+        return [self.string(f"{what}[{i}]") for i in range(count)]
+      if etype == T_ARRAY:
+        self.need(count, 12, what)
+        return [self.value(T_ARRAY, f"{what}[{i}]", depth + 1) for i in range(count)]
       raise GGUFError(f"{self.path}: {what}: unknown array element type {etype}")
     raise GGUFError(f"{self.path}: {what}: unknown metadata value type {vtype}")
 
@@ -114,6 +130,8 @@ def load_gguf(path: str | os.PathLike) -> GGUFFile:
   version = r.unpack("<I", "version")
   if version not in (2, 3): raise GGUFError(f"{path}: GGUF version {version} is not supported (only 2 and 3)")
   n_tensors, n_kv = r.unpack("<Q", "tensor count"), r.unpack("<Q", "metadata count")
+  r.need(n_kv, 12, "metadata count")
+  r.need(n_tensors, 24, "tensor count")
   metadata: dict[str, Any] = {}
   for i in range(n_kv):
     key = r.string(f"metadata key {i}")
@@ -124,13 +142,18 @@ def load_gguf(path: str | os.PathLike) -> GGUFFile:
     n_dims = r.unpack("<I", f"dims of {name!r}")
     if n_dims > 8: raise GGUFError(f"{path}: tensor {name!r} has {n_dims} dims (at most 8 make sense)")
     dims = [r.unpack("<Q", f"dims of {name!r}") for _ in range(n_dims)]
+    if any(d > MAX_DIM for d in dims) or math.prod(max(d, 1) for d in dims) > MAX_DIM:
+      raise GGUFError(f"{path}: tensor {name!r} has dims {dims} ({math.prod(dims)} values): too large to be a tensor")
     raw_infos.append((name, tuple(reversed(dims)), r.unpack("<I", f"type of {name!r}"), r.unpack("<Q", f"offset of {name!r}")))
-  alignment = int(metadata.get("general.alignment", 32))
-  if alignment <= 0 or alignment & (alignment - 1): raise GGUFError(f"{path}: general.alignment {alignment} is not a power of two")
+  alignment = metadata.get("general.alignment", 32)
+  if not isinstance(alignment, int) or isinstance(alignment, bool):
+    raise GGUFError(f"{path}: general.alignment must be an integer (uint32), got a {type(alignment).__name__}: {alignment!r:.40}")
+  if alignment <= 0 or alignment & (alignment - 1) or alignment > MAX_ALIGNMENT:
+    raise GGUFError(f"{path}: general.alignment {alignment} is not a power of two of at most {MAX_ALIGNMENT}")
   data_start = -(-r.pos // alignment) * alignment
   tensors: dict[str, TensorInfo] = {}
   for name, shape, gtype, off in raw_infos:
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)  # Python ints: numpy's int64 product wraps (2^32 * 2^32 == 0)
     if (layout := GGML_TYPES.get(gtype) or _KNOWN_UNSUPPORTED.get(gtype)) is not None:
       tname, blk, bsz = layout
       if n % blk: raise GGUFError(f"{path}: tensor {name!r} has {n} values, not a multiple of the {tname} block size {blk}")
@@ -148,7 +171,7 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.nd
   if ggml_type not in GGML_TYPES:
     raise GGUFError(f"cannot dequantize {_type_name(ggml_type)} (supported: {', '.join(v[0] for v in GGML_TYPES.values())})")
   name, blk, bsz = GGML_TYPES[ggml_type]
-  n = int(np.prod(shape, dtype=np.int64))
+  n = math.prod(shape)
   raw = np.asarray(raw, dtype=np.uint8)
   if raw.size != n // blk * bsz: raise GGUFError(f"{name} data of {raw.size} bytes does not hold {n} values")
   if name == "F32": return raw.view("<f4").astype(np.float32).reshape(shape)

@@ -19,7 +19,7 @@ Both container formats torch has written are read:
 Tensors come back as numpy arrays (copies, C-contiguous), in the structure the file holds (usually an OrderedDict).
 """
 from __future__ import annotations
-import io, os, pickle, struct, zipfile
+import io, math, os, pickle, struct, zipfile, zlib
 from collections import OrderedDict
 from typing import Any, Callable
 import numpy as np
@@ -29,6 +29,20 @@ class UnsafePickleError(pickle.UnpicklingError):
 
 class PthError(ValueError):
   """A .pth file that cannot be read (not a torch file, truncated, inconsistent)."""
+
+# explicit limits on what a file may make this loader allocate, relative to the file's real length (torch writes its zip entries
+# stored, so a real checkpoint decompresses to about its own size and its tensors copy about its own size):
+INFLATE_RATIO, INFLATE_SLACK = 16, 64 << 20   # all zip entries together decompress to at most 16x the file (at least 64 MiB)
+EXPAND_RATIO, EXPAND_SLACK = 4, 64 << 20      # all tensors together materialize at most 4x the file (at least 64 MiB)
+MAX_NESTING = 64                              # containers nested in the pickled object
+
+class _Budget:
+  """What one load may still decompress and materialize (bytes)."""
+  def __init__(self, path: str, file_len: int):
+    self.path, self.file_len = path, file_len
+    self.inflate = self.inflate_total = max(INFLATE_RATIO * file_len, INFLATE_SLACK)
+    self.expand = self.expand_total = max(EXPAND_RATIO * file_len, EXPAND_SLACK)
+  def limits(self) -> str: return f"for a file of {self.file_len} bytes"
 
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
 LEGACY_PROTOCOL = 1001
@@ -74,14 +88,21 @@ class _PendingTensor(_NoState):
   """A rebuilt tensor whose bytes are read after unpickling (legacy files store them after the pickle)."""
   def __init__(self, storage: _Storage | _StorageView, offset: int, size: tuple[int, ...], stride: tuple[int, ...]):
     self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
-  def array(self) -> np.ndarray:
+  def array(self, where: str, budget: _Budget) -> np.ndarray:
     data, size, stride, off = self.storage.data, self.size, self.stride, self.offset
+    if len(size) > 32 or math.prod(max(n, 1) for n in size) > 1 << 62: raise PthError(f"{where}: size {size} is too large to be a tensor")
     if 0 in size: return np.zeros(size, dtype=data.dtype.newbyteorder("="))
     last = off + sum((n - 1) * s for n, s in zip(size, stride))
-    if last >= data.size: raise PthError(f"tensor (offset {off}, size {size}, stride {stride}) reads past its storage of {data.size} elements")
-    numel = int(np.prod(size, dtype=object))
-    if numel > max(data.size, 1 << 28):  # a stride-0 view can claim any size: do not materialize a huge copy
-      raise PthError(f"tensor of size {size} ({numel} elements) expands a storage of {data.size} elements too far")
+    if last >= data.size: raise PthError(f"{where} (offset {off}, size {size}, stride {stride}) reads past its storage of {data.size} elements")
+    numel = math.prod(size)
+    nbytes = numel * data.itemsize
+    # checked before allocating: a stride-0 view can claim any size, and views of one storage can be many
+    if nbytes > budget.expand:
+      what = (f"expands a storage of {data.size} elements to {numel} elements ({nbytes} bytes)" if numel > data.size else
+              f"needs {nbytes} bytes, and the tensors before it used {budget.expand_total - budget.expand}")
+      raise PthError(f"{where} (size {size}, stride {stride}) {what}: more than the {budget.expand_total} bytes of tensors allowed "
+                     f"{budget.limits()} ({EXPAND_RATIO}x its size, at least {EXPAND_SLACK})")
+    budget.expand -= nbytes
     base = data[off:]
     arr = np.lib.stride_tricks.as_strided(base, shape=size, strides=tuple(s * base.itemsize for s in stride), writeable=False)
     out = np.array(arr, dtype=arr.dtype.newbyteorder("="), order="C")  # a copy: never alias the file buffer
@@ -127,7 +148,10 @@ class _SafeUnpickler(pickle.Unpickler):
 def _safe_load_pickle(data: bytes | io.BytesIO, source: str, persistent_load: Callable[[Any], Any] | None = None) -> Any:
   f = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
   try: return _SafeUnpickler(f, source, persistent_load).load()
-  except (UnsafePickleError, PthError): raise
+  except UnsafePickleError: raise
+  except PthError as e:  # raised by the rebuild functions, which do not know the file
+    if str(e).startswith(source): raise
+    raise PthError(f"{source}: {e}") from None
   except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, struct.error, UnicodeDecodeError) as e:
     raise PthError(f"{source}: corrupt or unsupported pickle: {type(e).__name__}: {e}") from None
 
@@ -135,18 +159,36 @@ def _storage_type(source: str, st: Any) -> _StorageType:
   if not isinstance(st, _StorageType): raise UnsafePickleError(f"{source}: storage record names {st!r}, not a torch storage type")
   return st
 
-def _load_zip(path: str, zf: zipfile.ZipFile) -> Any:
+def _read_entry(path: str, zf: zipfile.ZipFile, name: str, what: str, budget: _Budget, need: int | None = None) -> bytes:
+  """A zip entry's bytes, decompressing at most what the budget allows; `need` (bytes) is checked before reading."""
+  info = zf.getinfo(name)
+  if need is not None and info.file_size < need:
+    raise PthError(f"{path}: {what} has {info.file_size} bytes (zip entry {name!r}), needs {need}")
+  if info.file_size > budget.inflate:
+    raise PthError(f"{path}: {what}: zip entry {name!r} would decompress to {info.file_size} bytes ({info.compress_size} stored), more than "
+                   f"the {budget.inflate} bytes left of the {budget.inflate_total} allowed {budget.limits()} "
+                   f"({INFLATE_RATIO}x its size, at least {INFLATE_SLACK})")
+  try:
+    with zf.open(info) as f: raw = f.read(budget.inflate + 1)  # ZipExtFile also stops at file_size and checks the CRC
+  except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError) as e:
+    raise PthError(f"{path}: {what}: corrupt zip entry {name!r}: {e}") from None
+  if len(raw) > budget.inflate: raise PthError(f"{path}: {what}: zip entry {name!r} decompresses to more than the {budget.inflate} bytes allowed")
+  budget.inflate -= len(raw)
+  return raw
+
+def _load_zip(path: str, zf: zipfile.ZipFile, budget: _Budget) -> Any:
   names = zf.namelist()
   pkls = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
   if len(pkls) != 1: raise PthError(f"{path}: a torch zip file has one <dir>/data.pkl, found {pkls or 'none'}")
   prefix = pkls[0][:-len("data.pkl")]
-  if prefix + "byteorder" in names and zf.read(prefix + "byteorder").strip() not in (b"little", b""):
+  if prefix + "byteorder" in names and _read_entry(path, zf, prefix + "byteorder", "byteorder", budget).strip() not in (b"little", b""):
     raise PthError(f"{path}: big-endian torch files are not supported")
   storages: dict[str, _Storage] = {}
   def fetch(key: str, stype: _StorageType, numel: int) -> np.ndarray:
     entry = f"{prefix}data/{key}"
     if entry not in names: raise PthError(f"{path}: storage {key!r} is missing ({entry})")
-    raw = zf.read(entry)
+    need = None if stype.name == "UntypedStorage" else numel * stype.dtype.itemsize
+    raw = _read_entry(path, zf, entry, f"storage {key!r}", budget, need)
     if stype.name == "UntypedStorage": numel = len(raw)
     if len(raw) < numel * stype.dtype.itemsize: raise PthError(f"{path}: storage {key!r} has {len(raw)} bytes, needs {numel * stype.dtype.itemsize}")
     return np.frombuffer(raw, dtype=stype.dtype, count=numel)
@@ -157,9 +199,9 @@ def _load_zip(path: str, zf: zipfile.ZipFile) -> Any:
       raise PthError(f"{path}: bad storage record {pid!r}")
     if key not in storages: storages[key] = _Storage(_storage_type(path, stype), key, numel, fetch)
     return storages[key]
-  return _materialize(_safe_load_pickle(zf.read(pkls[0]), path, pload))
+  return _materialize(_safe_load_pickle(_read_entry(path, zf, pkls[0], "the pickle", budget), path, pload), path, budget)
 
-def _load_legacy(path: str, data: bytes) -> Any:
+def _load_legacy(path: str, data: bytes, budget: _Budget) -> Any:
   f = io.BytesIO(data)
   magic = _safe_load_pickle(f, path)
   if magic != LEGACY_MAGIC: raise PthError(f"{path}: not a torch file: no zip archive and no legacy magic number (got {magic!r:.60})")
@@ -194,18 +236,31 @@ def _load_legacy(path: str, data: bytes) -> Any:
     pos += 8 + nbytes
   missing = [k for k in roots if k not in raw_storages]
   if missing: raise PthError(f"{path}: storages {missing[:5]} are used but not stored")
-  return _materialize(result)
+  return _materialize(result, path, budget)
 
-def _materialize(obj: Any) -> Any:
-  """Replace every _PendingTensor in the loaded containers by its numpy array (keeping dict/OrderedDict/list/tuple)."""
-  if isinstance(obj, _PendingTensor): return obj.array()
-  if isinstance(obj, dict):
-    out = type(obj)() if type(obj) in (dict, OrderedDict) else dict()
-    for k, v in obj.items(): out[k] = _materialize(v)
+def _materialize(obj: Any, path: str, budget: _Budget) -> Any:
+  """Replace every _PendingTensor in the loaded containers by its numpy array (keeping dict/OrderedDict/list/tuple).
+
+  Containers the pickle shares (its memo) are converted once and stay shared, so neither a reference cycle nor a DAG of
+  shared lists (2^depth paths) is walked more than once; nesting deeper than MAX_NESTING is refused."""
+  memo: dict[int, Any] = {}
+  def walk(o: Any, name: str, depth: int) -> Any:
+    if isinstance(o, _PendingTensor): return o.array(f"{path}: tensor {name!r}", budget)
+    if not isinstance(o, (dict, list, tuple)): return o
+    if id(o) in memo: return memo[id(o)]
+    if depth >= MAX_NESTING: raise PthError(f"{path}: the pickled object nests containers more than {MAX_NESTING} deep (at {name!r:.80})")
+    sub = lambda k: f"{name}.{k}" if name else str(k)
+    if isinstance(o, dict):
+      out = memo[id(o)] = type(o)() if type(o) in (dict, OrderedDict) else dict()
+      for k, v in o.items(): out[k] = walk(v, sub(k), depth + 1)
+      return out
+    if isinstance(o, list):
+      out = memo[id(o)] = []
+      out.extend(walk(v, sub(i), depth + 1) for i, v in enumerate(o))
+      return out
+    out = memo[id(o)] = tuple(walk(v, sub(i), depth + 1) for i, v in enumerate(o))
     return out
-  if isinstance(obj, list): return [_materialize(v) for v in obj]
-  if isinstance(obj, tuple): return tuple(_materialize(v) for v in obj)
-  return obj
+  return walk(obj, "", 0)
 
 def load_pth(path: str | os.PathLike) -> Any:
   """Load a torch.save file safely: tensors become numpy arrays; any non-allowed global raises UnsafePickleError."""
@@ -214,9 +269,11 @@ def load_pth(path: str | os.PathLike) -> Any:
     with open(path, "rb") as fh: data = fh.read()
   except OSError as e: raise PthError(f"{path}: cannot open: {e.strerror}") from None
   if zipfile.is_zipfile(io.BytesIO(data)):
-    with zipfile.ZipFile(io.BytesIO(data)) as zf: return _load_zip(path, zf)
+    try: zf = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zlib.error, ValueError, EOFError) as e: raise PthError(f"{path}: corrupt zip archive: {e}") from None
+    with zf: return _load_zip(path, zf, _Budget(path, len(data)))
   if data[:5] == b"\x1f\x8b\x08\x00\x00" or data[257:262] == b"ustar": raise PthError(f"{path}: the pre-2017 tar torch format is not supported")
-  return _load_legacy(path, data)
+  return _load_legacy(path, data, _Budget(path, len(data)))
 
 def state_dict_arrays(obj: Any, path: str = "<pth>") -> dict[str, np.ndarray]:
   """The {name: array} of a loaded checkpoint: the object itself, or its 'state_dict'/'model' entry."""

@@ -5,7 +5,7 @@ safetensors layout (https://github.com/huggingface/safetensors): an 8-byte littl
 to the end of the header), then the raw little-endian tensor bytes.
 """
 from __future__ import annotations
-import json, os, struct
+import json, math, os, re, struct
 from collections import OrderedDict
 from typing import Any
 import numpy as np
@@ -99,6 +99,20 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
     f.write(hdr)
     for b in blobs: f.write(b)
 
+# explicit limits on a header (a valid one is far inside them): its size (the reference implementation's 100 MB), how deeply its
+# JSON nests (a valid header is 3 deep: {name: {"shape": [...]}}), and how large a tensor's shape may be
+MAX_HEADER_BYTES = 100_000_000
+MAX_HEADER_DEPTH = 8
+MAX_NDIM = 32
+MAX_ELEMENTS = 1 << 62
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+def _json_depth(raw: bytes) -> int:
+  """The deepest {}/[] nesting of a JSON text (brackets inside strings do not count), without recursing."""
+  b = np.frombuffer(_JSON_STRING.sub(b'""', raw), dtype=np.uint8)
+  step = (b == ord("{")).astype(np.int64) + (b == ord("[")) - (b == ord("}")) - (b == ord("]"))
+  return int(np.cumsum(step).max(initial=0))
+
 def _read_header(fn: str | os.PathLike) -> tuple[dict[str, Any], int, int]:
   """(parsed header, data start, file size), validating the framing."""
   try: size = os.path.getsize(fn)
@@ -107,7 +121,10 @@ def _read_header(fn: str | os.PathLike) -> tuple[dict[str, Any], int, int]:
   with open(fn, "rb") as f:
     (n,) = struct.unpack("<Q", f.read(8))
     if n > size - 8: raise SafetensorsError(f"{fn}: corrupt safetensors file: header length {n} exceeds the file size {size}")
+    if n > MAX_HEADER_BYTES: raise SafetensorsError(f"{fn}: corrupt safetensors file: header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
     raw = f.read(n)
+  if (depth := _json_depth(raw)) > MAX_HEADER_DEPTH:
+    raise SafetensorsError(f"{fn}: corrupt safetensors header: JSON nested {depth} deep (a header nests 3 deep; the limit is {MAX_HEADER_DEPTH})")
   try: header = json.loads(raw.decode("utf-8"))
   except (UnicodeDecodeError, json.JSONDecodeError) as e: raise SafetensorsError(f"{fn}: corrupt safetensors header: invalid JSON ({e})") from None
   if not isinstance(header, dict): raise SafetensorsError(f"{fn}: corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
@@ -120,10 +137,13 @@ def _check_entry(fn, name: str, info: Any, data_len: int) -> tuple[DType, tuple[
     raise SafetensorsError(f"{fn}: tensor {name!r} has unsupported dtype {info['dtype']!r} (supported: {', '.join(_ST_DTYPES)})")
   dt, shape, offs = _ST_DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
   if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-    raise SafetensorsError(f"{fn}: tensor {name!r} has an invalid shape {shape!r}")
+    raise SafetensorsError(f"{fn}: tensor {name!r} has an invalid shape {shape!r:.200}")
+  if len(shape) > MAX_NDIM or math.prod(max(s, 1) for s in shape) > MAX_ELEMENTS:
+    raise SafetensorsError(f"{fn}: tensor {name!r} has shape {shape!r:.200}: too large to be a tensor ({len(shape)} dims, at most "
+                           f"{MAX_NDIM}; at most {MAX_ELEMENTS} elements)")
   if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs) and 0 <= offs[0] <= offs[1]):
     raise SafetensorsError(f"{fn}: tensor {name!r} has invalid data_offsets {offs!r}")
-  nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+  nbytes = math.prod(shape) * dt.itemsize  # Python ints: numpy's int64 product overflows or wraps
   if offs[1] - offs[0] != nbytes:
     raise SafetensorsError(f"{fn}: tensor {name!r} ({info['dtype']} {shape}) needs {nbytes} bytes, data_offsets {offs} span {offs[1] - offs[0]}")
   if offs[1] > data_len:
