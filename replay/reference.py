@@ -22,7 +22,6 @@ evaluated (`TooLarge`): the caller falls back to interpreting the stored kernels
 from __future__ import annotations
 from typing import Any
 import numpy as np
-from tinysched.dtype import dtypes
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, sym_infer
 
