@@ -393,25 +393,14 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     except Exception as e: res["timing_error"] = f"{type(e).__name__}: {e}"
   return res
 
-def _written_bufs(side: _Side, specs) -> list[int]:
-  from tinysched.ops import Ops
-  out: set[int] = set()
-  for it in side.items:
-    if it[0] == "ast":
-      _, ast, m = it
-      if ast.op is Ops.SINK: out |= {m[s.src[0].arg] for s in ast.src if s.op is Ops.STORE}
-      elif m: out.add(m[0])
-    else: out |= {s.src[0].arg for s in side.ast.src if s.op is Ops.STORE}
-  return sorted(out)
+def _written_bufs(side: _Side, specs=None) -> list[int]:
+  return sorted({i for it in side.items for i in _outputs_of(it, side)})
 
 def _kernel_map(old: _Side, new: _Side) -> list[dict]:
   """For each old kernel, the new kernels that write any buffer it wrote (a fusion change's old -> new)."""
-  def writes(it) -> set[int]:
-    from tinysched.ops import Ops
-    _, ast, m = it
-    return {m[s.src[0].arg] for s in ast.src if s.op is Ops.STORE} if ast.op is Ops.SINK else set(m[:1])
-  nw = [writes(it) for it in new.items]
-  return [{"old": i, "writes": sorted(w), "new": [j for j, x in enumerate(nw) if x & w]} for i, w in enumerate(writes(it) for it in old.items)]
+  nw = [set(_outputs_of(it, new)) for it in new.items]
+  return [{"old": i, "writes": sorted(w), "new": [j for j, x in enumerate(nw) if x & w]}
+          for i, w in enumerate(set(_outputs_of(it, old)) for it in old.items)]
 
 def _timing(device: str, old: _Side, new: _Side, host, specs, runs: int, threshold: float) -> dict:
   bo, bn = _fresh(device, host, specs), _fresh(device, host, specs)
