@@ -31,7 +31,8 @@ _RUNNER = textwrap.dedent("""
     tb = traceback.extract_tb(e.__traceback__)
     res = {{"outcome": "refused", "type": type(e).__name__, "msg": str(e), "frames": len(tb),
            "chained": type(e.__cause__ or (None if e.__suppress_context__ else e.__context__)).__name__}}
-  res["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+  # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the (possibly big) parent, VmHWM is this image's own peak
+  res["maxrss_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) // 1024
   print("RESULT " + json.dumps(res))
 """)
 
