@@ -265,6 +265,17 @@ def env_config() -> tuple[Path, str, tuple[str, ...]] | None:
                         "create the directory, or name a file in an existing one")
   return path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels
 
+def check_env() -> None:
+  """Called by tinysched at import when TINYSCHED_CAPTURE is set (capture_hook.autoload): the settings are checked
+  before any user code runs, though capture itself starts at the first capture point. Exits 2 naming the variable."""
+  if (cfg := env_config()) is None: return
+  path = cfg[0]
+  if path.is_file() and path.stat().st_size:
+    with open(path, "rb") as f: head = f.read(16)
+    if head != b"SQLite format 3\x00":
+      raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"], "not an SQLite file, so not a capture store (an existing file is never overwritten)",
+                          "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE")
+
 def install_from_env() -> None:
   """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file. Every setting is
   checked here, at the first point replay is loaded, so a misconfiguration stops the program with a message

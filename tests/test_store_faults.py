@@ -499,3 +499,14 @@ def test_a_capture_whose_last_flush_fails_does_not_exit_0(tmp_path):
   r = subprocess.run([sys.executable, "-c", LOSES_LAST_BATCH.format(root=str(ROOT)), str(db)], env={**ENV, "TINYSCHED_CAPTURE": str(db)},
                      capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "failed while writing its last captures" in r.stderr, (r.returncode, r.stderr)
+
+@pytest.mark.parametrize("var, value", [("TINYSCHED_CAPTURE", "notes.txt"), ("TINYSCHED_CAPTURE", "nonexistent/dir/x.db"),
+                                        ("TINYSCHED_CAPTURE_LEVELS", "bogus")])
+def test_misconfiguration_stops_at_import_before_any_user_code(tmp_path, var, value):
+  (tmp_path / "notes.txt").write_text("my notes\n")
+  env = {**ENV, "TINYSCHED_CAPTURE": "x.db", var: value}
+  r = subprocess.run([sys.executable, "-c", "import tinysched; print('user code ran', flush=True)"], env=env, cwd=tmp_path,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2 and "user code ran" not in r.stdout, r.stdout + r.stderr
+  assert f"replay: error: {var}={value!r}: " in r.stderr and "Traceback" not in r.stderr, r.stderr
+  assert not (tmp_path / "x.db").exists() and (tmp_path / "notes.txt").read_text() == "my notes\n"

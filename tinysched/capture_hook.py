@@ -32,4 +32,17 @@ def autoload() -> None:
   `tinysched.capture` entry point (replay registers one): discovery keeps tinysched independent of replay."""
   import os
   global HOOK
-  if os.environ.get("TINYSCHED_CAPTURE") and HOOK is None: HOOK = _first_call
+  if os.environ.get("TINYSCHED_CAPTURE") and HOOK is None:
+    HOOK = _first_call
+    _check_settings()
+
+def _check_settings() -> None:
+  """Let the tool check its settings now, at tinysched's import, so a misconfiguration stops the program before any
+  user code runs (a tool module may offer `check_env()`). Skipped while the tool's own package is being imported:
+  it imports tinysched, and checks when it installs itself."""
+  import importlib, sys
+  from importlib.metadata import entry_points
+  eps = list(entry_points(group="tinysched.capture"))
+  if not eps or eps[0].module.split(".")[0] in sys.modules: return
+  check = getattr(importlib.import_module(eps[0].module), "check_env", None)
+  if check is not None: check()
