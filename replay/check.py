@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from replay.store import Store, StoreError
 from replay.runner import Result, replay_row, OUTCOMES
+from replay.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
 
 @dataclass
 class Report:
@@ -32,7 +33,6 @@ class Report:
     return out
   def exit_code(self) -> int:
     c = self.counts()
-    from replay.execcheck import EXIT_2_VERDICTS, FAIL_VERDICTS
     verdicts = {r.exec.get("verdict") for r in self.results if r.exec}
     if self.fatal or c["error"] or c["incompatible"] or verdicts & set(EXIT_2_VERDICTS): return 2
     if verdicts & set(FAIL_VERDICTS) or self.perf_failures(): return 1

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json, os, subprocess
 from pathlib import Path
 from typing import Mapping
+from replay.verdicts import FAIL_VERDICTS as ALWAYS_FAIL_VERDICTS
 
 MARKER = "[replay:accept]"
-ALWAYS_FAIL_VERDICTS = ("wrong", "mismatch", "unstable", "failed", "timeout")
 
 def _verdict(r: dict) -> str | None: return (r.get("exec") or {}).get("verdict")
 

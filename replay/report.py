@@ -16,6 +16,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 from replay.check import Report
 from replay.runner import Result, OUTCOMES
+from replay.verdicts import FAIL_VERDICTS
 
 SCHEMA, VERSION = "tinysched-replay-report", 1
 MD_BUDGET = 50_000  # characters of group details in the Markdown report, so it fits a PR comment
@@ -33,7 +34,7 @@ NEXT_STEPS = {
   "timeout": "a job ran past its time limit twice (the second time alone): a hung kernel, or raise the limit with --timeout SECONDS",
   "perf": "kernels got slower beyond --perf-gate and their noise margin",
 }
-FAIL_ORDER = ("wrong", "mismatch", "unstable", "failed", "timeout")
+FAIL_ORDER = FAIL_VERDICTS  # worst first
 
 def exec_counts(rep: Report) -> dict[str, int]:
   out: dict[str, int] = {}
