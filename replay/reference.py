@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, sym_infer
+from tinysched.reduce import reduce_identity
 
 ELEMENT_BUDGET = 1 << 25  # the largest intermediate (elements) evaluated whole
 
@@ -74,7 +75,7 @@ def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...], dtype) -> np.ndarray:
   if op not in _UFUNC: raise Unsupported(f"the reference cannot reduce with {op}")
   x = np.asarray(x)
   if x.size == 0:
-    return np.full([1 if i in axes else s for i, s in enumerate(x.shape)], I._identity(op, dtype), dtype=_np(dtype))
+    return np.full([1 if i in axes else s for i, s in enumerate(x.shape)], reduce_identity(op, dtype), dtype=_np(dtype))
   return _UFUNC[op].reduce(x.astype(I._acc_dtype(dtype, True), copy=False), axis=axes, keepdims=True).astype(_np(dtype))
 
 def _shape_size(st, var_vals) -> int:

@@ -4,10 +4,11 @@ Every differentiable Tensor method is built from these; Tensor.backward walks th
 """
 from __future__ import annotations
 import math
-from typing import Any
+
 from tinysched.dtype import dtypes, DType
 from tinysched.ops import Ops
-from tinysched.uop import sint, resolve
+from tinysched.uop import sint, resolve, sym_ne
+from tinysched.reduce import acc_dtype
 from tinysched.lazy import LazyBuffer
 from tinysched.helpers import argsort
 
@@ -203,10 +204,10 @@ class Max(Function):
 
 class Expand(Function):
   def forward(self, x: LazyBuffer, shape: tuple[sint, ...]) -> LazyBuffer:
-    self.expanded_axis = tuple(i for i, (si, so) in enumerate(zip(x.shape, shape)) if resolve(_ne(si, so)))
+    self.expanded_axis = tuple(i for i, (si, so) in enumerate(zip(x.shape, shape)) if resolve(sym_ne(si, so)))
     return x.expand(shape)
   def backward(self, grad: LazyBuffer) -> LazyBuffer:
-    return grad.cast(_sum_acc_dtype(grad.dtype)).r(Ops.ADD, self.expanded_axis).cast(grad.dtype)
+    return grad.cast(acc_dtype(grad.dtype)).r(Ops.ADD, self.expanded_axis).cast(grad.dtype)
 
 class Reshape(Function):
   def forward(self, x: LazyBuffer, shape: tuple[sint, ...]) -> LazyBuffer:
@@ -238,7 +239,3 @@ class Flip(Function):
     return x.stride(self.arg)
   def backward(self, grad: LazyBuffer) -> LazyBuffer: return grad.stride(self.arg)
 
-def _ne(a: Any, b: Any) -> Any: return a.ne(b) if hasattr(a, "ne") else (b.ne(a) if hasattr(b, "ne") else a != b)
-def _sum_acc_dtype(d: DType) -> DType:
-  # gradients of expands of half are summed in float32 so the sum does not overflow
-  return dtypes.float32 if d == dtypes.float16 else d

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 from tinysched.dtype import DType, dtypes, ConstType
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, exec_alu, resolve, sint
+from tinysched.uop import UOp, exec_alu, resolve, sint, sym_ne
+from tinysched.reduce import reduce_identity
 from tinysched.shape import ShapeTracker
 from tinysched.device import Buffer, Device
 from tinysched.helpers import FUSE_ARANGE, prod, all_int, getenv
@@ -165,7 +166,7 @@ class LazyBuffer:
 
   # *** reduce ***
   def _reduce_op(self, op: Ops, axis: tuple[int, ...]) -> LazyBuffer:
-    axis = tuple(sorted(x for x in axis if resolve(_ne(self.shape[x], 1))))
+    axis = tuple(sorted(x for x in axis if resolve(sym_ne(self.shape[x], 1))))
     if len(axis) == 0: return self
     return create_lazybuffer(self.device, ShapeTracker.from_shape(self.st.reduce(axis)), self.dtype, Ops.REDUCE_AXIS, (op, axis), (self,))
 
@@ -173,7 +174,7 @@ class LazyBuffer:
     new_shape = self.st.reduce(axis)
     # a reduce of zero elements is its identity
     if self.size == 0 and 0 not in new_shape:
-      return self.const_with_shape({Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op], new_shape)
+      return self.const_with_shape(reduce_identity(op, self.dtype), new_shape)
     # a reduce over an unmasked constant is a constant
     if self.is_unrealized_unmasked_const and all_int(self.shape):
       n = prod(self.shape[i] for i in axis)
@@ -208,7 +209,6 @@ class LazyBuffer:
   def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer: return self._view(self.st.shrink(arg))
   def stride(self, arg: tuple[int, ...]) -> LazyBuffer: return self._view(self.st.stride(arg))
 
-def _ne(a: sint, b: int) -> Any: return a.ne(b) if isinstance(a, UOp) else a != b
 def _is_zero(x: sint) -> bool: return (x == 0) if isinstance(x, int) else (x.vmax == 0)
 def _max_size(size: sint) -> int:
   """Buffers of symbolic size are allocated for the largest value their Variables allow."""

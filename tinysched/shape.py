@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
-from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer
+from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin
 from tinysched.helpers import dedup
 
 Mask = Optional[tuple[tuple[sint, sint], ...]]
@@ -270,7 +270,7 @@ class View:
       for s, (mb, me), (b, e) in zip(self.shape, self.mask, arg):
         if _all_int((mb, me, b, e)): ms.append((max(mb, b) - b, max(min(me, e), max(mb, b)) - b))  # intersect, then shift
         elif type(mb) is int and mb == 0 and _eq(me, s): ms.append((0, _sub(e, b)))  # unmasked (symbolic) dim
-        else: ms.append((_smax(_sub(mb, b), 0), _smin(_sub(me, b), _sub(e, b))))
+        else: ms.append((smax(_sub(mb, b), 0), smin(_sub(me, b), _sub(e, b))))
       mask = tuple(ms)
     return View.create(new_shape, self.strides, offset, mask)
 
@@ -352,12 +352,6 @@ class View:
     return View.create(tuple(ub(s) for s in self.shape), tuple(ub(s) for s in self.strides), ub(self.offset),
                        None if self.mask is None else tuple((ub(b), ub(e)) for b, e in self.mask)), var_vals
 
-def _smax(a: sint, b: sint) -> sint:
-  if type(a) is int and type(b) is int: return max(a, b)
-  return _norm(a.maximum(b) if isinstance(a, UOp) else b.maximum(a))
-def _smin(a: sint, b: sint) -> sint:
-  if type(a) is int and type(b) is int: return min(a, b)
-  return _norm(a.minimum(b) if isinstance(a, UOp) else b.minimum(a))
 
 @functools.lru_cache(maxsize=None)
 def _create(shape: tuple, strides: tuple | None, offset: Any, mask: tuple | None) -> View:

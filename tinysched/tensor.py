@@ -8,7 +8,8 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType
 from tinysched.ops import Ops
-from tinysched.uop import UOp, sint, resolve, smax
+from tinysched.uop import UOp, sint, resolve, smax, sym_ne
+from tinysched.reduce import output_dtype as reduce_output_dtype
 from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
@@ -25,7 +26,6 @@ def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
   else: buf.allocate()
   return LazyBuffer.from_buffer(buf, x.shape)
 
-def _ne(a: sint, b: sint) -> Any: return a.ne(b) if isinstance(a, UOp) else (b.ne(a) if isinstance(b, UOp) else a != b)
 
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   nd = max((len(s) for s in shapes), default=0)
@@ -35,7 +35,7 @@ def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     non1 = [d for d in dims if not (isinstance(d, int) and d == 1)]
     if not non1: out.append(1); continue
     first = non1[0]
-    if any(resolve(_ne(d, first)) for d in non1[1:]):
+    if any(resolve(sym_ne(d, first)) for d in non1[1:]):
       raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: dimension sizes {tuple(dims)} differ")
     out.append(first)
   return tuple(out)
@@ -304,7 +304,7 @@ class Tensor:
     if self.ndim > len(shape): raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     for s, t in zip(padded, shape):
-      if not (isinstance(s, int) and s == 1) and resolve(_ne(s, t)):
+      if not (isinstance(s, int) and s == 1) and resolve(sym_ne(s, t)):
         raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     return F.Expand.apply(self.reshape(padded), shape=shape)
   def permute(self, order, *args) -> Tensor:
@@ -497,7 +497,7 @@ class Tensor:
     tensors = [self, *args]
     d = self._resolve_dim(dim)
     for t in args:
-      if t.ndim != self.ndim or any(resolve(_ne(a, b)) for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
+      if t.ndim != self.ndim or any(resolve(sym_ne(a, b)) for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
         raise ValueError(f"cat along dim {dim}: shapes {', '.join(str(x.shape) for x in tensors)} differ outside that dim")
     dt = least_upper_dtype(*(t.dtype for t in tensors))
     offsets = [0]
@@ -582,13 +582,13 @@ class Tensor:
     ret = fxn.apply(self, axis=axis_)
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axis_))
   def sum(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
-    out_dt = _sum_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
+    out_dt = reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
     # half sums accumulate in float32 and cast back, like tinygrad
     acc = dtypes.float32 if out_dt == dtypes.float16 else out_dt
     ret = self.cast(acc)._reduce(F.Sum, axis, keepdim)
     return ret.cast(out_dt) if acc != out_dt else ret
   def prod(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
-    return self.cast(to_dtype(acc_dtype) if acc_dtype is not None else _sum_dtype(self.dtype))._reduce(F.Prod, axis, keepdim)
+    return self.cast(to_dtype(acc_dtype) if acc_dtype is not None else reduce_output_dtype(self.dtype))._reduce(F.Prod, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(F.Max, axis, keepdim)
   def min(self, axis=None, keepdim: bool = False) -> Tensor:
     if dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype): return ~((~self).max(axis=axis, keepdim=keepdim))
@@ -600,7 +600,7 @@ class Tensor:
     return out.cast(dt).div(n)
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     squares = (self - self.mean(axis=axis, keepdim=True)).square()
-    n = prod(si for si, so in zip(self.shape, squares.sum(axis=axis, keepdim=True).shape) if resolve(_ne(si, so)))
+    n = prod(si for si, so in zip(self.shape, squares.sum(axis=axis, keepdim=True).shape) if resolve(sym_ne(si, so)))
     return squares.sum(axis=axis, keepdim=keepdim).div(smax(0, n - correction) if isinstance(n, UOp) else max(0, n - correction))
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
@@ -873,7 +873,7 @@ class Tensor:
     n1, n2 = self.ndim, w.ndim
     if n1 == 0 or n2 == 0: raise ValueError(f"both tensors need at least 1 dimension, got {n1}D and {n2}D")
     k = w.shape[-min(n2, 2)]
-    if resolve(_ne(self.shape[-1], k)):
+    if resolve(sym_ne(self.shape[-1], k)):
       raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {k} differ")
     x = self.reshape(*self.shape[0:-1], *[1] * min(n1 - 1, n2 - 1, 1), self.shape[-1])
     w2 = w.reshape(*w.shape[0:-2], *[1] * min(n1 - 1, n2 - 1, 1), *w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
@@ -1116,11 +1116,6 @@ class Tensor:
     def __enter__(self): self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
     def __exit__(self, *exc): Tensor.no_grad = self.prev
 
-def _sum_dtype(d: DType) -> DType:
-  # like tinygrad: bools and small ints sum in the default int, unsigned in uint32
-  if dtypes.is_unsigned(d): return dtypes.uint32 if d.itemsize <= 4 else d
-  if dtypes.is_int(d) or dtypes.is_bool(d): return dtypes.int32 if d.itemsize <= 4 else d
-  return d
 
 def _argfix(*x: Any) -> tuple:
   if x and x[0].__class__ in (tuple, list):

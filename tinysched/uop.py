@@ -401,7 +401,13 @@ def ssimplify(x: sint) -> sint:
   r = x.simplify()
   return r.arg if r.op is Ops.CONST else r
 
+def sym_ne(a: sint, b: sint) -> Any:
+  """a != b: a bool for two ints, the symbolic CMPNE when either side is a Variable expression (`resolve` decides it)."""
+  if isinstance(a, UOp): return a.ne(b)
+  return b.ne(a) if isinstance(b, UOp) else a != b
+
 def smax(*xs: sint) -> sint:
+  if len(xs) == 2 and type(xs[0]) is int and type(xs[1]) is int: return max(xs)  # the hot case: concrete shapes
   xs_ = xs[0] if len(xs) == 1 and isinstance(xs[0], (tuple, list)) else xs
   if all(isinstance(x, int) for x in xs_): return max(xs_)
   ret = xs_[0]
@@ -409,6 +415,7 @@ def smax(*xs: sint) -> sint:
   return ssimplify(ret)
 
 def smin(*xs: sint) -> sint:
+  if len(xs) == 2 and type(xs[0]) is int and type(xs[1]) is int: return min(xs)
   xs_ = xs[0] if len(xs) == 1 and isinstance(xs[0], (tuple, list)) else xs
   if all(isinstance(x, int) for x in xs_): return min(xs_)
   ret = xs_[0]
@@ -433,5 +440,5 @@ def sym_infer(x: sint, var_vals: dict[UOp, int]) -> int:
     else: raise ValueError(f"cannot evaluate {n.op} symbolically")
   return get(x)
 
-__all__ = ["UOp", "Variable", "sint", "resolve", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
+__all__ = ["UOp", "Variable", "sint", "resolve", "sym_ne", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
            "PtrDType"]

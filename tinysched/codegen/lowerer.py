@@ -37,6 +37,7 @@ from tinysched.dtype import DType, dtypes, PtrDType
 from tinysched.ops import Ops, GroupOp
 from tinysched.symbolic import decompose_sum, build_sum
 from tinysched.uop import UOp, sint
+from tinysched.reduce import reduce_identity, acc_dtype
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite, ANY
 from tinysched.helpers import prod
 from tinysched.shape import ShapeTracker, View
@@ -524,11 +525,6 @@ class Lowered:
   vars: tuple[UOp, ...]               # DEFINE_VARs, kernel argument order
   outs: tuple[int, ...]               # buffer numbers written
 
-def acc_dtype(d: DType) -> DType: return dtypes.float32 if d == dtypes.float16 else d
-def reduce_identity(op: Ops, d: DType):
-  if op is Ops.ADD: return False if d == dtypes.bool else 0
-  if op is Ops.MUL: return True if d == dtypes.bool else 1
-  return dtypes.min(d)
 
 def _fold(op: Ops, dtype: DType, srcs: tuple[UOp, ...], arg: Any = None) -> UOp:
   """Build an ALU node; fold a WHERE on a constant condition and integer/bool ops on constants."""

@@ -34,6 +34,7 @@ import numpy as np
 from tinysched.dtype import DType, dtypes
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sym_infer
+from tinysched.reduce import reduce_identity, acc_dtype
 from tinysched.device import Backend, Buffer
 
 class InterpreterError(RuntimeError): pass
@@ -280,13 +281,8 @@ _REDUCE_UFUNC = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
 def _acc_dtype(dtype: DType, reference: bool) -> np.dtype:
   d = dtype.scalar()
   if reference and d in (dtypes.float16, dtypes.float32): return np.dtype(np.float64)
-  if d == dtypes.float16: return np.dtype(np.float32)
-  return _np_dtype(d)
+  return _np_dtype(acc_dtype(d))
 
-def _identity(op: Ops, dtype: DType) -> Any:
-  if op is Ops.ADD: return 0
-  if op is Ops.MUL: return 1
-  return dtypes.min(dtype)
 
 # *** one kernel ***
 
@@ -470,7 +466,7 @@ class _Kernel:
         else: r = ufunc.reduce(x, axis=axes, keepdims=True, dtype=acc_dt)
         acc = r if acc is None else ufunc(acc, r, dtype=acc_dt)
         _note(acc)
-      res = np.full((1,) * self.ndim, _identity(op, u.dtype), dtype=acc_dt) if acc is None else acc
+      res = np.full((1,) * self.ndim, reduce_identity(op, u.dtype), dtype=acc_dt) if acc is None else acc
       res = res.astype(odt)
     self.rcache[u] = (key, res)
     return res
