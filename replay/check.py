@@ -58,8 +58,6 @@ def _select(store: Store, level: str | None, label: str | None, key: str | None,
 
 def _work(args: tuple[str, list[dict], bool]) -> list[Result]:
   path, rows, detail = args
-  from tinysched.schedule import clear_caches
-  clear_caches()  # replay the code as it is now, not results memoized before a change in this process
   store = Store(path, readonly=True)
   try:
     out: list[Result] = []

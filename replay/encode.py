@@ -100,11 +100,15 @@ def encode_kernel_input(pre: UOp, var_vals: dict[UOp, int], assigns, stats: dict
   asg = sorted(enc.index[b] for b in assigns if b in present)
   return encode_graph([pre], {"var_vals": vv, "assigns": asg}, enc, stats)
 
-def encode_schedule_input(big_graph: UOp, var_vals: dict[UOp, int], stats: dict | None = None) -> bytes:
+def encode_schedule_input(big_graph: UOp, var_vals: dict[UOp, int], stats: dict | None = None, flags: dict | None = None) -> bytes:
+  """(big graph, var_vals, scheduler flags) of one schedule_graph call. Flags at their defaults are not written, so a
+  capture made with default flags has the same key as one made before flags were recorded."""
   enc = _Encoder()
   enc.node(big_graph)
   vv = sorted(([enc.node(v), int(val)] for v, val in var_vals.items()), key=lambda p: p[0])
-  return encode_graph([big_graph], {"var_vals": vv}, enc, stats)
+  extra: dict = {"var_vals": vv}
+  if flags: extra["flags"] = {k: flags[k] for k in sorted(flags)}
+  return encode_graph([big_graph], extra, enc, stats)
 
 # *** decoding ***
 #
@@ -130,7 +134,7 @@ _ARITY: dict[Ops, int] = {**{o: 1 for o in GroupOp.Unary}, **{o: 2 for o in Grou
                           Ops.CAST: 1, Ops.BITCAST: 1, Ops.REDUCE_AXIS: 1, Ops.BIND: 2, Ops.BUFFER: 0, Ops.DEFINE_GLOBAL: 0,
                           Ops.DEFINE_VAR: 0, Ops.CONST: 0}
 _NO_ARG = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.BIND}
-_DOC_KEYS = frozenset({"format", "version", "nodes", "roots", "var_vals", "assigns", "opts", "target"})
+_DOC_KEYS = frozenset({"format", "version", "nodes", "roots", "var_vals", "assigns", "opts", "target", "flags"})
 
 _REPR = reprlib.Repr()
 _REPR.maxstring, _REPR.maxother, _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 60, 60, 3, 6, 4
@@ -369,11 +373,20 @@ def decode_kernel_input(data: bytes) -> tuple[UOp, dict[UOp, int], dict[UOp, Non
   if len(roots) != 1 or roots[0].op is not Ops.SINK: raise IncompatibleCapture("a kernel input must have one SINK root")
   return roots[0], d.var_vals(), d.assigns()
 
-def decode_schedule_input(data: bytes) -> tuple[UOp, dict[UOp, int]]:
+def decode_schedule_input(data: bytes) -> tuple[UOp, dict[UOp, int], dict[str, int]]:
+  """(big graph, var_vals, scheduler flags): the arguments of schedule_graph."""
   d = parse(data)
   roots = d.roots()
   if len(roots) != 1 or roots[0].op is not Ops.SINK: raise IncompatibleCapture("a schedule input must have one SINK root")
-  return roots[0], d.var_vals()
+  return roots[0], d.var_vals(), _schedule_flags(d.doc.get("flags", {}))
+
+def _schedule_flags(flags: Any) -> dict[str, int]:
+  from tinysched.schedule import SCHEDULE_FLAGS
+  if type(flags) is not dict: raise IncompatibleCapture(f"flags is not an object: {_brief(flags)}")
+  for k, v in flags.items():
+    if k not in SCHEDULE_FLAGS: raise IncompatibleCapture(f"unknown scheduler flag {_brief(k)} (known: {', '.join(SCHEDULE_FLAGS)})")
+    if type(v) is not int or not 0 <= v <= 2**31: raise IncompatibleCapture(f"scheduler flag {k}={_brief(v)} is not a small non-negative integer")
+  return dict(flags)
 
 def bound_values(root: UOp, var_vals: dict[UOp, int] | None = None) -> dict[str, int]:
   """{name: value} of every Variable a graph uses: bound anywhere inside node arguments (views, an ASSIGN's view),

@@ -89,14 +89,14 @@ def _schedule_job(src: _Sides, names: dict) -> dict:
   from replay.encode import decode_schedule_input, bound_values, encode_graph
   from tinysched.ops import Ops
   from tinysched.schedule import schedule_graph
-  graph, vv = decode_schedule_input(src.input())
+  graph, vv, flags = decode_schedule_input(src.input())
   names.update(bound_values(graph, vv))
   if src.paired:
     new_asts, new_maps = decode_output("schedule", src.new_output()), (src.new_ex or {}).get("bufs")
     if not new_maps or len(new_maps) != len(new_asts): return {"skip": "the new capture has no buffer map for its kernels (re-capture it)"}
     new = [["ast", _enc(a), list(m)] for a, m in zip(new_asts, new_maps)]
   else:
-    kernels, vv2 = schedule_graph(graph, vv)
+    kernels, vv2 = schedule_graph(graph, vv, flags)
     names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
     new = [["ast", _enc(k.ast), [b.arg[0] for b in k.bufs]] for k in kernels]
   old_asts = decode_output("schedule", src.old_output())

@@ -100,9 +100,9 @@ class Capturer:
         ident: tuple = ("kernel", pre, output, tuple(sorted((v.arg[0], x) for v, x in var_vals.items())), tuple(assigns))
         inputs = (pre, dict(var_vals), dict(assigns))  # the caller's dicts keep changing
       elif level == "schedule":
-        big_graph, var_vals = inputs
-        ident = ("schedule", big_graph, tuple(sorted((v.arg[0], x) for v, x in var_vals.items())))
-        inputs = (big_graph, dict(var_vals))
+        big_graph, var_vals, flags = inputs
+        ident = ("schedule", big_graph, tuple(sorted((v.arg[0], x) for v, x in var_vals.items())), tuple(sorted(flags.items())))
+        inputs = (big_graph, dict(var_vals), dict(flags))
         self.queued_schedules += 1
       else:
         ast, opts, target = inputs
@@ -148,9 +148,9 @@ class Capturer:
                     extra=dumps({"bufs": [nums[b.arg[0]] for b in (info or {}).get("bufs", [])]}))
           if row is not None: kernel_rows[output] = row
         elif level == "schedule":
-          big_graph, var_vals = inputs
+          big_graph, var_vals, flags = inputs
           si, so = {}, {}
-          in_key = graph(encode_schedule_input(big_graph, var_vals, si), "schedule_input", si)
+          in_key = graph(encode_schedule_input(big_graph, var_vals, si, flags), "schedule_input", si)
           out_doc = encode_graph(list(output), stats=so) if output else \
             canonical_bytes({"format": "tinysched-uop", "version": 1, "nodes": [], "roots": []})
           metadata = (info or {}).get("metadata", [[] for _ in output])

@@ -68,8 +68,8 @@ def run_input(level: str, inputs: Any) -> tuple[Any, bytes]:
     return ast, encode_graph([ast])
   if level == "schedule":
     from tinysched.schedule import schedule_graph
-    big_graph, var_vals = inputs
-    kernels, _ = schedule_graph(big_graph, var_vals)
+    big_graph, var_vals, flags = inputs
+    kernels, _ = schedule_graph(big_graph, var_vals, flags)
     asts = [k.ast for k in kernels]
     return asts, _encode_list(asts)
   from replay.program import replay_program

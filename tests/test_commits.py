@@ -35,11 +35,11 @@ def available(name: str):
   return None
 '''
 
-# the planted scheduler change: one more rule in view_right (a constant operand of ADD goes first)
+# the planted scheduler change: one more rule in views_down (a constant operand of ADD goes first)
 PLANTED = '''
 
 # planted by tests/test_commits.py: a constant operand of ADD goes first
-view_right = view_right + PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x.replace(src=x.src[::-1])
+views_down = views_down + PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x.replace(src=x.src[::-1])
   if x.src[1].op is Ops.WHERE and x.src[0].op is not Ops.WHERE else None, "planted_const_first")], name="planted")
 '''
 
@@ -67,7 +67,7 @@ def repo(tmp_path_factory) -> dict:
   (repo / "tinysched/models/suite.py").write_text(FAKE_SUITE)
   git(repo, "add", "-A")
   git(repo, "commit", "-qm", "c1: fake model suite")
-  with open(repo / "tinysched/schedule.py", "a") as f: f.write(PLANTED)
+  with open(repo / "tinysched/scheduling/kernel_ast.py", "a") as f: f.write(PLANTED)
   git(repo, "commit", "-qam", "c2: planted scheduler rule")
   return {"path": repo, "c0": git(repo, "rev-parse", "HEAD~2"), "c1": git(repo, "rev-parse", "HEAD~1"), "c2": git(repo, "rev-parse", "HEAD")}
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 import replay
-import tinysched.schedule as S
 from replay.check import check
 from replay.cli import main as cli
 from replay.execcheck import exec_report, compare, seeded_fill
@@ -18,14 +17,9 @@ DEVICE = "NUMPY"  # the logic under test; tests/test_opencl.py runs kernels on O
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
   p = tmp_path_factory.mktemp("exec") / "base.db"
-  S.clear_caches()
   with replay.capture(p, label="unit"): workload()
   c = sqlite3.connect(p); c.execute("PRAGMA journal_mode=DELETE"); c.close()
   return p
-
-@pytest.fixture(autouse=True)
-def fresh():
-  S.clear_caches(); yield; S.clear_caches()
 
 def shift_loads(ast: UOp) -> UOp:
   """A planted index bug: every load of input buffer 1 reads one element further."""

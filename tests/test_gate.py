@@ -112,8 +112,8 @@ swap = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), lambda x: x.replace(
 
 def plant(monkeypatch, fn):
   orig = S.full_ast_rewrite
-  def patched(pre, var_vals, assigned):
-    ast, ctx = orig(pre, var_vals, assigned)
+  def patched(pre, var_vals, assigned, memo=None):
+    ast, ctx = orig(pre, var_vals, assigned, memo)
     return fn(pre, ast), ctx
   monkeypatch.setattr(S, "full_ast_rewrite", patched)
 

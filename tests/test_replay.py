@@ -10,6 +10,7 @@ from replay.check import check, shard_of
 from replay.encode import key_of
 from replay import report as R
 import tinysched.schedule as S
+import tinysched.scheduling.kernel_ast as KA
 from tinysched import Tensor, Variable, UOp, Ops
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 
@@ -39,18 +40,18 @@ def invoke(*args):
 # planted changes: wrap full_ast_rewrite and post-process the AST it returns
 def patch_ast(monkeypatch, fn):
   orig = S.full_ast_rewrite
-  def patched(pre, var_vals, assigned):
-    ast, ctx = orig(pre, var_vals, assigned)
+  def patched(pre, var_vals, assigned, memo=None):
+    ast, ctx = orig(pre, var_vals, assigned, memo)
     return fn(ast), ctx
   monkeypatch.setattr(S, "full_ast_rewrite", patched)
 
 def plant_no_fusion(monkeypatch):
   """A planted grouping change: fuse nothing, every intermediate buffer becomes its own kernel."""
-  orig = S.group_realizes
-  def no_fusion(ctx, realizes):
-    for r in ctx.allbufs: realizes[r] = r
-    return orig(ctx, realizes)
-  monkeypatch.setattr(S, "group_realizes", no_fusion)
+  orig = S.group_stores
+  def no_fusion(facts, stores, fuse_arange):
+    for b in facts.writer: stores[b] = b
+    return orig(facts, stores, fuse_arange)
+  monkeypatch.setattr(S, "group_stores", no_fusion)
 
 swap_commutative = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
                                     lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None, "swap_commutative")],
@@ -59,12 +60,6 @@ def double_consts(ast: UOp) -> UOp:
   pm = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg not in (0.0,)
                         and not c.arg != c.arg else None)], name="double")
   return graph_rewrite(ast, pm)
-
-@pytest.fixture(autouse=True)
-def fresh_memo():
-  S.clear_caches()
-  yield
-  S.clear_caches()
 
 def test_unmodified_code_is_identical(db):
   before = sha(db)
@@ -153,8 +148,7 @@ def test_diff_two_stores(db, tmp_path, monkeypatch):
   assert r.exit_code == 0, r.output
   new = tmp_path / "new.db"
   # a rule inside the code under capture (wrapping full_ast_rewrite would change what it returns, not what it captures)
-  monkeypatch.setattr(S, "view_right", S.view_right + swap_commutative)
-  S.clear_caches()  # kernels memoized before the patch would hide it
+  monkeypatch.setattr(KA, "views_down", KA.views_down + swap_commutative)
   with replay.capture(new, label="unit"): workload()
   r = invoke("diff", db, new, "--level", "kernel")
   assert r.exit_code == 1 and "changed:" in r.output and "SINK.src[0].STORE" in r.output

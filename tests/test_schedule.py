@@ -61,7 +61,6 @@ def test_matmul_relu_is_one_kernel():
   np.testing.assert_allclose(run((Tensor(a) @ Tensor(w)).relu(), 1), np.maximum(a @ w, 0), rtol=1e-5, atol=1e-5)
 
 def test_conv2d_bias_relu_is_one_kernel():
-  if not hasattr(Tensor, "conv2d"): pytest.skip("conv2d not built yet")
   x, w, b = rng(2, 3, 9, 9), rng(4, 3, 3, 3, seed=1), rng(4, seed=2)
   out = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2, padding=1).relu()
   # reference: direct convolution in numpy
@@ -75,7 +74,6 @@ def test_conv2d_bias_relu_is_one_kernel():
   np.testing.assert_allclose(run(out, 1), ref, rtol=1e-4, atol=1e-4)
 
 def test_max_pool2d_is_one_kernel():
-  if not hasattr(Tensor, "max_pool2d"): pytest.skip("max_pool2d not built yet")
   x = rng(2, 3, 8, 8)
   ref = x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5))
   np.testing.assert_allclose(run(Tensor(x).max_pool2d(), 1), ref)

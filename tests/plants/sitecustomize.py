@@ -47,17 +47,17 @@ def _mask_lower_bound_off_by_one():
   SH.View.to_indexed_uops = patched
 
 def _pad_over_unsafe_ops():
-  # scheduler: a padded view over an unsafe op (exp, reciprocal, ...) is no longer realized first
-  from tinysched import schedule as S
-  S.can_pad = lambda u: True
+  # scheduler: a padded view over an unsafe op (exp, reciprocal, ...) is no longer stored first
+  from tinysched.scheduling import stores as ST
+  ST.zero_preserving = lambda u: True
 
 def _after_ast_rewrite(pm_of):
   """Wrap the scheduler's full_ast_rewrite so every AST it returns goes through one more matcher (a user's rule change)."""
   from tinysched import schedule as S
   from tinysched.rewrite import graph_rewrite
   pm, orig = pm_of(), S.full_ast_rewrite
-  def patched(pre, var_vals, assigned):
-    ast, ctx = orig(pre, var_vals, assigned)
+  def patched(pre, var_vals, assigned, memo=None):
+    ast, ctx = orig(pre, var_vals, assigned, memo)
     return graph_rewrite(ast, pm), ctx
   S.full_ast_rewrite = patched
 

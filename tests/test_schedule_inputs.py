@@ -1,0 +1,114 @@
+"""The scheduler is a pure function of what it is given: no memo that outlives the caller's schedule, and the
+scheduler flags are part of the captured input, so a replay runs what ran when the capture was made."""
+import sqlite3
+import numpy as np
+import pytest
+import replay
+from replay.check import check
+from replay.encode import IncompatibleCapture, decode_schedule_input, encode_schedule_input
+import replay.encode as E
+from tinysched import Tensor, nn
+from tinysched.helpers import Context
+from tinysched.ops import Ops
+from tinysched.rewrite import PatternMatcher, UPat
+import tinysched.schedule as S
+import tinysched.scheduling.kernel_ast as KA
+
+swap = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
+                        lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None, "swap")], name="swap")
+
+def _asts(t: Tensor) -> list[str]:
+  return [si.ast.key for si in t.schedule() if si.ast.op is Ops.SINK]
+
+def _graph():
+  Tensor.manual_seed(0)
+  x, w = Tensor.rand(4, 8).realize(), Tensor.rand(8, 3).realize()
+  return (x @ w + 1).relu() * 2
+
+def test_a_patched_rule_is_never_served_an_old_ast(monkeypatch):
+  before = _asts(_graph())
+  monkeypatch.setattr(KA, "views_down", KA.views_down + swap)
+  patched = _asts(_graph())
+  assert patched != before  # the same graph, scheduled again in this process, with the new rule
+  monkeypatch.undo()
+  assert _asts(_graph()) == before
+
+def test_a_memo_shared_across_schedules_would_be_stale(monkeypatch):
+  # the design this replaces: one process-wide memo. Shown failing the check above, so the check can fail.
+  shared = KA.KernelMemo()
+  orig = S.schedule_graph
+  monkeypatch.setattr(S, "schedule_graph", lambda g, vv, flags=None, memo=None: orig(g, vv, flags, shared))
+  before = _asts(_graph())
+  monkeypatch.setattr(KA, "views_down", KA.views_down + swap)
+  assert _asts(_graph()) == before  # stale: the rule change is invisible
+
+def test_the_memo_shares_repeated_layers_within_one_schedule():
+  Tensor.manual_seed(0)
+  x = Tensor.rand(4, 16).realize()
+  layers = [nn.Linear(16, 16) for _ in range(4)]
+  for layer in layers: layer.weight.realize(); layer.bias.realize()
+  h = x
+  for layer in layers: h = layer(h).relu()
+  memo = KA.KernelMemo()
+  orig = memo.rewrite
+  calls = []
+  memo.rewrite = lambda pre, assigned: calls.append(1) or orig(pre, assigned)
+  big = S.build_big_graph([h.lazydata.base])
+  kernels, _ = S.schedule_graph(big.sink, big.var_vals, {}, memo)
+  # four kernels, two rewrites: the first layer reads x (a buffer with data), the other three read the previous store
+  assert len(kernels) == 4 and len(calls) == 4 and len(memo.entries) == 2
+  fresh, _ = S.schedule_graph(big.sink, big.var_vals, {})
+  assert [k.ast for k in fresh] == [k.ast for k in kernels]
+
+def _embedding():
+  Tensor.manual_seed(1)
+  emb = nn.Embedding(300, 8)
+  emb.weight.realize()
+  return emb(Tensor([[3, 299, 0]]))
+
+def test_flags_are_recorded_with_the_schedule_and_replayed(tmp_path, monkeypatch):
+  monkeypatch.delenv("FUSE_ARANGE", raising=False)
+  db = tmp_path / "f.db"
+  with replay.capture(db, label="flags"):
+    with Context(FUSE_ARANGE=1): on = _embedding().numpy()
+    off = _embedding().numpy()
+  np.testing.assert_array_equal(on, off)
+  c = sqlite3.connect(db)
+  rows = c.execute("select g.data from captures c join graphs g on g.key = c.input_key where c.level = 'schedule'").fetchall()
+  from replay.store import Store
+  st = Store(db, readonly=True)
+  flags = sorted(str(decode_schedule_input(st.blob(k))[2]) for (k,) in c.execute("select input_key from captures where level='schedule'"))
+  assert "{'FUSE_ARANGE': 1}" in flags and "{}" in flags, flags
+  assert rows
+  # replayed here, where FUSE_ARANGE is off, and where it is on: both sides run with the captured flags
+  assert check([str(db)]).counts()["changed"] == 0
+  monkeypatch.setenv("FUSE_ARANGE", "1")
+  assert check([str(db)]).counts()["changed"] == 0
+
+def test_flags_not_recorded_is_caught(tmp_path, monkeypatch):
+  # the bug this fixes, planted: drop the flags from the stored input; the replay sees a different schedule
+  monkeypatch.delenv("FUSE_ARANGE", raising=False)
+  orig = E.encode_schedule_input
+  import replay.recorder as REC
+  monkeypatch.setattr(REC, "encode_schedule_input", lambda g, vv, stats=None, flags=None: orig(g, vv, stats))
+  db = tmp_path / "lost.db"
+  with replay.capture(db, label="flags"):
+    with Context(FUSE_ARANGE=1): _embedding().numpy()
+  assert check([str(db)]).counts()["changed"] >= 1
+
+def test_default_flags_keep_the_old_key():
+  g = _graph()
+  big = S.build_big_graph([g.lazydata.base])
+  assert encode_schedule_input(big.sink, big.var_vals) == encode_schedule_input(big.sink, big.var_vals, flags={})
+  assert S.current_flags() == {}
+  with Context(FUSE_ARANGE=1): assert S.current_flags() == {"FUSE_ARANGE": 1}
+  with Context(FUSE_ARANGE=0): assert S.current_flags() == {}
+
+@pytest.mark.parametrize("flags, says", [({"NOPE": 1}, "unknown scheduler flag"), ({"FUSE_ARANGE": "1"}, "not a small"),
+                                         ({"FUSE_ARANGE": -1}, "not a small"), ([1], "not an object")])
+def test_bad_flags_are_incompatible(flags, says):
+  import json
+  big = S.build_big_graph([_graph().lazydata.base])
+  doc = json.loads(encode_schedule_input(big.sink, big.var_vals))
+  doc["flags"] = flags
+  with pytest.raises(IncompatibleCapture, match=says): decode_schedule_input(json.dumps(doc).encode())

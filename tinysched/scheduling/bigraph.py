@@ -1,0 +1,122 @@
+"""Pass 1: the lazy graph as one UOp graph, the input of everything else (and the schedule-level capture).
+
+Node forms (our vocabulary for the rest of the scheduler):
+- a buffer this schedule computes:      VIEW(BUFFER, op)      arg = the buffer's ShapeTracker
+- a buffer that already holds data:     VIEW(BUFFER)
+- a movement on either:                 VIEW(<one of the above>)
+- a constant:                           WHERE(VALID(VIEW), CONST c, CONST 0)   (the VIEW keeps its shape and mask)
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Iterator
+from tinysched.dtype import DType, dtypes
+from tinysched.ops import Ops
+from tinysched.uop import UOp
+from tinysched.shape import ShapeTracker
+from tinysched.lazy import LazyBuffer, Metadata
+from tinysched.device import Buffer
+
+class ScheduleError(RuntimeError): pass
+
+def view_of(st: ShapeTracker) -> UOp:
+  """A source-free VIEW: a ShapeTracker as a node (the form loads, stores and VALID take)."""
+  return UOp(Ops.VIEW, dtypes.void, (), st)
+
+def buffer_node(device: str, size: int, dtype: DType, number: int) -> UOp:
+  return UOp(Ops.BUFFER, dtype.ptr(), (), (number, (device, size, dtype)))
+
+def computed(u: UOp) -> bool:
+  """VIEW(BUFFER, op): a buffer whose value this schedule computes."""
+  return u.op is Ops.VIEW and len(u.src) == 2
+
+def under_views(u: UOp) -> UOp:
+  """The node below any movement VIEWs (a VIEW of a bare BUFFER is a node form of its own, not a movement)."""
+  while u.op is Ops.VIEW and len(u.src) == 1 and u.src[0].op is not Ops.BUFFER: u = u.src[0]
+  return u
+
+def forced_only(op: UOp) -> bool:
+  """A CONTIGUOUS the graph builder put around an op only to force its store (not a user's .contiguous())."""
+  return op.op is Ops.CONTIGUOUS and not computed(under_views(op.src[0]))
+
+def value_of(u: UOp) -> UOp:
+  """The op a computed buffer holds, without a CONTIGUOUS that only forced its store."""
+  if not computed(u): raise ScheduleError(f"expected a computed buffer VIEW(BUFFER, op), got {u.op}")
+  op = u.src[1]
+  return op.src[0] if forced_only(op) else op
+
+def read_buffers(op: UOp) -> Iterator[tuple[UOp, UOp]]:
+  """(source node, BUFFER) for each source of `op` that reads a computed buffer, possibly through views."""
+  for s in op.src:
+    if computed(b := under_views(s)): yield s, b.src[0]
+
+@dataclass
+class BigGraph:
+  sink: UOp                                                   # SINK over the outputs
+  var_vals: dict[UOp, int] = field(default_factory=dict)      # bound Variables met in constants
+  device_buffers: dict[UOp, Buffer] = field(default_factory=dict)   # BUFFER node -> the device Buffer
+  lazy_of: dict[Buffer, LazyBuffer] = field(default_factory=dict)  # Buffer -> the LazyBuffer computing it
+  metadata: dict[UOp, Metadata] = field(default_factory=dict)      # BUFFER node -> the Tensor call that made it
+
+def _dependencies(lb: LazyBuffer) -> tuple[LazyBuffer, ...]:
+  if lb.base is not lb: return (lb.base,)
+  return () if lb.realized is not None or lb.op is Ops.CONST else tuple(lb.srcs)
+
+def _post_order(outs: list[LazyBuffer]) -> list[LazyBuffer]:
+  """Every LazyBuffer the outputs depend on, each after its dependencies (depth first, sources left to right).
+  Iterative: a training step's graph is far deeper than Python's recursion limit. Membership by id(): the
+  LazyBuffers live for the whole call, and the order comes from the walk, never from the set."""
+  order: list[LazyBuffer] = []
+  entered: set[int] = set()
+  for out in outs:
+    if id(out) in entered: continue
+    entered.add(id(out))
+    walk: list[tuple[LazyBuffer, Iterator[LazyBuffer]]] = [(out, iter(_dependencies(out)))]
+    while walk:
+      node, deps = walk[-1]
+      nxt = next((d for d in deps if id(d) not in entered), None)
+      if nxt is None:
+        walk.pop(); order.append(node)
+      else:
+        entered.add(id(nxt)); walk.append((nxt, iter(_dependencies(nxt))))
+  return order
+
+class _Builder:
+  def __init__(self) -> None:
+    self.graph = BigGraph(UOp.sink_of())
+    self.node: dict[int, UOp] = {}  # id(LazyBuffer) -> its node
+
+  def new_buffer(self, lb: LazyBuffer) -> UOp:
+    b = buffer_node(lb.device, lb.buffer.size, lb.buffer.dtype, len(self.graph.device_buffers))
+    self.graph.device_buffers[b] = lb.buffer
+    return b
+
+  def constant(self, lb: LazyBuffer) -> UOp:
+    if isinstance(lb.arg, UOp): self.graph.var_vals.update([lb.arg.unbind()])
+    valid = UOp(Ops.VALID, dtypes.bool, (view_of(lb.st),))
+    return valid.where(UOp.const(lb.dtype, lb.arg), UOp.const(lb.dtype, 0))
+
+  def computed_op(self, lb: LazyBuffer) -> tuple[UOp, UOp]:
+    """(BUFFER, op) of a buffer to compute; an ASSIGN writes into its target's BUFFER instead of a new one."""
+    srcs = tuple(self.node[id(s)] for s in lb.srcs)
+    if lb.op is Ops.ASSIGN: return srcs[0].buf_uop, UOp(Ops.ASSIGN, lb.dtype, (srcs[0].buf_uop, srcs[1]), lb.arg)
+    return self.new_buffer(lb), UOp(lb.op, lb.dtype, srcs, None if lb.op in (Ops.CAST, Ops.BITCAST) else lb.arg)
+
+  def add(self, lb: LazyBuffer) -> None:
+    if lb.base is not lb: self.node[id(lb)] = self.node[id(lb.base)].view(lb.st); return
+    if lb.realized is None and lb.op is Ops.CONST: self.node[id(lb)] = self.constant(lb); return
+    if lb.realized is not None:
+      self.node[id(lb)] = UOp(Ops.VIEW, lb.dtype, (self.new_buffer(lb),), lb.st)
+      return
+    b, op = self.computed_op(lb)
+    if lb.forced_realize: op = UOp(Ops.CONTIGUOUS, lb.dtype, (op,))
+    self.node[id(lb)] = UOp(Ops.VIEW, lb.dtype, (b, op), lb.st)
+    if lb.metadata is not None: self.graph.metadata[b] = lb.metadata
+    self.graph.lazy_of[lb.buffer] = lb
+
+def build_big_graph(outs: list[LazyBuffer]) -> BigGraph:
+  """The outputs' lazy graph as one UOp graph. BUFFER numbers follow the walk order, so the same lazy graph gives
+  the same big graph (and the same capture key) in every process."""
+  builder = _Builder()
+  for lb in _post_order(outs): builder.add(lb)
+  builder.graph.sink = UOp.sink_of(*(builder.node[id(x)] for x in outs))
+  return builder.graph

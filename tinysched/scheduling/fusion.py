@@ -1,0 +1,133 @@
+"""Pass 3: which stores share a kernel. Elementwise work fuses into whatever reads it for free; a reduction is the
+one thing that decides kernel boundaries.
+
+For each reduce that is not itself stored, walk forward from its buffer through the buffers that read it. The
+stores reached along a path that is contiguous and as big as the reduce's output, with no second reduce on the
+way, can compute the reduce inside their own kernel: they form its group. If the walk meets a second reduce, a
+view that reorders or repeats the reduce's output, or a store that already belongs to another reduce, the reduce
+is stored by itself; it is then moved ("chased") down a chain of single readers while that keeps the store
+contiguous and the same size, so the kernel also does the elementwise tail (but it never stores after a cast to
+a wider dtype: storing the narrower value is cheaper).
+
+Two more reasons to store the reduce by itself: a group member that computes from another reduce (upstream,
+other than through this one) would put two reduces in one kernel; and an assign target in the group may not be
+fused with a kernel that also reads the target of another assign.
+"""
+from __future__ import annotations
+from tinysched.ops import Ops
+from tinysched.uop import UOp
+from tinysched.shape import ShapeTracker
+from tinysched.helpers import dedup
+from tinysched.scheduling.bigraph import under_views, value_of, read_buffers, forced_only
+from tinysched.scheduling.stores import GraphFacts
+
+class _Fusion:
+  def __init__(self, facts: GraphFacts, stores: dict[UOp, UOp]):
+    self.facts, self.stores = facts, stores
+    self.kernel_of: dict[UOp, UOp] = {}  # stored BUFFER -> the reduce BUFFER its kernel computes
+
+  def op_of(self, b: UOp) -> UOp: return value_of(self.facts.writer[b])
+
+  def views_of(self, op: UOp, b: UOp) -> list[ShapeTracker]:
+    """The distinct views through which `op` reads buffer `b`."""
+    return dedup(s.st for s, buf in read_buffers(op) if buf is b)
+
+  def collect(self, at: UOp, path: ShapeTracker, r: UOp, group: dict[UOp, None], visited: set) -> None:
+    """Walk from `at` (reached from reduce `r` through the composed view `path`): stores reached join `group`; `r`
+    joins it too when it cannot fuse into one of them. At a reader that is a reduce, or that reads `at` twice
+    through different views, `r` cannot fuse, and `at`'s remaining readers are not walked."""
+    if (at, path) in visited: return
+    visited.add((at, path))
+    if at in self.stores and at is not r:
+      if not path.contiguous or path.size != self.facts.writer[r].st.size or at in self.kernel_of: group[r] = None
+      group[at] = None
+      return
+    for reader in self.facts.readers.get(at, {}):
+      op = under_views(self.op_of(reader))
+      if op.op is Ops.REDUCE_AXIS:
+        group[r] = None
+        return
+      if len(views := self.views_of(op, at)) != 1:
+        group[r] = None
+        return
+      self.collect(reader, path + views[0], r, group, visited)
+
+  def upstream_reduce(self, r: UOp, group: dict[UOp, None]) -> bool:
+    """Whether a group member, or anything it computes from other than through `r`, is a reduce."""
+    todo, seen = list(group), set()
+    while todo:
+      if (op := self.op_of(todo.pop())) in seen: continue
+      seen.add(op)
+      if op.op is Ops.REDUCE_AXIS: return True
+      todo.extend(buf for _, buf in read_buffers(op) if buf is not r)
+    return False
+
+  def isolate(self, r: UOp, group: dict[UOp, None]) -> dict[UOp, None]:
+    """A group of several stores: empty if it would hold a second reduce; else the group, plus the stores its members'
+    own walks reach, unless those walks lead back into the group."""
+    if self.upstream_reduce(r, group): return {}
+    reached: dict[UOp, None] = {}
+    for m in group: self.collect(m, self.facts.writer[m].st, m, reached, set())
+    return group if any(m in group for m in reached) else {**group, **reached}
+
+  def reads_other_assign(self, r: UOp, group: dict[UOp, None]) -> bool:
+    """Whether the kernel of `r` + `group` would read (through fused buffers) an assign outside the group."""
+    todo, seen = [r, *group], set()
+    while todo:
+      if (b := todo.pop()) in seen or (node := self.facts.writer.get(b)) is None: continue
+      seen.add(b)
+      op = value_of(node)
+      if op.op is Ops.ASSIGN and b not in group: return True
+      if b in self.stores: continue
+      todo.extend(under_views(s).src[0] for s in op.src if under_views(s).op is Ops.VIEW and under_views(s).src)
+    return False
+
+  def chase(self, r: UOp, path: ShapeTracker) -> UOp:
+    """Where a reduce that is stored by itself should be stored: down its chain of single readers."""
+    at = r
+    while len(readers := self.facts.readers.get(at, {})) == 1:
+      nxt = next(iter(readers))
+      op = self.op_of(nxt)
+      views = self.views_of(op, at)
+      if len(views) != 1 or path.size != views[0].size: break
+      path = path + views[0]
+      if not path.contiguous or op.op is Ops.REDUCE_AXIS: break
+      at = nxt
+    if (op := self.op_of(at)).op is Ops.CAST and op.dtype.itemsize > op.src[0].dtype.itemsize: at = under_views(op.src[0]).buf_uop
+    return at
+
+  def group_reduce(self, r: UOp, r_op: UOp) -> None:
+    group: dict[UOp, None] = {}
+    self.collect(r, r_op.st, r, group, set())
+    movable = all(m not in self.kernel_of for m in group)
+    alone = r in group
+    if not alone and len(group) > 1: group = self.isolate(r, group)
+    if not alone and any(m in self.facts.assign_targets for m in group) and self.reads_other_assign(r, group): alone, movable = True, False
+    if alone or not group:
+      at = self.chase(r, r_op.st) if movable else r
+      group = {at: None}
+      self.stores[at] = at  # a placeholder: cut_at_stores writes the STORE
+    self.kernel_of.update((m, r) for m in group)
+
+  def inline_arange(self, r: UOp) -> None:
+    """FUSE_ARANGE: the stores of an arange's kernel (a sum of masked constants) are dropped, so each reader
+    recomputes it, where codegen folds it to a closed form (an embedding's vocabulary loop becomes one guarded load).
+    Kept: an arange that is an output, and one only COPY/BUFFER_VIEW read."""
+    mine = [b for b, owner in self.kernel_of.items() if owner is r]
+    if any(forced_only(self.facts.writer[b].src[1]) for b in mine): return
+    readers = [rd for b in mine for rd in self.facts.readers.get(b, {})]
+    if all(self.op_of(rd).op in (Ops.COPY, Ops.BUFFER_VIEW) for rd in readers): return
+    for b in mine: self.stores.pop(b, None)
+
+def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool) -> list[list[UOp]]:
+  """Adds the reduces' stores to `stores` and returns the stored BUFFERs grouped by kernel, in `stores` order."""
+  f = _Fusion(facts, stores)
+  aranges: list[UOp] = []
+  for r, node in facts.writer.items():
+    if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS or r in stores: continue
+    f.group_reduce(r, r_op)
+    if fuse_arange and r_op.arg[0] is Ops.ADD and under_views(r_op.src[0]).op is Ops.WHERE: aranges.append(r)
+  for r in aranges: f.inline_arange(r)
+  kernels: dict[UOp, list[UOp]] = {}
+  for b in stores: kernels.setdefault(f.kernel_of.get(b, b), []).append(b)
+  return list(kernels.values())

@@ -1,0 +1,220 @@
+"""Pass 4: one kernel's pre-sink -> its AST.
+
+The pre-sink is a SINK of STOREs whose values still contain the big graph's forms: computed buffers fused into
+this kernel (VIEW(BUFFER, op)), buffers that hold data (VIEW(BUFFER)), LOADs of buffers stored by other kernels,
+and movement VIEWs anywhere. The AST may have VIEWs only as the source-free index of a LOAD, STORE or VALID, so:
+
+1. `inline_rules`: fused buffers become their ops, data buffers PRELOADs (read before any assign of this kernel),
+   and a buffer this same kernel stores is read from the stored value, not from memory;
+2. `views_up`: a VIEW above an elementwise op moves onto each of its sources, until it reaches a load (where it
+   composes with the load's index) or a constant (which needs none: VALID keeps the mask);
+3. `views_down`: a VIEW that cannot move up, because a reduce is below it, moves down instead: through the reduce
+   (the reduce is rebuilt over a view of its input), through elementwise ops, and into the STORE's index;
+4. `finish_rules`: views are simplified and their Variables unbound, PRELOAD becomes LOAD, ASSIGN disappears (the
+   STORE already targets the buffer), a meta op kernel (COPY...) becomes the meta op itself;
+5. `number_rules`: BUFFERs become DEFINE_GLOBAL 0.. , outputs first.
+
+`rewrite_kernel` is pure: the same pre-sink and assign targets give the same AST, in any process.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from tinysched.ops import Ops, GroupOp
+from tinysched.uop import UOp, resolve
+from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
+from tinysched.shape import ShapeTracker, View, strides_for_shape
+from tinysched.helpers import prod, all_same
+from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views
+
+CONTIGUOUS_HINT = "help: consider using .contiguous():\n   - a += a.T\n   + a += a.T.contiguous()"
+
+# *** 1. inline fused buffers ***
+
+def _read_own_store(ctx: dict[UOp, UOp], b: UOp) -> UOp | None: return ctx.get(b)
+
+inline_rules = PatternMatcher([
+  (UPat(Ops.VIEW, src=(UPat(), UPat.var("op"))), lambda op: op, "inline_computed"),
+  (UPat(Ops.VIEW, src=(UPat(Ops.BUFFER, name="b"),), name="v"), lambda b, v: UOp(Ops.PRELOAD, v.dtype, (b, view_of(v.st))), "read_data_buffer"),
+  (UPat(Ops.CONTIGUOUS, src=(UPat.var("x"),)), lambda x: x, "drop_contiguous"),
+], name="inline_rules")
+own_store_rules = PatternMatcher([(UPat(Ops.LOAD, src=(UPat.var("b"), UPat())), _read_own_store, "read_own_store")], name="own_store_rules")
+
+# *** 2. views up to the loads ***
+
+def _compose(outer: UOp, inner: UOp) -> UOp: return inner.replace(arg=inner.st + outer.st)
+
+def _view_onto_sources(e: UOp, v: UOp) -> UOp: return e.replace(src=tuple(s.view(v.st) for s in e.src))
+
+def _view_into_index(b: UOp, v: UOp) -> UOp:
+  # a buffer op (LOAD, PRELOAD, STORE, VALID) indexes through its VIEW source: that is where a view above it goes
+  return b.replace(src=tuple(view_of(s.st + v.st) if s.op is Ops.VIEW else s for s in b.src))
+
+compose_rules = PatternMatcher([
+  (UPat(Ops.VIEW, src=(UPat(Ops.VIEW, name="inner"),), name="outer"), _compose, "compose_views"),
+], name="compose_rules")
+
+views_up = compose_rules + PatternMatcher([
+  (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN), name="e").view(name="v"), _view_onto_sources, "view_onto_sources"),
+  # constants, and Variables standing for one, are the same everywhere: the view has nothing to index
+  (UPat((Ops.CONST, Ops.DEFINE_VAR, Ops.BIND), name="c").view(), lambda c: c, "view_of_const"),
+  (UPat(GroupOp.Buffer, name="b").view(name="v"), _view_into_index, "view_into_index"),
+], name="views_up")
+
+def push_up(u: UOp, st: ShapeTracker) -> UOp: return graph_rewrite(u.view(st), views_up)
+
+# *** 3. views down to the stores ***
+
+def _differs(a, b) -> bool: return a is not b and a != b
+
+def view_over_reduce(r: UOp, src: UOp, v: UOp) -> UOp | None:
+  """VIEW(REDUCE(src)) with a view that reorders, repeats or masks the reduce's output: reduce a view of src instead.
+  With the reduced axes moved last, each output element is `n` consecutive input elements, so every view of the
+  output widens to a view of the input with the reduced dims appended (strides times n, then contiguous over them)."""
+  st = v.st
+  if st.contiguous: return None
+  shape, axes = src.st.shape, r.axis_arg
+  reduced = tuple(shape[i] for i in axes)
+  n = prod(reduced)
+  reduced_last = ShapeTracker.from_shape(shape).permute(tuple(i for i in range(len(shape)) if i not in axes) + axes)
+  widened = ShapeTracker(tuple(View.create(w.shape + reduced, tuple(s * n for s in w.strides) + strides_for_shape(reduced), w.offset * n,
+                                           None if w.mask is None else w.mask + tuple((0, d) for d in reduced)) for w in st.views))
+  rank = len(st.shape)
+  return push_up(src, reduced_last + widened).r(r.arg[0], tuple(range(rank, rank + len(axes)))).view(ShapeTracker.from_shape(st.shape))
+
+def reduce_over_reshape(r: UOp, x: UOp, v: UOp) -> UOp:
+  """REDUCE(VIEW(x)) where the view only reshapes: reduce x itself over the axes where x's shape and the output differ."""
+  if not v.st.contiguous: raise ScheduleError("can't push a non-contiguous VIEW down to a STORE")
+  if not resolve(prod(v.st.shape) == prod(x.st.shape)): raise ScheduleError("can't push an expanding VIEW down to a STORE")
+  out_shape = v.st.reduce(r.axis_arg)
+  axes = tuple(i for i, (a, b) in enumerate(zip(x.st.shape, out_shape)) if _differs(a, b))
+  return x.r(r.arg[0], axes).view(ShapeTracker.from_shape(out_shape))
+
+def views_through_op(root: UOp) -> UOp | None:
+  """An op with reshaping VIEWs on some sources: take them off, reshape the other sources the same way (up to their
+  loads) and put one reshape above the op. A STORE instead takes the reshape into its own index."""
+  moved = [s for s in root.src if under_views(s) is not s]
+  if not moved: return None
+  pairs = [(s.st.shape, s.src[0].st.shape) for s in moved]
+  if not all_same([(outer, prod(outer), prod(inner)) for outer, inner in pairs]): raise ScheduleError(f"swizzles must have the same size: {pairs}")
+  outer, inner = pairs[0]
+  if root.op is Ops.STORE:
+    b, index, value = root.src
+    return root.replace(src=(b, view_of(index.arg.reshape(inner)), value.src[0]))
+  flat = ShapeTracker.from_shape(inner)
+  return root.replace(src=tuple(s.src[0] if s in moved else push_up(s, flat) for s in root.src)).view(ShapeTracker.from_shape(outer))
+
+def fuse_reduces(outer: UOp, inner: UOp) -> UOp:
+  if outer.arg[0] is not inner.arg[0]: raise ScheduleError("can't merge reduces with different ops")
+  if any(x.op is Ops.REDUCE_AXIS for x in inner.parents): raise ScheduleError("can't merge more than two reduces")
+  return inner.src[0].r(inner.arg[0], outer.axis_arg + inner.axis_arg)
+
+def store_through_assign_view(a: UOp, b: UOp, index: UOp) -> UOp | None:
+  # an ASSIGN into a view of its target stores through that view
+  return UOp.store(b, view_of(a.arg[0] + index.arg), a.replace(arg=())) if a.arg else None
+
+views_down = compose_rules + PatternMatcher([
+  (UPat(Ops.STORE, src=(UPat.var("b"), UPat.var("index"), UPat(Ops.ASSIGN, name="a"))), store_through_assign_view, "store_through_assign_view"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("src"),), name="r").view(name="v"), view_over_reduce, "view_over_reduce"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x").view(name="v"),), name="r"), reduce_over_reshape, "reduce_over_reshape"),
+  (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.STORE), name="root"), views_through_op, "views_through_op"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, name="inner"),), name="outer"), fuse_reduces, "fuse_reduces"),
+], name="views_down")
+
+# *** 4. finish: unbind views, loads, meta kernels ***
+
+@dataclass
+class KernelParts:
+  """What rewriting a kernel finds besides the AST: its buffers by DEFINE_GLOBAL number, the assign targets it reads
+  before writing them, and the values of the Variables bound in its views."""
+  assigned: dict[UOp, None]
+  var_vals: dict[UOp, int]
+  bufs: list[UOp]
+  preloads: list[UOp]
+  unbound: set  # views already simplified and unbound (membership only): a rewritten VIEW is not unbound twice
+
+def _unbind(ctx: KernelParts, x: UOp) -> UOp | None:
+  if x.src or x.arg in ctx.unbound: return None
+  st, found = x.arg.simplify().unbind()
+  ctx.var_vals.update(found)
+  ctx.unbound.add(st)
+  return None if st == x.arg else view_of(st)
+
+def _preload(ctx: KernelParts, x: UOp, b: UOp) -> UOp:
+  if b in ctx.assigned and b not in ctx.preloads: ctx.preloads.append(b)
+  return x.replace(op=Ops.LOAD)
+
+finish_rules = PatternMatcher([
+  (UPat(Ops.VIEW, name="x"), _unbind, "unbind_view"),
+  (UPat(Ops.PRELOAD, src=(UPat.var("b"), UPat()), name="x"), _preload, "preload_to_load"),
+  (UPat(Ops.ASSIGN, src=(UPat(), UPat.var("x"))), lambda x: x, "drop_assign"),
+  (UPat(Ops.SINK, src=(UPat(Ops.STORE, src=(UPat.var("b"), UPat(), UPat(GroupOp.Meta, name="x"))),)),
+   lambda b, x: x.replace(src=(b, *x.src)), "meta_kernel"),
+], name="finish_rules")
+
+def _global(ctx: KernelParts, x: UOp) -> UOp:
+  if x not in ctx.bufs: ctx.bufs.append(x)
+  return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), ctx.bufs.index(x))
+number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_global")], name="number_rules")
+
+# *** the pass ***
+
+def _assign_read_ok(st: ShapeTracker) -> bool:
+  """An augmented assign may read its own target only where it writes it: contiguously, or one masked view that is
+  contiguous inside its mask."""
+  if st.contiguous: return True
+  if len(st.views) != 1 or (mask := st.views[0].mask) is None: return False
+  return ShapeTracker.from_shape(st.shape).shrink(mask) == st.shrink(mask)
+
+def _check_assign_reads(sink: UOp, assigned: dict[UOp, None], kind: tuple[Ops, ...]) -> None:
+  reads: dict[UOp, dict[Ops, None]] = {}
+  for x in sink.toposort():
+    if x.op in kind and x.src[0] in assigned: reads.setdefault(x.src[0], {})[x.op] = None
+  for b, ops in reads.items():
+    if len(ops) > 1:
+      raise ScheduleError(f"cycle detected in kernel: buffer {b.arg[0]} is read both before and after it is assigned.\n"
+                          "help: use .contiguous() to break the part loading pre-assign into a different kernel.")
+
+def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
+  """pre-sink -> (AST, KernelParts); pure."""
+  stored = {s.src[0]: s.src[2] for s in pre.src}
+  sink = graph_rewrite(pre, inline_rules + own_store_rules if len(pre.src) > 1 else inline_rules, stored)
+  # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both
+  _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
+  sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
+  targets = [x.src[0] for x in sink.toposort() if x.op is Ops.ASSIGN]
+  if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in sink.toposort()):
+    raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
+  parts = KernelParts(assigned, {}, [], [], set())
+  sink = graph_rewrite(sink, finish_rules, parts)
+  for store in sink.src if sink.op is Ops.SINK else (sink,):
+    if store.src and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])  # outputs take the first numbers
+  return graph_rewrite(sink, number_rules, parts), parts
+
+# *** a memo for schedules with repeated layers ***
+
+def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
+  """`pre` with its BUFFERs renumbered 0.. in first-use order, and the original BUFFERs in that order: the kernels
+  of a model's repeated layers differ only in which buffers they touch, so they share one canonical form."""
+  order: list[UOp] = []
+  new: dict[UOp, UOp] = {}
+  for u in pre.toposort():
+    if u.op is Ops.BUFFER:
+      new[u] = UOp(Ops.BUFFER, u.dtype, (), (len(order), u.arg[1]))
+      order.append(u)
+    elif u.src and (src := tuple(new[s] for s in u.src)) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
+    else: new[u] = u
+  return new[pre], order
+
+class KernelMemo:
+  """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules (one per `schedule_graph` call
+  unless the caller passes its own): a rule patched between two schedules is never answered from an old entry."""
+  def __init__(self) -> None: self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
+
+  def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
+    canon, order = canonical_form(pre)
+    targets = tuple(i for i, b in enumerate(order) if b in assigned)
+    if (hit := self.entries.get(key := (canon, targets))) is None:
+      canon_bufs = {u: None for u in canon.toposort() if u.op is Ops.BUFFER and u.arg[0] in targets}
+      ast, parts = rewrite_kernel(canon, canon_bufs)
+      hit = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
+    ast, bufs, preloads, var_vals = hit
+    return ast, KernelParts(assigned, dict(var_vals), [order[i] for i in bufs], [order[i] for i in preloads], set())
