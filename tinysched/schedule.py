@@ -44,7 +44,9 @@ class ScheduleItem:
   computes: tuple[UOp, ...] = ()     # BUFFER nodes of every op computed here (outputs and fused intermediates)
   @property
   def output_idxs(self) -> tuple[int, ...]:
-    return tuple(x.src[0].arg for x in self.ast.src) if self.ast.op is Ops.SINK else (0,)
+    """DEFINE_GLOBAL numbers written: each STORE's, or buffer 0 of a meta-op kernel (COPY, BUFFER_VIEW, EMPTY)."""
+    if self.ast.op is not Ops.SINK: return (0,)
+    return tuple(store.src[0].arg for store in self.ast.src)
   @property
   def outputs(self) -> tuple:
     """Buffers this kernel writes (or reads and writes)."""

@@ -103,9 +103,11 @@ def views_through_op(root: UOp) -> UOp | None:
   return root.replace(src=tuple(s.src[0] if s in moved else push_up(s, flat) for s in root.src)).view(ShapeTracker.from_shape(outer))
 
 def fuse_reduces(outer: UOp, inner: UOp) -> UOp:
-  if outer.arg[0] is not inner.arg[0]: raise ScheduleError("can't merge reduces with different ops")
-  if any(x.op is Ops.REDUCE_AXIS for x in inner.parents): raise ScheduleError("can't merge more than two reduces")
-  return inner.src[0].r(inner.arg[0], outer.axis_arg + inner.axis_arg)
+  """REDUCE(REDUCE(x)) of one op: one reduce of x over both sets of axes (the outer's first, as they were pushed)."""
+  op, axes, x = inner.arg[0], outer.axis_arg + inner.axis_arg, inner.src[0]
+  if outer.arg[0] is not op: raise ScheduleError("can't merge reduces with different ops")
+  if Ops.REDUCE_AXIS in {u.op for u in x.toposort()}: raise ScheduleError("can't merge more than two reduces")
+  return x.r(op, axes)
 
 def store_through_assign_view(a: UOp, b: UOp, index: UOp) -> UOp | None:
   # an ASSIGN into a view of its target stores through that view
@@ -127,9 +129,13 @@ class KernelParts:
   before writing them, and the values of the Variables bound in its views."""
   assigned: dict[UOp, None]
   var_vals: dict[UOp, int]
-  bufs: list[UOp]
-  preloads: list[UOp]
+  numbers: dict[UOp, int]     # BUFFER -> DEFINE_GLOBAL number
+  early: dict[UOp, None]      # assign targets read before the assign (ordered set)
   unbound: set  # views already simplified and unbound (membership only): a rewritten VIEW is not unbound twice
+  @property
+  def bufs(self) -> list[UOp]: return list(self.numbers)
+  @property
+  def preloads(self) -> list[UOp]: return list(self.early)
 
 def _unbind(ctx: KernelParts, x: UOp) -> UOp | None:
   if x.src or x.arg in ctx.unbound: return None
@@ -139,8 +145,9 @@ def _unbind(ctx: KernelParts, x: UOp) -> UOp | None:
   return None if st == x.arg else view_of(st)
 
 def _preload(ctx: KernelParts, x: UOp, b: UOp) -> UOp:
-  if b in ctx.assigned and b not in ctx.preloads: ctx.preloads.append(b)
-  return x.replace(op=Ops.LOAD)
+  # from here on every read is a LOAD; the targets read before their assign are what ordering needs to know
+  if b in ctx.assigned: ctx.early.setdefault(b)
+  return UOp(Ops.LOAD, x.dtype, x.src, x.arg)
 
 finish_rules = PatternMatcher([
   (UPat(Ops.VIEW, name="x"), _unbind, "unbind_view"),
@@ -151,8 +158,8 @@ finish_rules = PatternMatcher([
 ], name="finish_rules")
 
 def _global(ctx: KernelParts, x: UOp) -> UOp:
-  if x not in ctx.bufs: ctx.bufs.append(x)
-  return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), ctx.bufs.index(x))
+  number = ctx.numbers.setdefault(x, len(ctx.numbers))
+  return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), number)
 number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_global")], name="number_rules")
 
 # *** the pass ***
@@ -183,7 +190,7 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   targets = [x.src[0] for x in sink.toposort() if x.op is Ops.ASSIGN]
   if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in sink.toposort()):
     raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
-  parts = KernelParts(assigned, {}, [], [], set())
+  parts = KernelParts(assigned, {}, {}, {}, set())
   sink = graph_rewrite(sink, finish_rules, parts)
   for store in sink.src if sink.op is Ops.SINK else (sink,):
     if store.src and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])  # outputs take the first numbers
@@ -217,4 +224,4 @@ class KernelMemo:
       ast, parts = rewrite_kernel(canon, canon_bufs)
       hit = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
     ast, bufs, preloads, var_vals = hit
-    return ast, KernelParts(assigned, dict(var_vals), [order[i] for i in bufs], [order[i] for i in preloads], set())
+    return ast, KernelParts(assigned, dict(var_vals), {order[i]: n for n, i in enumerate(bufs)}, {order[i]: None for i in preloads}, set())

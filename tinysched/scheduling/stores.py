@@ -50,8 +50,9 @@ def _buffer(*ops: Ops, name: str = "value") -> UPat:
 
 def store_and_load(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp) -> UOp:
   """Record `b` as stored in `ctx` (contiguously, in its own shape) and return the node that reads it back."""
+  reader = UOp(Ops.LOAD, node.dtype, (b, view_of(node.st)))
   ctx[b] = UOp.store(b, view_of(ShapeTracker.from_shape(node.st.shape)), value)
-  return UOp(Ops.LOAD, node.dtype, (b, view_of(node.st)))
+  return reader
 
 def zero_preserving(u: UOp) -> bool:
   """No op under `u` maps 0 to something else, so padding `u`'s result equals computing it on padded inputs.
