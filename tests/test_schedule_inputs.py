@@ -112,3 +112,13 @@ def test_bad_flags_are_incompatible(flags, says):
   doc = json.loads(encode_schedule_input(big.sink, big.var_vals))
   doc["flags"] = flags
   with pytest.raises(IncompatibleCapture, match=says): decode_schedule_input(json.dumps(doc).encode())
+
+def test_the_tensor_memo_sees_a_patched_view_algebra(monkeypatch):
+  from tinysched.shape import ShapeTracker
+  before = _asts(_graph())
+  memo = S.tensor_memo()
+  assert memo.entries and S.tensor_memo() is memo  # kept across schedules while nothing changes
+  orig = ShapeTracker.simplify
+  monkeypatch.setattr(ShapeTracker, "simplify", lambda self: orig(self))
+  assert S.tensor_memo() is not memo and not S.tensor_memo().entries
+  assert _asts(_graph()) == before

@@ -13,7 +13,8 @@ the code is ours. Passes, in order (each a module of tinysched/scheduling/):
 
 `schedule_graph` (passes 2-6) and `full_ast_rewrite` are pure functions of their arguments: no module state, no
 flags read behind the caller's back (the scheduler flags are an argument, captured with the input), so replaying
-a capture runs exactly what ran when it was made.
+a capture runs exactly what ran when it was made. The only state kept across calls is `tensor_memo`, the kernel
+ASTs of the Tensor front end's schedules, and it is dropped whenever a rule changes.
 """
 from __future__ import annotations
 import sys
@@ -28,7 +29,7 @@ from tinysched import capture_hook
 from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
 from tinysched.scheduling.fusion import group_stores
-from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel
+from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint
 from tinysched.scheduling.order import run_order
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))  # fusion walks chains of buffers recursively
@@ -63,6 +64,17 @@ SCHEDULE_FLAGS = {"FUSE_ARANGE": FUSE_ARANGE}
 def current_flags() -> dict[str, Any]:
   """The scheduler flags in effect here (environment and Context), as schedule_graph's `flags` argument."""
   return {name: f.value for name, f in SCHEDULE_FLAGS.items() if f.value != f.default}
+
+_TENSOR_MEMO = KernelMemo()
+TENSOR_MEMO_SIZE = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
+
+def tensor_memo() -> KernelMemo:
+  """The memo `Tensor.realize` schedules with, kept across calls so repeated steps rewrite nothing. It is checked
+  against the rules on every use: after any change to a rule or the view algebra, it starts empty."""
+  global _TENSOR_MEMO
+  fp = rules_fingerprint()
+  if _TENSOR_MEMO.fingerprint != fp or len(_TENSOR_MEMO.entries) >= TENSOR_MEMO_SIZE: _TENSOR_MEMO = KernelMemo(fp)
+  return _TENSOR_MEMO
 
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None],
                      memo: KernelMemo | None = None) -> tuple[UOp, KernelParts]:
@@ -99,7 +111,7 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
   for out in outs: out.forced_realize = True
   big = build_big_graph(outs)
   flags = current_flags()
-  kernels, var_vals = schedule_graph(big.sink, big.var_vals, flags)
+  kernels, var_vals = schedule_graph(big.sink, big.var_vals, flags, tensor_memo())
   schedule = [replace(k, bufs=tuple(big.device_buffers[u] for u in k.bufs), assign_preloads=tuple(big.device_buffers[u] for u in k.assign_preloads),
                       metadata=tuple(dedup(m for u in k.computes if (m := big.metadata.get(u))))) for k in kernels]
   if capture_hook.HOOK is not None:

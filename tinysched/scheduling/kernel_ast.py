@@ -211,10 +211,23 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
     else: new[u] = u
   return new[pre], order
 
+def rules_fingerprint() -> tuple[int, ...]:
+  """The identity of everything `rewrite_kernel` runs: this module's functions and matchers, the node helpers, the
+  rewrite engine and the view algebra. Any monkeypatch of one of them (a rule change in a running process) changes
+  it. Object ids: meaningful in this process only, and never part of an output."""
+  from tinysched import rewrite, shape
+  from tinysched.scheduling import bigraph
+  objs = [*globals().values(), *vars(bigraph).values(), *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(),
+          *vars(shape.ShapeTracker).values(), *vars(shape.View).values()]
+  return tuple(id(o) for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property)))
+
 class KernelMemo:
-  """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules (one per `schedule_graph` call
-  unless the caller passes its own): a rule patched between two schedules is never answered from an old entry."""
-  def __init__(self) -> None: self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
+  """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh
+  one per call unless given one, and a memo kept across calls must be checked against `rules_fingerprint` (see
+  schedule.py `tensor_memo`), so a rule patched between two schedules is never answered from an old entry."""
+  def __init__(self, fingerprint: tuple[int, ...] = ()) -> None:
+    self.fingerprint = fingerprint
+    self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
 
   def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
     canon, order = canonical_form(pre)
