@@ -5,16 +5,19 @@ RANGE ... ENDRANGE brackets a loop, BARRIER is a work-group barrier; values are 
 ids), DEFINE_ACC (accumulators), DEFINE_LOCAL (local memory), LOAD/STORE through INDEX(buffer,
 index, ...), GEP/VECTORIZE for float4 accesses, ASSIGN (accumulator update) and ALU ops.
 
-How (DESIGN §6):
-- every kernel part (kernel.py) gets a placeholder index; a view's (index, valid) come from
-  `ShapeTracker.to_indexed_uops` on the axes' mixed-radix placeholder expressions (the same
-  expressions the interpreter evaluates), then placeholders become thread ids, loop counters, or
-  constants for upcast/unroll *lanes*;
-- lanes are expanded: each lane combination computes its own scalar values (interning shares what
-  does not depend on the lane); loads and stores whose lanes are consecutive and provably
-  4-aligned become one vector access;
-- the Emitter places each value in the innermost open loop it depends on, so loop-invariant work
-  is hoisted and nothing is used outside the loop that defines it.
+The lowering is a pipeline of named passes over one LowerState, in the order `LOWERING_PASSES` lists:
+- placeholders, thread_ids, loops: every kernel part (kernel.py) gets a placeholder index, then a
+  thread id, a loop counter, a constant, or (upcast/unroll parts) a *lane*. A view's (index, valid)
+  come from `ShapeTracker.to_indexed_uops` on the axes' mixed-radix placeholder expressions (the
+  same expressions the interpreter evaluates), with the placeholders substituted;
+- closed_form_reduces: reduces that `reduce_folds` (named rules) writes without a loop;
+- reduce_loops, stores: AST nodes become values through `ast_lowering` (named rules), once per lane
+  combination (interning shares what does not depend on the lane); loads and stores whose lanes
+  are consecutive and provably 4-aligned become one vector access. The Emitter (emit.py) places
+  each value in the innermost open loop it depends on, so loop-invariant work is hoisted;
+- linearize, narrow_indices (narrow.py), local_memory_limit.
+A LowerState given a rule trace records every codegen rule that fired (provenance.py uses it to
+say which pass or rule made each node of the program).
 
 Index widths: every index expression is built and simplified in int64 (`IDX`), where value ranges
 are exact, so no 32-bit wrap-around can either corrupt an index or hide from the simplifier (arange's
@@ -28,6 +31,9 @@ REDUCE_AXIS(body, R...) with each reduce axis a symbol. A sum of a constant mask
 becomes the constant times the interval's length (arange, cumsum of a constant: O(1) per output);
 a sum whose mask leaves at most one point of R becomes one guarded load. Floats fold only where the
 result is bit-exact (c*count exact for every count; +0.0 added back for a lone -0.0).
+
+Everything that reads the index dtype stays in this module: tests plant a 32-bit `IDX`, a wrong
+`PICK32` or a reduced `reduce_folds` here and expect the whole lowering to see it.
 """
 from __future__ import annotations
 import math
