@@ -9,7 +9,7 @@ from tinysched import Tensor
 from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.rewrite import PatternMatcher
-from tinysched.codegen import program as P, lowerer, Kernel, GENERIC_GPU, GENERIC_CPU, default_opts
+from tinysched.codegen import program as P, lowerer, folds, Kernel, GENERIC_GPU, GENERIC_CPU, default_opts
 from tinysched.codegen.provenance import trace_lowering
 
 def _sum_ast() -> UOp: return (Tensor(np.arange(64, dtype=np.float32).reshape(8, 8)) * 2).sum(1).schedule()[-1].ast
@@ -72,7 +72,7 @@ def test_planted_elementwise_rule_is_named(tmp_path, monkeypatch):
 def test_planted_fold_rule_is_named(tmp_path, monkeypatch):
   db = _capture(tmp_path, _arange_ast())
   def padded(red, cond, c, z):  # the closed form plus a zero that nothing folds away
-    if (v := lowerer.fold_masked_const(red, cond, c, z)) is None: return None
+    if (v := folds.fold_masked_const(red, cond, c, z)) is None: return None
     body = v.src[0]
     return UOp(v.op, v.dtype, (UOp(Ops.ADD, body.dtype, (body, UOp.const(body.dtype, 0))), *v.src[1:]), v.arg)
   monkeypatch.setattr(lowerer, "reduce_folds", _planted(lowerer.reduce_folds, "reduce_masked_const_to_count", padded))

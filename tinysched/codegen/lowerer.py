@@ -44,13 +44,15 @@ from tinysched.ops import Ops, GroupOp
 from tinysched.symbolic import decompose_sum, build_sum
 from tinysched.uop import UOp, sint
 from tinysched.reduce import reduce_identity, acc_dtype
-from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite, ANY
+from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.helpers import prod
 from tinysched.shape import ShapeTracker, View
 from tinysched.codegen.kernel import Kernel, KernelOptError, KernelError, GLOBAL, LOCAL, GROUP, LOOP, UNROLL, UPCAST
 from tinysched.codegen.target import Target
 from tinysched.codegen.emit import Emitter
 from tinysched.codegen.narrow import Narrowing
+from tinysched.codegen.rebuild import substitute, contains, alu
+from tinysched.codegen.folds import reduce_folds, LOOPS
 
 # Index arithmetic is built and simplified in 64 bits, where value ranges are exact (no 32-bit wrap-around can hide an
 # overflow or block a fold); `narrow_indices` then gives every node that provably fits 32 bits back its fast int type.
@@ -62,20 +64,6 @@ MAX_GRID_Y = 65535  # NVIDIA limits work-group counts in dims 1 and 2; dim 0 is 
 # the simplifier's sum-of-products helpers, with the index dtype as the default
 decompose = decompose_sum
 def build(terms: list[tuple[UOp, int]], const: int, dtype: DType | None = None) -> UOp: return build_sum(dtype or IDX, terms, const)
-
-def _subst(x: UOp, m: dict[UOp, UOp]) -> UOp:
-  """x with the nodes in m replaced, simplified (a plain rebuild: cheaper than a rewrite pass)."""
-  if not m: return x
-  topo = x.toposort()
-  if not any(u in m for u in topo): return x
-  new: dict[UOp, UOp] = {}
-  for u in topo:
-    if u in m: new[u] = m[u]
-    elif u.src:
-      src = tuple(new[s] for s in u.src)
-      new[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
-    else: new[u] = u
-  return new[x].simplify()
 
 def _mixed_radix(vals: list[UOp], sizes: list[sint]) -> UOp:
   """vals[0]*prod(sizes[1:]) + ... + vals[-1]."""
@@ -133,199 +121,6 @@ def narrow_indices(uops: list[UOp]) -> list[UOp]:
   keep their dtypes and get their operands back in their original types."""
   return Narrowing(uops, PICK32, IDX).run()
 
-# *** closed forms of reduces (arange, cumsum of a constant) ***
-#
-# A reduce is first written symbolically: REDUCE_AXIS(body, R0, R1, ...) with arg (op, "loops"), where each R is one
-# whole reduce axis as a RANGE symbol and the body is the lowered reduce input (thread ids for the output axes). The
-# rules below remove the Rs one at a time; a reduce is folded only when none is left (else it gets its loop).
-
-def _has(x: UOp, targets: frozenset[UOp] | set[UOp]) -> bool: return any(u in targets for u in x.toposort())
-
-def _clauses(cond: UOp) -> list[UOp]:
-  """The conjuncts of a bool AND tree, in order."""
-  out, stack = [], [cond]
-  while stack:
-    u = stack.pop()
-    if u.op is Ops.AND and u.dtype == dtypes.bool: stack.extend(reversed(u.src))
-    else: out.append(u)
-  return out
-
-def _floordiv(p: UOp, d: int) -> UOp:
-  """floor(p / d) for d > 0 with the truncating IDIV: shift p to non-negative by a multiple of d first."""
-  if d == 1: return p
-  if p.vmin >= 0: return (p // d).simplify()
-  m = -(p.vmin // d)  # ceil(-vmin / d): p + m*d >= 0
-  return ((p + m*d) // d - m).simplify()
-
-def _linear(e: UOp, r: UOp) -> tuple[int, UOp] | None:
-  """e == a*r + rest with rest free of r, or None (r inside a product, a division...)."""
-  terms, const = decompose_sum(e)
-  a, rest = 0, []
-  for t, k in terms:
-    if t is r: a += k
-    elif _has(t, {r}): return None
-    else: rest.append((t, k))
-  return a, build(rest, const)
-
-def _fits(w: UOp, dt: DType) -> bool: return dtypes.min(dt) <= w.vmin and w.vmax <= dtypes.max(dt)
-
-def _widen(x: UOp) -> UOp | None:
-  """The exact value of an integer expression in IDX, or None where a narrower dtype may wrap around. A folded arange
-  is int (CAST of an IDX count, plus the start): `v == id` with v and id int32 becomes an IDX compare this way."""
-  if x.dtype == IDX: return x
-  if not dtypes.is_int(x.dtype) or x.dtype.itemsize > IDX.itemsize or (x.dtype.itemsize == IDX.itemsize and dtypes.min(x.dtype) == 0):
-    return None
-  if x.op is Ops.CONST: return UOp.const(IDX, x.arg)
-  if x.op is Ops.CAST and dtypes.is_int(x.src[0].dtype):
-    return w if (w := _widen(x.src[0])) is not None and _fits(w, x.dtype) else None
-  if x.op in (Ops.ADD, Ops.MUL):
-    ws = [_widen(s) for s in x.src]
-    if any(w is None for w in ws): return None
-    return w if _fits(w := UOp(x.op, IDX, tuple(ws)).simplify(), x.dtype) else None  # type: ignore[arg-type]
-  return UOp(Ops.CAST, IDX, (x,))  # a load, a variable: its value, extended
-
-def _bounds(clause: UOp, r: UOp) -> tuple[UOp | None, UOp | None] | None:
-  """A clause on r as lo <= r < hi (None: no bound on that side), or None if it is not an interval in r."""
-  neg, c = False, clause
-  while c.op is Ops.CMPNE and c.src[1].op is Ops.CONST and c.src[1].dtype == dtypes.bool and c.src[1].arg is True:
-    neg, c = not neg, c.src[0]  # x != True is not x
-  if c.op not in (Ops.CMPLT, Ops.CMPNE): return None
-  if not all(x.dtype == IDX for x in c.src):
-    if (w := [_widen(x) for x in c.src])[0] is None or w[1] is None: return None
-    c = UOp(c.op, c.dtype, (w[0], w[1]))
-  x, y = c.src
-  if c.op is Ops.CMPNE:
-    if not neg or (lin := _linear((x - y).simplify(), r)) is None or abs(lin[0]) != 1: return None
-    p = (-lin[1] if lin[0] == 1 else lin[1]).simplify()  # x == y: r is one point
-    return p, (p + 1).simplify()
-  if neg: x, y = y, x + 1  # not (x < y) is y < x + 1 for integers
-  if (lin := _linear((x - y).simplify(), r)) is None or lin[0] == 0: return None
-  a, rest = lin  # a*r + rest < 0
-  if a > 0: return None, (-_floordiv(rest, a)).simplify()  # r < ceil(-rest/a)
-  return (_floordiv(rest, -a) + 1).simplify(), None         # r > rest/|a|
-
-def _exact_float_multiple(c: UOp, n: sint, dt: DType) -> bool:
-  """Every partial sum k*c (k <= n) of a float constant is exact, so summing it in any order gives n*c exactly."""
-  if not math.isfinite(c.arg) or type(n) is not int: return False
-  m = abs(c.arg)
-  if m == 0: return True
-  mant, _ = math.frexp(m)
-  odd = int(mant * 2**53)
-  while odd % 2 == 0: odd //= 2
-  bits = 24 if dt == dtypes.float32 else 53 if dt == dtypes.float64 else 11
-  return n * odd <= 2**bits
-
-def _scaled(c: UOp, count: UOp, n: sint, dt: DType) -> UOp | None:
-  """The sum of `count` copies of c in dtype dt (as the accumulator would compute it), or None if not exact."""
-  if dt == dtypes.bool: return UOp(Ops.WHERE, dt, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(IDX, 0), count)), c, UOp.const(dt, False)))
-  if dtypes.is_int(dt):  # wrap-around of repeated addition is the wrap-around of the product
-    cnt = count.cast(dt)
-    return cnt if c.op is Ops.CONST and c.arg == 1 else _fold(Ops.MUL, dt, (cnt, c))
-  if c.op is not Ops.CONST or not _exact_float_multiple(c, n, dt): return None
-  if c.arg == 0: return UOp.const(dt, 0.0)
-  # no terms is +0.0 (0 * a negative c would be -0.0)
-  return UOp(Ops.WHERE, dt, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(IDX, 0), count)),
-                             _fold(Ops.MUL, dt, (count.cast(dt), c)), UOp.const(dt, 0.0)))
-
-def _is_zero(z: UOp) -> bool: return z.op is Ops.CONST and z.arg == 0 and not (type(z.arg) is float and math.copysign(1, z.arg) < 0)
-
-def _rsize(r: UOp) -> sint: return r.src[1].arg if r.src[1].op is Ops.CONST else r.src[1]
-
-def _drop(red: UOp, r: UOp, body: UOp) -> UOp:
-  return UOp(Ops.REDUCE_AXIS, red.dtype, (body,) + tuple(x for x in red.src[1:] if x is not r), red.arg)
-
-def fold_invariant(red: UOp, x: UOp) -> UOp | None:
-  """sum over r of x, x free of r: |r| copies of x."""
-  if red.arg[0] is not Ops.ADD: return None
-  for r in red.src[1:]:
-    if _has(x, {r}): continue
-    n = _rsize(r)
-    if (v := _scaled(x, wide(n), n, red.dtype)) is not None: return _drop(red, r, v)
-  return None
-
-def fold_masked_const(red: UOp, cond: UOp, c: UOp, z: UOp) -> UOp | None:
-  """sum over r of (cond ? c : 0), c free of r and cond's clauses on r intervals: c times the interval's length."""
-  if red.arg[0] is not Ops.ADD or not _is_zero(z): return None
-  for r in red.src[1:]:
-    if _has(c, {r}): continue
-    clauses = _clauses(cond)
-    on_r = [cl for cl in clauses if _has(cl, {r})]
-    if not on_r: continue
-    lo, hi = UOp.const(IDX, 0), wide(_rsize(r))
-    for cl in on_r:
-      if (b := _bounds(cl, r)) is None: break
-      if b[0] is not None: lo = lo.maximum(b[0])
-      if b[1] is not None: hi = hi.minimum(b[1])
-    else:
-      count = (hi - lo).maximum(0).simplify()
-      if (v := _scaled(c, count, _rsize(r), red.dtype)) is None: continue
-      rest = [cl for cl in clauses if not _has(cl, {r})]
-      body = v
-      if rest:
-        rc = rest[0]
-        for cl in rest[1:]: rc = UOp(Ops.AND, dtypes.bool, (rc, cl))
-        body = UOp(Ops.WHERE, red.dtype, (rc, v, UOp.const(red.dtype, 0)))
-      return _drop(red, r, body)
-  return None
-
-def _guard_loads(x: UOp, r: UOp, p: UOp, guard: UOp) -> UOp:
-  """x with r := p; every load that reads through r also requires `guard` (its address at p may be out of range)."""
-  new: dict[UOp, UOp] = {}
-  for u in x.toposort():
-    if u.op is Ops.LOAD and _has(u, {r}):
-      idx = _subst(u.src[0].src[1], {r: p})
-      valid = (u.src[1] if len(u.src) > 1 else UOp.const(dtypes.bool, True))
-      valid = UOp(Ops.AND, dtypes.bool, (_subst(valid, {r: p}), guard)).simplify()
-      if valid.op is Ops.CONST: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)),)) \
-        if valid.arg else UOp.const(u.dtype, 0)
-      else: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)), valid))
-    elif u is r: new[u] = p
-    elif u.src: new[u] = UOp(u.op, u.dtype, tuple(new[s] for s in u.src), u.arg)
-    else: new[u] = u
-  return new[x]
-
-def fold_masked_point(red: UOp, x: UOp) -> UOp | None:
-  """sum over r of a body that is 0 outside an interval of r holding at most one point: the body at that point,
-  its loads guarded (one load instead of a loop). The body is 0 outside the interval when it is WHERE(cond, y, 0) with
-  the interval in cond, or a masked load (or a cast of one) with the interval in the load's validity."""
-  if red.arg[0] is not Ops.ADD: return None
-  if x.op is Ops.WHERE and _is_zero(x.src[2]): clauses, y = _clauses(x.src[0]), x.src[1]
-  else: clauses, y = [], x
-  ld = y.src[0] if y.op is Ops.CAST and dtypes.is_int(y.src[0].dtype) == dtypes.is_int(y.dtype) else y
-  load_clauses = _clauses(ld.src[1]) if ld.op is Ops.LOAD and len(ld.src) > 1 else []
-  for r in red.src[1:]:
-    on_r = [cl for cl in clauses + load_clauses if _has(cl, {r})]
-    if not on_r: continue
-    bs = [_bounds(cl, r) for cl in on_r]
-    if any(b is None for b in bs): continue
-    los = [UOp.const(IDX, 0)] + [b[0] for b in bs if b[0] is not None]
-    his = [wide(_rsize(r))] + [b[1] for b in bs if b[1] is not None]
-    # at most one point: some pair of bounds is at most 1 apart
-    if not any((h - l).simplify().vmax <= 1 for l in los for h in his): continue
-    lo, hi = los[0], his[0]
-    for l in los[1:]: lo = lo.maximum(l)
-    for h in his[1:]: hi = hi.minimum(h)
-    lo, guard = lo.simplify(), (lo < hi).simplify()
-    rest = [cl for cl in clauses if not _has(cl, {r})]
-    cond = guard
-    for cl in rest: cond = UOp(Ops.AND, dtypes.bool, (cond, cl))
-    body = _guard_loads(y, r, lo, guard)
-    body = body if cond.op is Ops.CONST and cond.arg else UOp(Ops.WHERE, y.dtype, (cond, body, UOp.const(y.dtype, 0)))
-    # floats: the loop's sum is 0.0 + ... + y, which turns a -0.0 into +0.0
-    if dtypes.is_float(body.dtype): body = UOp(Ops.ADD, body.dtype, (body, UOp.const(body.dtype, 0.0)))
-    return _drop(red, r, body)
-  return None
-
-_LOOPS = "loops"
-# named so replay reports can say which closed form replaced a loop
-reduce_folds = PatternMatcher([
-  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), arg=(Ops.ADD, _LOOPS)), lambda x: x, "reduce_no_loops_left"),
-  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.WHERE, src=(UPat.var("cond"), UPat.var("c"), UPat.cvar("z"))),), arg=ANY, name="red",
-        allow_any_len=True), fold_masked_const, "reduce_masked_const_to_count"),
-  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), name="red", allow_any_len=True), fold_masked_point, "reduce_masked_point_to_load"),
-  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), name="red", allow_any_len=True), fold_invariant, "reduce_invariant_to_product"),
-], name="reduce_folds")
-
 # *** the result ***
 
 @dataclass(frozen=True)
@@ -339,14 +134,6 @@ class Lowered:
   vars: tuple[UOp, ...]               # DEFINE_VARs, kernel argument order
   outs: tuple[int, ...]               # buffer numbers written
 
-
-def _fold(op: Ops, dtype: DType, srcs: tuple[UOp, ...], arg: Any = None) -> UOp:
-  """Build an ALU node; fold a WHERE on a constant condition and integer/bool ops on constants."""
-  if op is Ops.WHERE and srcs[0].op is Ops.CONST: return srcs[1] if srcs[0].arg else srcs[2]
-  if op in GroupOp.ALU and all(s.op is Ops.CONST for s in srcs) and not dtypes.is_float(dtype) and \
-      not any(dtypes.is_float(s.dtype) for s in srcs):
-    return UOp(op, dtype, srcs, arg).simplify()
-  return UOp(op, dtype, srcs, arg)
 
 # *** lowering: the state the passes share, and the queries they make of it ***
 
@@ -406,7 +193,7 @@ class LowerState:
     """(index, valid) with thread ids and loops in place, lanes still placeholders; plus the linear form in the lanes."""
     if (c := self.view_cache.get(view)) is not None: return c
     idx, valid = self.view_sym(view)
-    idx, valid = _subst(idx, self.conc), _subst(valid, self.conc)
+    idx, valid = substitute(idx, self.conc), substitute(valid, self.conc)
     c = (idx, valid, self._linear(idx))
     self.view_cache[view] = c
     return c
@@ -417,13 +204,13 @@ class LowerState:
     rest, coeffs = [], {}
     for t, c in terms:
       if t in lane_set: coeffs[t] = coeffs.get(t, 0) + c
-      elif _has(t, lane_set): return None
+      elif contains(t, lane_set): return None
       else: rest.append((t, c))
     return rest, const, coeffs
 
   def lane_subst(self, x: UOp, lanes: tuple[int, ...]) -> UOp:
     m = {p: UOp.const(IDX, v) for p, v in zip(self.lane_ph, lanes)}
-    return _subst(x, m)
+    return substitute(x, m)
 
   def at(self, idx: UOp, valid: UOp, lin: Any, lanes: tuple[int, ...]) -> tuple[UOp, UOp]:
     if lin is not None:
@@ -446,7 +233,7 @@ class LowerState:
     if any(c % 4 != 0 for _, c in rest): return None
     for pos in reversed(allowed):
       p = self.lane_ph[pos]
-      if self.lane_sizes[pos] % 4 != 0 or coeffs.get(p) != 1 or _has(valid, {p}): continue
+      if self.lane_sizes[pos] % 4 != 0 or coeffs.get(p) != 1 or contains(valid, {p}): continue
       base = lanes[:pos] + (lanes[pos] - lanes[pos] % 4,) + lanes[pos+1:]
       if (const + sum(coeffs.get(q, 0)*v for q, v in zip(self.lane_ph, base))) % 4 == 0: return pos, base
     return None
@@ -479,7 +266,7 @@ class LowerState:
     lbuf, layout, bar = self.stage[ld]
     dt = ld.src[0].dtype.base
     if (c := self.view_cache.get(layout)) is None:
-      idx = _subst(layout, self.conc)
+      idx = substitute(layout, self.conc)
       c = self.view_cache[layout] = (idx, self._linear(idx))
     idx, lin = c
     true = UOp.const(dtypes.bool, True)
@@ -517,14 +304,14 @@ class LowerState:
     v = self.reduce_result[key]
     if u in self.folded_inner:  # inside a parent's loop: its fold symbols become the loop's indices at these lanes
       k = self.k
-      v = _subst(v, {sym: self.lane_subst(_subst(self.axis_expr[k.n_out + a], self.conc), self.cur_lanes) for a, sym in enumerate(self.fold_syms)})
+      v = substitute(v, {sym: self.lane_subst(substitute(self.axis_expr[k.n_out + a], self.conc), self.cur_lanes) for a, sym in enumerate(self.fold_syms)})
     return v
 
   def _elementwise(self, u: UOp) -> UOp:
     srcs = self._srcs(u)
     if u.op is Ops.CAST and srcs[0].dtype == u.dtype: return srcs[0]
     if u.op is Ops.CAST and srcs[0].op is Ops.CONST: return UOp.const(u.dtype, srcs[0].arg)
-    return _fold(u.op, u.dtype, srcs, u.arg)
+    return alu(u.op, u.dtype, srcs, u.arg)
 
   def lane_combos(self, positions: list[int]) -> list[tuple[int, ...]]:
     """Every lane tuple that varies the given lane positions (others 0), first position outermost."""
@@ -541,7 +328,7 @@ class LowerState:
     else:
       idx, valid = st.to_indexed_uops([UOp.const(IDX, 0) if _is1(sz) and k.nested else self.fold_syms[i - k.n_out] if i >= k.n_out else
                                        UOp.const(IDX, 0) if _is1(sz) else self.axis_expr[i] for i, sz in enumerate(st.shape)])
-    return self.lane_subst(_subst(idx, self.conc), lanes), self.lane_subst(_subst(valid, self.conc), lanes)
+    return self.lane_subst(substitute(idx, self.conc), lanes), self.lane_subst(substitute(valid, self.conc), lanes)
 
   def _fold_body(self, node: UOp, lanes: tuple[int, ...]) -> UOp | None:
     """A reduce input with every reduce axis as its fold symbol (loads read through it), or None for what cannot be written so."""
@@ -557,7 +344,7 @@ class LowerState:
       elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
         srcs = tuple(memo[x] for x in u.src)
         memo[u] = srcs[0] if u.op is Ops.CAST and srcs[0].dtype == u.dtype else \
-          UOp.const(u.dtype, srcs[0].arg) if u.op is Ops.CAST and srcs[0].op is Ops.CONST else _fold(u.op, u.dtype, srcs, u.arg)
+          UOp.const(u.dtype, srcs[0].arg) if u.op is Ops.CAST and srcs[0].op is Ops.CONST else alu(u.op, u.dtype, srcs, u.arg)
       else: return None
     return memo[node]
 
@@ -690,7 +477,7 @@ def fold_reduces(lw: LowerState) -> None:
     for c in out_combos:
       if (body := lw._fold_body(r.src[0], c)) is None: break
       if body.dtype != adt: body = body.cast(adt) if body.op is Ops.CONST else UOp(Ops.CAST, adt, (body,))
-      v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *own), (r.arg[0], _LOOPS)), reduce_folds, lw, track=lw.rule_trace)
+      v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *own), (r.arg[0], LOOPS)), reduce_folds, lw, track=lw.rule_trace)
       if any(u.op is Ops.REDUCE_AXIS or u in left for u in v.toposort()): break
       vals.append((tuple(c[i] for i in lw.out_lanes), v.cast(r.dtype) if v.dtype != r.dtype else v))
     else:
@@ -741,7 +528,7 @@ def lower_reduce_loops(lw: LowerState) -> None:
         adt = acc_dtype(r.dtype)
         for c in out_combos:
           key = (r, c)
-          upd = UOp(Ops.ASSIGN, adt, (accs[key], _fold(r.arg[0], adt, (cur[key], x_at(r, c, u, adt)))), ui)
+          upd = UOp(Ops.ASSIGN, adt, (accs[key], alu(r.arg[0], adt, (cur[key], x_at(r, c, u, adt)))), ui)
           cur[key] = em.effect(upd, None if last else em.contrib[accs[key]])
     assigns = cur
   else:
@@ -751,8 +538,8 @@ def lower_reduce_loops(lw: LowerState) -> None:
         acc = accs[(r, c)]
         xs = [x_at(r, c, u, adt) for u in red_combos]
         # unrolled lanes combine as a balanced tree (short dependency chains), then into the accumulator
-        while len(xs) > 1: xs = [_fold(r.arg[0], adt, (xs[i], xs[i+1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
-        assigns[(r, c)] = em.effect(UOp(Ops.ASSIGN, adt, (acc, _fold(r.arg[0], adt, (acc, xs[0])))))
+        while len(xs) > 1: xs = [alu(r.arg[0], adt, (xs[i], xs[i+1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+        assigns[(r, c)] = em.effect(UOp(Ops.ASSIGN, adt, (acc, alu(r.arg[0], adt, (acc, xs[0])))))
   for i in reversed(range(len(lw.loops))):
     if i == 0 and stage_here: em.effect(UOp(Ops.BARRIER, dtypes.void, ()))  # the tile is read: the next iteration may overwrite it
     em.close()
@@ -770,7 +557,7 @@ def _group_reduce(lw: LowerState, assigns: dict, out_combos: list) -> dict:
   gx = next((a, j) for a, j, p in lw.plist if p.kind == GROUP)
   gsize = lw.k.parts[gx[0]][gx[1]].size
   lid_ph = lw.lid_flat()
-  lid = _subst(lid_ph, lw.conc)
+  lid = substitute(lid_ph, lw.conc)
   true = UOp.const(dtypes.bool, True)
   stores, temps = [], {}
   for key, a in assigns.items():
@@ -784,26 +571,26 @@ def _group_reduce(lw: LowerState, assigns: dict, out_combos: list) -> dict:
     while step >= 1:
       # threads g < step add partial g+step into partial g
       active = UOp(Ops.CMPLT, dtypes.bool, (gvar, UOp.const(IDX, step)))
-      partner = _subst(lid_ph, {**lw.conc, lw.ph[gx]: gvar + step})
+      partner = substitute(lid_ph, {**lw.conc, lw.ph[gx]: gvar + step})
       stores = []
       for key, a in assigns.items():
         tmp = temps[key]
         mine = lw.make_load(tmp, lid, true, a.dtype, bar)
         other = lw.make_load(tmp, partner, active, a.dtype, bar)
-        val = _fold(key[0].arg[0], a.dtype, (mine, other))
+        val = alu(key[0].arg[0], a.dtype, (mine, other))
         stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, tmp.dtype, (tmp, lid)), val, active))))
       bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
       step //= 2
-    first = _subst(lid_ph, {**lw.conc, lw.ph[gx]: UOp.const(IDX, 0)})
+    first = substitute(lid_ph, {**lw.conc, lw.ph[gx]: UOp.const(IDX, 0)})
     for key, a in assigns.items(): out[key] = lw.make_load(temps[key], first, true, a.dtype, bar)
     return out
   g = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), UOp.const(IDX, gsize)), len(lw.loops))
-  lid_g = _subst(lid_ph, {**lw.conc, lw.ph[gx]: g})
+  lid_g = substitute(lid_ph, {**lw.conc, lw.ph[gx]: g})
   accs = {key: lw.define_acc(a.dtype, reduce_identity(key[0].arg[0], key[0].dtype), [g]) for key, a in assigns.items()}
   em.open(g)
   for key, a in assigns.items():
     ld = lw.make_load(temps[key], lid_g, true, a.dtype, bar)
-    out[key] = em.effect(UOp(Ops.ASSIGN, a.dtype, (accs[key], _fold(key[0].arg[0], a.dtype, (accs[key], ld)))))
+    out[key] = em.effect(UOp(Ops.ASSIGN, a.dtype, (accs[key], alu(key[0].arg[0], a.dtype, (accs[key], ld)))))
   em.close()
   return out
 
@@ -813,7 +600,7 @@ def _stage_tiles(lw: LowerState, r0: UOp | None) -> None:
   k, em = lw.k, lw.em
   r0x = lw.loops[0][0] if lw.loops else None
   lid_ph = lw.lid_flat()
-  lid = _subst(lid_ph, lw.conc)
+  lid = substitute(lid_ph, lw.conc)
   stores: list[UOp] = []
   pending: list[tuple[UOp, UOp, UOp]] = []
   loads = []
@@ -861,11 +648,11 @@ def _stage_tiles(lw: LowerState, r0: UOp | None) -> None:
       coords[lw.ph[x]] = cval
     m = {**lw.conc, **coords}
     if r0 is not None: m[lw.ph[r0x]] = r0
-    gidx = _subst(sym_idx, m)
-    gvalid = _subst(sym_valid, m)
+    gidx = substitute(sym_idx, m)
+    gvalid = substitute(sym_valid, m)
     if gate is not None: gvalid = (gvalid & gate).simplify() if not (gvalid.op is Ops.CONST) else (gate if gvalid.arg else gvalid)
     val = lw.make_load(buf, gidx, gvalid, dt.vec(vw) if vw > 1 else dt)
-    lidx0 = _subst(layout_idx, coords)
+    lidx0 = substitute(layout_idx, coords)
     # q innermost in the layout too: the vector's lanes are consecutive there, and 4-aligned (coord_q is a multiple of 4
     # and every outer stride a multiple of size_q)
     lin_ok = vw > 1 and bool(layout) and layout[-1] == q
@@ -875,7 +662,7 @@ def _stage_tiles(lw: LowerState, r0: UOp | None) -> None:
                                                             UOp.const(dt.vec(4), 0), *gsrc))))
     else:
       for kk in range(vw):
-        li = _subst(layout_idx, {**coords, lw.ph[q]: coords[lw.ph[q]] + kk}) if vw > 1 else lidx0
+        li = substitute(layout_idx, {**coords, lw.ph[q]: coords[lw.ph[q]] + kk}) if vw > 1 else lidx0
         lane_val = UOp(Ops.GEP, dt, (val,), kk) if vw > 1 and val.op is Ops.LOAD else (val if vw == 1 else UOp.const(dt, 0))
         stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, lbuf.dtype, (lbuf, li)), lane_val, *gsrc))))
     if n_iter > 1: em.close()
