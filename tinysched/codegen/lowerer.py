@@ -10,7 +10,7 @@ The lowering is a pipeline of named passes over one LowerState, in the order `LO
   thread id, a loop counter, a constant, or (upcast/unroll parts) a *lane*. A view's (index, valid)
   come from `ShapeTracker.to_indexed_uops` on the axes' mixed-radix placeholder expressions (the
   same expressions the interpreter evaluates), with the placeholders substituted;
-- closed_form_reduces: reduces that `reduce_folds` (named rules) writes without a loop;
+- closed_form_reduces: reduces that `reduce_folds` (folds.py, named rules) writes without a loop;
 - reduce_loops, stores: AST nodes become values through `ast_lowering` (named rules), once per lane
   combination (interning shares what does not depend on the lane); loads and stores whose lanes
   are consecutive and provably 4-aligned become one vector access. The Emitter (emit.py) places
@@ -26,14 +26,14 @@ arithmetic to int32 exactly when its range and its operands' ranges fit (a loop 
 its last increment to fit); everything else stays `long` in the C source, with casts inserted where
 32- and 64-bit values meet. Buffers past 2**31 elements therefore work; small kernels stay all-int.
 
-Closed-form reduces (`reduce_folds`, named rules): before a reduce gets a loop, it is written as
+Closed-form reduces (`reduce_folds`, folds.py): before a reduce gets a loop, it is written as
 REDUCE_AXIS(body, R...) with each reduce axis a symbol. A sum of a constant masked by intervals of R
 becomes the constant times the interval's length (arange, cumsum of a constant: O(1) per output);
 a sum whose mask leaves at most one point of R becomes one guarded load. Floats fold only where the
 result is bit-exact (c*count exact for every count; +0.0 added back for a lone -0.0).
 
-Everything that reads the index dtype stays in this module: tests plant a 32-bit `IDX`, a wrong
-`PICK32` or a reduced `reduce_folds` here and expect the whole lowering to see it.
+`IDX`, `PICK32` and `reduce_folds` are read from this module when a kernel is lowered, so a test
+that plants a 32-bit IDX, a wrong 32-bit decision or a reduced rule set here changes the whole lowering.
 """
 from __future__ import annotations
 import math
