@@ -16,8 +16,8 @@ def _sum_ast() -> UOp: return (Tensor(np.arange(64, dtype=np.float32).reshape(8,
 def _arange_ast() -> UOp: return Tensor.arange(100).schedule()[-1].ast
 
 def test_pass_order_is_data():
-  assert [p.name for p in lowerer.LOWERING_PASSES] == ["placeholders", "thread_ids", "loops", "closed_form_reduces", "reduce_loops", "stores",
-                                                      "linearize", "narrow_indices", "local_memory_limit"]
+  assert [p.name for p in lowerer.LOWERING_PASSES] == ["placeholders", "thread_ids", "loops", "closed_form_reduces", "reduce_loops",
+                                                      "stores", "linearize", "narrow_indices", "local_memory_limit"]
   ast = _sum_ast()
   k = Kernel(ast, default_opts(ast, GENERIC_GPU))
   assert lowerer.run_passes(k, GENERIC_GPU).lowered() == lowerer.lower(k, GENERIC_GPU)

@@ -303,8 +303,8 @@ class LowerState:
     if key not in self.reduce_result: raise KernelError("internal: reduce used before it was computed")
     v = self.reduce_result[key]
     if u in self.folded_inner:  # inside a parent's loop: its fold symbols become the loop's indices at these lanes
-      k = self.k
-      v = substitute(v, {sym: self.lane_subst(substitute(self.axis_expr[k.n_out + a], self.conc), self.cur_lanes) for a, sym in enumerate(self.fold_syms)})
+      loop_idx = [self.lane_subst(substitute(self.axis_expr[self.k.n_out + a], self.conc), self.cur_lanes) for a in range(len(self.fold_syms))]
+      v = substitute(v, dict(zip(self.fold_syms, loop_idx)))
     return v
 
   def _elementwise(self, u: UOp) -> UOp:
