@@ -1,5 +1,6 @@
 """Program-level replay: (kernel AST, optimization choices, target) -> rendered source, with the current codegen."""
 from __future__ import annotations
+import re
 from typing import Any
 from replay.encode import IncompatibleCapture
 
@@ -37,3 +38,29 @@ def replay_program_full(doc):
     target = Target.from_dict(doc.doc.get("target") or {})
   except (ValueError, TypeError) as e: raise IncompatibleCapture(f"optimization choices or target unreadable: {e}") from None
   return to_program(roots[0], opts, target)
+
+# generated names (counters) shift when a node is added or removed: compared without their numbers
+_COUNTED_NAME = re.compile(r"\b(acc|alu|val|temp|cast|ridx|sidx)\d+\b")
+def _unnumbered(text: str) -> str: return _COUNTED_NAME.sub(r"\1#", text)
+
+def program_rules_behind(data: bytes, old_src: str) -> list[str]:
+  """Lower the stored program input once more with provenance (tinysched/codegen/provenance.py): the rules or passes
+  that made the nodes whose rendered text the stored source does not have, and whose inlined operands' texts it does
+  have (the first nodes to differ, not every user above them), most frequent first. [] when it cannot say."""
+  from replay.encode import parse
+  from tinysched.codegen.provenance import trace_program
+  try:
+    doc = parse(data)
+    (ast,) = doc.roots()
+    from tinysched.codegen.kernel import Opt
+    from tinysched.codegen.target import Target
+    opts = tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
+    _, nodes = trace_program(ast, opts, Target.from_dict(doc.doc.get("target") or {}))
+  except Exception: return []  # noqa: BLE001 (an attribution that fails leaves the report without rule names, nothing more)
+  old = _unnumbered(old_src)
+  changed = {u for u, txt, _, _ in nodes if _unnumbered(txt) not in old}
+  inlined = {u for u, _, inl, _ in nodes if inl}
+  counts: dict[str, int] = {}
+  for u, _, _, lbl in nodes:
+    if u in changed and not any(s in changed and s in inlined for s in u.src): counts[lbl] = counts.get(lbl, 0) + 1
+  return [n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:5]

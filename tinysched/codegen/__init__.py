@@ -1,7 +1,10 @@
-"""Code generation: kernel AST + optimization choices -> OpenCL C (DESIGN §6).
+"""Code generation: kernel AST + optimization choices -> OpenCL C.
 
-kernel.py (axes and Opts), lowerer.py (AST -> linear loop program), opencl.py (rendering),
-heuristic.py (default Opts per device), program.py (`to_program`, the pure entry point).
+kernel.py (axes and Opts), lowerer.py (AST -> linear loop program: the pass pipeline LOWERING_PASSES),
+folds.py (closed forms of reduces), emit.py (placing nodes into loop scopes), narrow.py (32-bit index
+types where exact), rebuild.py (small graph builders), provenance.py (which pass or rule made each
+node), opencl.py (rendering), heuristic.py (default Opts per device), program.py (`to_program`, the
+pure entry point).
 """
 from tinysched.codegen.target import Target, GENERIC_GPU, GENERIC_CPU
 from tinysched.codegen.kernel import Opt, OptOps, Kernel, KernelError, KernelOptError

@@ -22,6 +22,7 @@ Opts are recorded values (`Opt(op, axis, amount)`), applied in order, so a kerne
 exactly from (ast, opts).
 """
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Sequence
@@ -172,7 +173,7 @@ class Kernel:
   # *** parts ***
   def parts_of(self, kind: str) -> list[Part]: return [p for ps in self.parts for p in ps if p.kind == kind]
   @property
-  def all_parts(self) -> list[Part]: return [p for ps in self.parts for p in ps]
+  def all_parts(self) -> list[Part]: return list(itertools.chain.from_iterable(self.parts))
   @property
   def lanes(self) -> int: return prod(p.size for p in self.all_parts if p.kind in (UPCAST, UNROLL))
   @property
@@ -186,8 +187,11 @@ class Kernel:
       raise KernelOptError(f"{opt}: amount {amount} does not divide the remaining size {size} of axis {axis} (shape {self.shape_str()})")
     ps[j:j+1] = [Part(kind_from, size // amount, axis), Part(kind_new, amount, axis)]
 
-  def state(self) -> tuple: return [list(ps) for ps in self.parts], list(self.staged), list(self.applied)
-  def restore(self, st: tuple) -> None: self.parts, self.staged, self.applied = [list(ps) for ps in st[0]], list(st[1]), list(st[2])
+  # a snapshot of what apply_opt changes: tuples, so the in-place edits of later opts cannot reach it
+  def state(self) -> tuple: return tuple(map(tuple, self.parts)), tuple(self.staged), tuple(self.applied)
+  def restore(self, snapshot: tuple) -> None:
+    parts, staged, applied = snapshot
+    self.parts, self.staged, self.applied = [list(ps) for ps in parts], list(staged), list(applied)
   def apply_opt(self, opt: Opt) -> None:
     """Apply one Opt; on KernelOptError the kernel is unchanged (so heuristics can just try)."""
     saved = self.state()

@@ -5,16 +5,19 @@ RANGE ... ENDRANGE brackets a loop, BARRIER is a work-group barrier; values are 
 ids), DEFINE_ACC (accumulators), DEFINE_LOCAL (local memory), LOAD/STORE through INDEX(buffer,
 index, ...), GEP/VECTORIZE for float4 accesses, ASSIGN (accumulator update) and ALU ops.
 
-How (DESIGN §6):
-- every kernel part (kernel.py) gets a placeholder index; a view's (index, valid) come from
-  `ShapeTracker.to_indexed_uops` on the axes' mixed-radix placeholder expressions (the same
-  expressions the interpreter evaluates), then placeholders become thread ids, loop counters, or
-  constants for upcast/unroll *lanes*;
-- lanes are expanded: each lane combination computes its own scalar values (interning shares what
-  does not depend on the lane); loads and stores whose lanes are consecutive and provably
-  4-aligned become one vector access;
-- the Emitter places each value in the innermost open loop it depends on, so loop-invariant work
-  is hoisted and nothing is used outside the loop that defines it.
+The lowering is a pipeline of named passes over one LowerState, in the order `LOWERING_PASSES` lists:
+- placeholders, thread_ids, loops: every kernel part (kernel.py) gets a placeholder index, then a
+  thread id, a loop counter, a constant, or (upcast/unroll parts) a *lane*. A view's (index, valid)
+  come from `ShapeTracker.to_indexed_uops` on the axes' mixed-radix placeholder expressions (the
+  same expressions the interpreter evaluates), with the placeholders substituted;
+- closed_form_reduces: reduces that `reduce_folds` (folds.py, named rules) writes without a loop;
+- reduce_loops, stores: AST nodes become values through `ast_lowering` (named rules), once per lane
+  combination (interning shares what does not depend on the lane); loads and stores whose lanes
+  are consecutive and provably 4-aligned become one vector access. The Emitter (emit.py) places
+  each value in the innermost open loop it depends on, so loop-invariant work is hoisted;
+- linearize, narrow_indices (narrow.py), local_memory_limit.
+A LowerState given a rule trace records every codegen rule that fired (provenance.py uses it to
+say which pass or rule made each node of the program).
 
 Index widths: every index expression is built and simplified in int64 (`IDX`), where value ranges
 are exact, so no 32-bit wrap-around can either corrupt an index or hide from the simplifier (arange's
@@ -23,55 +26,44 @@ arithmetic to int32 exactly when its range and its operands' ranges fit (a loop 
 its last increment to fit); everything else stays `long` in the C source, with casts inserted where
 32- and 64-bit values meet. Buffers past 2**31 elements therefore work; small kernels stay all-int.
 
-Closed-form reduces (`reduce_folds`, named rules): before a reduce gets a loop, it is written as
+Closed-form reduces (`reduce_folds`, folds.py): before a reduce gets a loop, it is written as
 REDUCE_AXIS(body, R...) with each reduce axis a symbol. A sum of a constant masked by intervals of R
 becomes the constant times the interval's length (arange, cumsum of a constant: O(1) per output);
 a sum whose mask leaves at most one point of R becomes one guarded load. Floats fold only where the
 result is bit-exact (c*count exact for every count; +0.0 added back for a lone -0.0).
+
+`IDX`, `PICK32` and `reduce_folds` are read from this module when a kernel is lowered, so a test
+that plants a 32-bit IDX, a wrong 32-bit decision or a reduced rule set here changes the whole lowering.
 """
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, NamedTuple, Sequence
 from tinysched.dtype import DType, dtypes, PtrDType
 from tinysched.ops import Ops, GroupOp
 from tinysched.symbolic import decompose_sum, build_sum
 from tinysched.uop import UOp, sint
 from tinysched.reduce import reduce_identity, acc_dtype
-from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite, ANY
+from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.helpers import prod
 from tinysched.shape import ShapeTracker, View
 from tinysched.codegen.kernel import Kernel, KernelOptError, KernelError, GLOBAL, LOCAL, GROUP, LOOP, UNROLL, UPCAST
 from tinysched.codegen.target import Target
+from tinysched.codegen.emit import Emitter
+from tinysched.codegen.narrow import Narrowing
+from tinysched.codegen.rebuild import substitute, contains, alu
+from tinysched.codegen.folds import reduce_folds, LOOPS
 
 # Index arithmetic is built and simplified in 64 bits, where value ranges are exact (no 32-bit wrap-around can hide an
 # overflow or block a fold); `narrow_indices` then gives every node that provably fits 32 bits back its fast int type.
 IDX = dtypes.int64
-NARROW = dtypes.int32
-INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 MAX_GRID_Y = 65535  # NVIDIA limits work-group counts in dims 1 and 2; dim 0 is practically unlimited
-LEAVES = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR})
-EFFECTS = frozenset({Ops.STORE, Ops.ASSIGN, Ops.BARRIER, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL})
 
 # *** integer sums: c0*t0 + c1*t1 + ... + const ***
 
 # the simplifier's sum-of-products helpers, with the index dtype as the default
 decompose = decompose_sum
 def build(terms: list[tuple[UOp, int]], const: int, dtype: DType | None = None) -> UOp: return build_sum(dtype or IDX, terms, const)
-
-def _subst(x: UOp, m: dict[UOp, UOp]) -> UOp:
-  """x with the nodes in m replaced, simplified (a plain rebuild: cheaper than a rewrite pass)."""
-  if not m: return x
-  topo = x.toposort()
-  if not any(u in m for u in topo): return x
-  new: dict[UOp, UOp] = {}
-  for u in topo:
-    if u in m: new[u] = m[u]
-    elif u.src:
-      src = tuple(new[s] for s in u.src)
-      new[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
-    else: new[u] = u
-  return new[x].simplify()
 
 def _mixed_radix(vals: list[UOp], sizes: list[sint]) -> UOp:
   """vals[0]*prod(sizes[1:]) + ... + vals[-1]."""
@@ -116,196 +108,6 @@ def _split_dims(n: int) -> list[list[int]]:
   while len(groups) > 3: groups[0:2] = [groups[0] + groups[1]]
   return groups
 
-# *** the emitter: scoped placement of nodes ***
-
-class Block:
-  __slots__ = ("range", "items", "open_child", "closed")
-  def __init__(self, rng: UOp | None):
-    self.range, self.items, self.open_child, self.closed = rng, [], None, False
-
-class Emitter:
-  def __init__(self):
-    self.root = Block(None)
-    self.stack: list[Block] = [self.root]
-    self.placed: dict[UOp, Block] = {}
-    self.always: set[UOp] = set()            # declarations and effects: visible once emitted (membership only)
-    self.contrib: dict[UOp, frozenset] = {}  # the loops a node's value depends on
-
-  def _visible(self, x: UOp) -> bool:
-    if x in self.always or x.op in LEAVES: return True
-    b = self.placed.get(x)
-    return b is not None and not b.closed
-
-  def _insert(self, b: Block, x: UOp) -> None:
-    if b.open_child is not None: b.items.insert(len(b.items) - 1, x)  # hoisted: before the open loop (always the last item)
-    else: b.items.append(x)
-    self.placed[x] = b
-
-  def value(self, root: UOp) -> UOp:
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-      x, ready = stack.pop()
-      if self._visible(x) and x in self.contrib: continue
-      if not ready:
-        stack.append((x, True))
-        stack.extend((s, False) for s in reversed(x.src) if not (self._visible(s) and s in self.contrib))
-        continue
-      c = frozenset().union(*(self.contrib[s] for s in x.src))
-      if x.op is Ops.RANGE: c = c | {x}
-      self.contrib[x] = c
-      if x.op in LEAVES: continue
-      if x.op is Ops.RANGE: raise KernelError(f"internal: loop {x.arg} used outside of its scope")
-      if x.op in EFFECTS: raise KernelError(f"internal: {x.op} used before it was emitted")
-      target = self.root
-      open_ranges = [b.range for b in self.stack if b.range is not None]
-      if any(r not in open_ranges for r in c if r.op is Ops.RANGE): raise KernelError("internal: value depends on a closed loop")
-      for b in reversed(self.stack):
-        if b.range is not None and b.range in c:
-          target = b
-          break
-      self._insert(target, x)
-    return root
-
-  def declare(self, x: UOp) -> UOp:
-    """DEFINE_ACC / DEFINE_LOCAL: declared at function scope (local arrays first of all)."""
-    for s in x.src: self.value(s) if s.op is not Ops.RANGE else None
-    self.contrib[x] = frozenset(s for s in x.src if s.op is Ops.RANGE)
-    if x.op is Ops.DEFINE_LOCAL:
-      n = sum(1 for it in self.root.items if isinstance(it, UOp) and it.op is Ops.DEFINE_LOCAL)
-      self.root.items.insert(n, x)
-      self.placed[x] = self.root
-    else: self._insert(self.root, x)
-    self.always.add(x)
-    return x
-
-  def effect(self, x: UOp, contrib: frozenset | None = None) -> UOp:
-    """STORE / ASSIGN / BARRIER: emitted in the innermost open scope, in program order. `contrib`
-    overrides the loops the node's users depend on (an accumulator update read again inside its loop)."""
-    for s in x.src:
-      if s.op not in EFFECTS: self.value(s)
-    cur = self.stack[-1]
-    cur.items.append(x)
-    self.placed[x] = cur
-    self.always.add(x)
-    # users of an ASSIGN read the accumulator after its loops; users of a BARRIER live in this scope
-    if contrib is not None: self.contrib[x] = contrib
-    elif x.op is Ops.BARRIER: self.contrib[x] = frozenset(b.range for b in self.stack if b.range is not None)
-    else: self.contrib[x] = frozenset()
-    return x
-
-  def open(self, rng: UOp) -> None:
-    for s in rng.src: self.value(s)  # a symbolic bound is computed before the loop
-    b = Block(rng)
-    cur = self.stack[-1]
-    cur.items.append(b)
-    cur.open_child = b
-    self.stack.append(b)
-    self.placed[rng] = b
-    self.contrib[rng] = frozenset({rng})
-
-  def close(self) -> None:
-    b = self.stack.pop()
-    b.closed = True
-    self.stack[-1].open_child = None
-
-  def linearize(self) -> list[UOp]:
-    if len(self.stack) != 1: raise KernelError("internal: unclosed loops")
-    def walk(b: Block) -> list[UOp]:
-      out: list[UOp] = []
-      for it in b.items:
-        if isinstance(it, Block): out += [it.range] + walk(it) + [UOp(Ops.ENDRANGE, dtypes.void, (it.range,))]
-        else: out.append(it)
-      return out
-    return walk(self.root)
-
-# *** narrowing: 64-bit index arithmetic back to 32 bits where the value ranges allow ***
-
-_PURE_LEAVES = frozenset({Ops.SPECIAL, Ops.RANGE, Ops.DEFINE_VAR})
-# signed or at most 32-bit unsigned: every value converts to int64 exactly
-_EXACT_IN_I64 = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32)
-
-def fits32(lo, hi) -> bool: return INT32_MIN <= lo and hi <= INT32_MAX
-
-class _Narrow:
-  """One pass over a linear program (see narrow_indices); `pick32` is the decision, a hook tests can replace."""
-  def __init__(self, uops: list[UOp], pick32):
-    self.pick32 = pick32
-    self.pure: dict[UOp, bool] = {}
-    self.new: dict[UOp, UOp] = {}
-    self.slots: list[list[UOp]] = []   # one slot per emitted node: the node, then the casts of it
-    self.slot_of: dict[UOp, int] = {}
-    self.uops = uops
-
-  def is_pure(self, u: UOp) -> bool:
-    # an integer/bool function of thread ids, loop counters and Variables only (no memory, no accumulators)
-    if u.op is Ops.CONST: return True
-    return self.pure.get(u, False)
-
-  def fits(self, u: UOp) -> bool:
-    """u's exact value range (computed on the 64-bit graph) is inside int32; never for a non-integer."""
-    return dtypes.is_int(u.dtype) and fits32(u.vmin, u.vmax)
-
-  def val(self, s: UOp, want: DType) -> UOp:
-    """The new program's value of original node s, in dtype `want` (a cast, emitted right after its source)."""
-    if s.op is Ops.CONST: return UOp.const(want, s.arg) if dtypes.is_int(want) and dtypes.is_int(s.dtype) else s
-    n = self.new[s]
-    if n.dtype == want or not (dtypes.is_int(n.dtype) and dtypes.is_int(want)): return n
-    if n.op is Ops.CONST: return UOp.const(want, n.arg)
-    c = UOp(Ops.CAST, want, (n,))
-    if c not in self.slot_of:
-      i = self.slot_of[n]
-      self.slots[i].append(c)
-      self.slot_of[c] = i
-    return c
-
-  def emit(self, n: UOp) -> None:
-    if n in self.slot_of: return  # the same node twice (two originals narrowed to one): its first place computes it
-    self.slot_of[n] = len(self.slots)
-    self.slots.append([n])
-
-  def one(self, u: UOp) -> UOp:
-    op = u.op
-    if op in _PURE_LEAVES or ((op in GroupOp.ALU or op is Ops.CAST) and all(self.is_pure(s) for s in u.src)):
-      self.pure[u] = dtypes.is_int(u.dtype) or dtypes.is_bool(u.dtype)
-    int_srcs = [s for s in u.src if dtypes.is_int(s.dtype)]
-    wide_node = self.pure.get(u, False) and (u.dtype == IDX or (dtypes.is_bool(u.dtype) and bool(int_srcs) and
-                                                                 all(s.dtype == IDX for s in int_srcs)))
-    if wide_node:
-      if op is Ops.SPECIAL: return u.replace(dtype=NARROW) if self.pick32(u, fits32(u.vmin, u.vmax)) else u
-      if op is Ops.RANGE:
-        # the loop counter is incremented once past its last value: that one must fit too
-        calc = NARROW if self.pick32(u, fits32(u.vmin, u.vmax + 1)) else IDX
-        return UOp(op, calc, tuple(self.val(s, calc) for s in u.src), u.arg)
-      if op is Ops.DEFINE_VAR: return u
-      if op is Ops.CAST and u.src[0].dtype in _EXACT_IN_I64:
-        # a widening cast is only a change of type: the source value is exact either way
-        return self.val(u.src[0], NARROW if self.pick32(u, self.fits(u) and self.fits(u.src[0])) else IDX)
-      # a 32-bit op on exact 32-bit operands is exact when its own result fits 32 bits
-      ok = (dtypes.is_bool(u.dtype) or self.fits(u)) and all(self.fits(s) for s in int_srcs)
-      calc = NARROW if self.pick32(u, ok) else IDX
-      return UOp(op, u.dtype if dtypes.is_bool(u.dtype) else calc,
-                 tuple(self.val(s, calc) if dtypes.is_int(s.dtype) else self.val(s, s.dtype) for s in u.src), u.arg)
-    if op is Ops.INDEX: src = (self.new[u.src[0]], self.as_is(u.src[1])) + tuple(self.val(s, s.dtype) for s in u.src[2:])
-    elif op is Ops.CAST and dtypes.is_int(u.src[0].dtype):
-      # a conversion depends only on the value: take the operand in whatever type it has now
-      if (x := self.as_is(u.src[0])).dtype == u.dtype: return x
-      src = (x,)
-    # loop counters as sources of ENDRANGE / DEFINE_ACC only mark the loop (an accumulator is declared before its loop
-    # opens: it keeps the marker it was built with)
-    else: src = tuple(self.new.get(s, s) if s.op is Ops.RANGE else self.val(s, s.dtype) for s in u.src)
-    return u if src == u.src else UOp(op, u.dtype, src, u.arg)
-
-  def as_is(self, s: UOp) -> UOp:
-    """An integer operand whose type does not matter (an address, a conversion's input), in the type it has now."""
-    if s.op is Ops.CONST: return UOp.const(NARROW if fits32(s.arg, s.arg) else IDX, s.arg) if s.dtype == IDX else s
-    return self.new[s]
-
-  def run(self) -> list[UOp]:
-    for u in self.uops:
-      n = self.new[u] = self.one(u)
-      if n.op is not Ops.CONST and n not in self.slot_of: self.emit(n)
-    return [x for sl in self.slots for x in sl]
-
 def _default_pick32(u: UOp, ok: bool) -> bool: return ok
 PICK32 = _default_pick32  # the 32-bit decision (module-level so a test can plant a wrong one)
 
@@ -317,202 +119,9 @@ def narrow_indices(uops: list[UOp]) -> list[UOp]:
   computes exactly the 64-bit value. Everything else keeps int64; a 32-bit operand of a 64-bit op is cast up (and a
   64-bit value read by a 32-bit op cast down) right after it is defined. Other integer nodes (memory, accumulators)
   keep their dtypes and get their operands back in their original types."""
-  return _Narrow(uops, PICK32).run()
+  return Narrowing(uops, PICK32, IDX).run()
 
-# *** closed forms of reduces (arange, cumsum of a constant) ***
-#
-# A reduce is first written symbolically: REDUCE_AXIS(body, R0, R1, ...) with arg (op, "loops"), where each R is one
-# whole reduce axis as a RANGE symbol and the body is the lowered reduce input (thread ids for the output axes). The
-# rules below remove the Rs one at a time; a reduce is folded only when none is left (else it gets its loop).
-
-def _has(x: UOp, targets: frozenset[UOp] | set[UOp]) -> bool: return any(u in targets for u in x.toposort())
-
-def _clauses(cond: UOp) -> list[UOp]:
-  """The conjuncts of a bool AND tree, in order."""
-  out, stack = [], [cond]
-  while stack:
-    u = stack.pop()
-    if u.op is Ops.AND and u.dtype == dtypes.bool: stack.extend(reversed(u.src))
-    else: out.append(u)
-  return out
-
-def _floordiv(p: UOp, d: int) -> UOp:
-  """floor(p / d) for d > 0 with the truncating IDIV: shift p to non-negative by a multiple of d first."""
-  if d == 1: return p
-  if p.vmin >= 0: return (p // d).simplify()
-  m = -(p.vmin // d)  # ceil(-vmin / d): p + m*d >= 0
-  return ((p + m*d) // d - m).simplify()
-
-def _linear(e: UOp, r: UOp) -> tuple[int, UOp] | None:
-  """e == a*r + rest with rest free of r, or None (r inside a product, a division...)."""
-  terms, const = decompose_sum(e)
-  a, rest = 0, []
-  for t, k in terms:
-    if t is r: a += k
-    elif _has(t, {r}): return None
-    else: rest.append((t, k))
-  return a, build(rest, const)
-
-def _fits(w: UOp, dt: DType) -> bool: return dtypes.min(dt) <= w.vmin and w.vmax <= dtypes.max(dt)
-
-def _widen(x: UOp) -> UOp | None:
-  """The exact value of an integer expression in IDX, or None where a narrower dtype may wrap around. A folded arange
-  is int (CAST of an IDX count, plus the start): `v == id` with v and id int32 becomes an IDX compare this way."""
-  if x.dtype == IDX: return x
-  if not dtypes.is_int(x.dtype) or x.dtype.itemsize > IDX.itemsize or (x.dtype.itemsize == IDX.itemsize and dtypes.min(x.dtype) == 0):
-    return None
-  if x.op is Ops.CONST: return UOp.const(IDX, x.arg)
-  if x.op is Ops.CAST and dtypes.is_int(x.src[0].dtype):
-    return w if (w := _widen(x.src[0])) is not None and _fits(w, x.dtype) else None
-  if x.op in (Ops.ADD, Ops.MUL):
-    ws = [_widen(s) for s in x.src]
-    if any(w is None for w in ws): return None
-    return w if _fits(w := UOp(x.op, IDX, tuple(ws)).simplify(), x.dtype) else None  # type: ignore[arg-type]
-  return UOp(Ops.CAST, IDX, (x,))  # a load, a variable: its value, extended
-
-def _bounds(clause: UOp, r: UOp) -> tuple[UOp | None, UOp | None] | None:
-  """A clause on r as lo <= r < hi (None: no bound on that side), or None if it is not an interval in r."""
-  neg, c = False, clause
-  while c.op is Ops.CMPNE and c.src[1].op is Ops.CONST and c.src[1].dtype == dtypes.bool and c.src[1].arg is True:
-    neg, c = not neg, c.src[0]  # x != True is not x
-  if c.op not in (Ops.CMPLT, Ops.CMPNE): return None
-  if not all(x.dtype == IDX for x in c.src):
-    if (w := [_widen(x) for x in c.src])[0] is None or w[1] is None: return None
-    c = UOp(c.op, c.dtype, (w[0], w[1]))
-  x, y = c.src
-  if c.op is Ops.CMPNE:
-    if not neg or (lin := _linear((x - y).simplify(), r)) is None or abs(lin[0]) != 1: return None
-    p = (-lin[1] if lin[0] == 1 else lin[1]).simplify()  # x == y: r is one point
-    return p, (p + 1).simplify()
-  if neg: x, y = y, x + 1  # not (x < y) is y < x + 1 for integers
-  if (lin := _linear((x - y).simplify(), r)) is None or lin[0] == 0: return None
-  a, rest = lin  # a*r + rest < 0
-  if a > 0: return None, (-_floordiv(rest, a)).simplify()  # r < ceil(-rest/a)
-  return (_floordiv(rest, -a) + 1).simplify(), None         # r > rest/|a|
-
-def _exact_float_multiple(c: UOp, n: sint, dt: DType) -> bool:
-  """Every partial sum k*c (k <= n) of a float constant is exact, so summing it in any order gives n*c exactly."""
-  if not math.isfinite(c.arg) or type(n) is not int: return False
-  m = abs(c.arg)
-  if m == 0: return True
-  mant, _ = math.frexp(m)
-  odd = int(mant * 2**53)
-  while odd % 2 == 0: odd //= 2
-  bits = 24 if dt == dtypes.float32 else 53 if dt == dtypes.float64 else 11
-  return n * odd <= 2**bits
-
-def _scaled(c: UOp, count: UOp, n: sint, dt: DType) -> UOp | None:
-  """The sum of `count` copies of c in dtype dt (as the accumulator would compute it), or None if not exact."""
-  if dt == dtypes.bool: return UOp(Ops.WHERE, dt, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(IDX, 0), count)), c, UOp.const(dt, False)))
-  if dtypes.is_int(dt):  # wrap-around of repeated addition is the wrap-around of the product
-    cnt = count.cast(dt)
-    return cnt if c.op is Ops.CONST and c.arg == 1 else _fold(Ops.MUL, dt, (cnt, c))
-  if c.op is not Ops.CONST or not _exact_float_multiple(c, n, dt): return None
-  if c.arg == 0: return UOp.const(dt, 0.0)
-  # no terms is +0.0 (0 * a negative c would be -0.0)
-  return UOp(Ops.WHERE, dt, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(IDX, 0), count)),
-                             _fold(Ops.MUL, dt, (count.cast(dt), c)), UOp.const(dt, 0.0)))
-
-def _is_zero(z: UOp) -> bool: return z.op is Ops.CONST and z.arg == 0 and not (type(z.arg) is float and math.copysign(1, z.arg) < 0)
-
-def _rsize(r: UOp) -> sint: return r.src[1].arg if r.src[1].op is Ops.CONST else r.src[1]
-
-def _drop(red: UOp, r: UOp, body: UOp) -> UOp:
-  return UOp(Ops.REDUCE_AXIS, red.dtype, (body,) + tuple(x for x in red.src[1:] if x is not r), red.arg)
-
-def fold_invariant(red: UOp, x: UOp) -> UOp | None:
-  """sum over r of x, x free of r: |r| copies of x."""
-  if red.arg[0] is not Ops.ADD: return None
-  for r in red.src[1:]:
-    if _has(x, {r}): continue
-    n = _rsize(r)
-    if (v := _scaled(x, wide(n), n, red.dtype)) is not None: return _drop(red, r, v)
-  return None
-
-def fold_masked_const(red: UOp, cond: UOp, c: UOp, z: UOp) -> UOp | None:
-  """sum over r of (cond ? c : 0), c free of r and cond's clauses on r intervals: c times the interval's length."""
-  if red.arg[0] is not Ops.ADD or not _is_zero(z): return None
-  for r in red.src[1:]:
-    if _has(c, {r}): continue
-    clauses = _clauses(cond)
-    on_r = [cl for cl in clauses if _has(cl, {r})]
-    if not on_r: continue
-    lo, hi = UOp.const(IDX, 0), wide(_rsize(r))
-    for cl in on_r:
-      if (b := _bounds(cl, r)) is None: break
-      if b[0] is not None: lo = lo.maximum(b[0])
-      if b[1] is not None: hi = hi.minimum(b[1])
-    else:
-      count = (hi - lo).maximum(0).simplify()
-      if (v := _scaled(c, count, _rsize(r), red.dtype)) is None: continue
-      rest = [cl for cl in clauses if not _has(cl, {r})]
-      body = v
-      if rest:
-        rc = rest[0]
-        for cl in rest[1:]: rc = UOp(Ops.AND, dtypes.bool, (rc, cl))
-        body = UOp(Ops.WHERE, red.dtype, (rc, v, UOp.const(red.dtype, 0)))
-      return _drop(red, r, body)
-  return None
-
-def _guard_loads(x: UOp, r: UOp, p: UOp, guard: UOp) -> UOp:
-  """x with r := p; every load that reads through r also requires `guard` (its address at p may be out of range)."""
-  new: dict[UOp, UOp] = {}
-  for u in x.toposort():
-    if u.op is Ops.LOAD and _has(u, {r}):
-      idx = _subst(u.src[0].src[1], {r: p})
-      valid = (u.src[1] if len(u.src) > 1 else UOp.const(dtypes.bool, True))
-      valid = UOp(Ops.AND, dtypes.bool, (_subst(valid, {r: p}), guard)).simplify()
-      if valid.op is Ops.CONST: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)),)) \
-        if valid.arg else UOp.const(u.dtype, 0)
-      else: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)), valid))
-    elif u is r: new[u] = p
-    elif u.src: new[u] = UOp(u.op, u.dtype, tuple(new[s] for s in u.src), u.arg)
-    else: new[u] = u
-  return new[x]
-
-def fold_masked_point(red: UOp, x: UOp) -> UOp | None:
-  """sum over r of a body that is 0 outside an interval of r holding at most one point: the body at that point,
-  its loads guarded (one load instead of a loop). The body is 0 outside the interval when it is WHERE(cond, y, 0) with
-  the interval in cond, or a masked load (or a cast of one) with the interval in the load's validity."""
-  if red.arg[0] is not Ops.ADD: return None
-  if x.op is Ops.WHERE and _is_zero(x.src[2]): clauses, y = _clauses(x.src[0]), x.src[1]
-  else: clauses, y = [], x
-  ld = y.src[0] if y.op is Ops.CAST and dtypes.is_int(y.src[0].dtype) == dtypes.is_int(y.dtype) else y
-  load_clauses = _clauses(ld.src[1]) if ld.op is Ops.LOAD and len(ld.src) > 1 else []
-  for r in red.src[1:]:
-    on_r = [cl for cl in clauses + load_clauses if _has(cl, {r})]
-    if not on_r: continue
-    bs = [_bounds(cl, r) for cl in on_r]
-    if any(b is None for b in bs): continue
-    los = [UOp.const(IDX, 0)] + [b[0] for b in bs if b[0] is not None]
-    his = [wide(_rsize(r))] + [b[1] for b in bs if b[1] is not None]
-    # at most one point: some pair of bounds is at most 1 apart
-    if not any((h - l).simplify().vmax <= 1 for l in los for h in his): continue
-    lo, hi = los[0], his[0]
-    for l in los[1:]: lo = lo.maximum(l)
-    for h in his[1:]: hi = hi.minimum(h)
-    lo, guard = lo.simplify(), (lo < hi).simplify()
-    rest = [cl for cl in clauses if not _has(cl, {r})]
-    cond = guard
-    for cl in rest: cond = UOp(Ops.AND, dtypes.bool, (cond, cl))
-    body = _guard_loads(y, r, lo, guard)
-    body = body if cond.op is Ops.CONST and cond.arg else UOp(Ops.WHERE, y.dtype, (cond, body, UOp.const(y.dtype, 0)))
-    # floats: the loop's sum is 0.0 + ... + y, which turns a -0.0 into +0.0
-    if dtypes.is_float(body.dtype): body = UOp(Ops.ADD, body.dtype, (body, UOp.const(body.dtype, 0.0)))
-    return _drop(red, r, body)
-  return None
-
-_LOOPS = "loops"
-# named so replay reports can say which closed form replaced a loop
-reduce_folds = PatternMatcher([
-  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), arg=(Ops.ADD, _LOOPS)), lambda x: x, "reduce_no_loops_left"),
-  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.WHERE, src=(UPat.var("cond"), UPat.var("c"), UPat.cvar("z"))),), arg=ANY, name="red",
-        allow_any_len=True), fold_masked_const, "reduce_masked_const_to_count"),
-  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), name="red", allow_any_len=True), fold_masked_point, "reduce_masked_point_to_load"),
-  (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x"),), name="red", allow_any_len=True), fold_invariant, "reduce_invariant_to_product"),
-], name="reduce_folds")
-
-# *** lowering ***
+# *** the result ***
 
 @dataclass(frozen=True)
 class Lowered:
@@ -526,105 +135,54 @@ class Lowered:
   outs: tuple[int, ...]               # buffer numbers written
 
 
-def _fold(op: Ops, dtype: DType, srcs: tuple[UOp, ...], arg: Any = None) -> UOp:
-  """Build an ALU node; fold a WHERE on a constant condition and integer/bool ops on constants."""
-  if op is Ops.WHERE and srcs[0].op is Ops.CONST: return srcs[1] if srcs[0].arg else srcs[2]
-  if op in GroupOp.ALU and all(s.op is Ops.CONST for s in srcs) and not dtypes.is_float(dtype) and \
-      not any(dtypes.is_float(s.dtype) for s in srcs):
-    return UOp(op, dtype, srcs, arg).simplify()
-  return UOp(op, dtype, srcs, arg)
+# *** lowering: the state the passes share, and the queries they make of it ***
 
-class Lowerer:
-  def __init__(self, k: Kernel, target: Target):
+class LowerState:
+  """One kernel being lowered: its parts' placeholders, thread ids and loops, the emitter, and the values computed so far.
+  The passes (LOWERING_PASSES) fill it in order; its methods answer questions about it (a view's index at a lane
+  combination, the value of an AST node, a load) and memoize the answers."""
+  def __init__(self, k: Kernel, target: Target, rule_trace: list[tuple[str, UOp, UOp]] | None = None):
     self.k, self.t = k, target
     self.em = Emitter()
-    # parts and their placeholders (RANGE nodes with a tuple arg, so they have value ranges)
+    self.rule_trace = rule_trace  # when a list: (rule name, AST or reduce node, result) of every codegen rule that fired
     self.plist: list[tuple[int, int, Any]] = [(a, j, p) for a, ps in enumerate(k.parts) for j, p in enumerate(ps)]
-    self.ph: dict[tuple[int, int], UOp] = {}
-    for a, j, p in self.plist:
-      self.ph[(a, j)] = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), ("p", a, j))
-    self.axis_expr = [_mixed_radix([self.ph[(a, j)] for j in range(len(ps))], [p.size for p in ps]) for a, ps in enumerate(k.parts)]
-    self.lanes = [(a, j) for a, j, p in self.plist if p.kind in (UPCAST, UNROLL) and not _is1(p.size)]
-    self.lane_ph = [self.ph[x] for x in self.lanes]
-    self.lane_sizes = [k.parts[a][j].size for a, j in self.lanes]
-    self.out_lanes = [i for i, (a, j) in enumerate(self.lanes) if k.parts[a][j].kind == UPCAST]
-    self.red_lanes = [i for i, (a, j) in enumerate(self.lanes) if k.parts[a][j].kind == UNROLL]
-    self._setup_ids()
+    # filled by the passes, in LOWERING_PASSES order
+    self.ph: dict[tuple[int, int], UOp] = {}             # part -> its placeholder
+    self.axis_expr: list[UOp] = []                       # axis -> mixed-radix expression of its parts' placeholders
+    self.lanes: list[tuple[int, int]] = []               # UPCAST/UNROLL parts, each lane a constant per lane combination
+    self.lane_ph: list[UOp] = []
+    self.lane_sizes: list[sint] = []
+    self.out_lanes: list[int] = []
+    self.red_lanes: list[int] = []
+    self.var: dict[tuple[int, int], UOp] = {}            # part -> thread id / loop counter / 0 expression
+    self.lparts: list[tuple[int, int]] = []
+    self.has_local = False
+    self.ndim, self.wg = 1, 1
+    self.local_size: tuple[int, ...] | None = None
+    self.global_size: tuple[sint, ...] = ()
     self.loops: list[tuple[tuple[int, int], UOp]] = []
-    for a, j, p in self.plist:
-      if p.kind == LOOP and not _is1(p.size) and a - k.n_out not in k.inner_only:
-        self.loops.append(((a, j), r := UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), len(self.loops))))
-        self.var[(a, j)] = r
-    for a, j, p in self.plist:
-      if _is1(p.size) or (p.kind == LOOP and a - k.n_out in k.inner_only): self.var[(a, j)] = UOp.const(IDX, 0)
-    self.conc = {self.ph[x]: v for x, v in self.var.items()}  # placeholder -> concrete (lanes stay)
-    self.view_cache: dict[UOp, Any] = {}
-    self.at_cache: dict[tuple, tuple[UOp, UOp]] = {}
-    self.val_cache: dict[tuple, UOp] = {}
-    self.vload_cache: dict[tuple, UOp] = {}
+    self.conc: dict[UOp, UOp] = {}                       # placeholder -> concrete (lanes stay)
+    self.loop_reduces: list[UOp] = list(k.reduceops)     # the reduces that need a loop
+    self.folded_inner: set[UOp] = set()
+    self.fold_syms: list[UOp] = []
     self.reduce_result: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
     self.stage: dict[UOp, tuple[UOp, UOp, UOp]] = {}  # staged LOAD -> (local buffer, layout index (placeholders), barrier)
     self.local_mem = 0
     self.n_acc = self.n_local = 0
+    self.uops: list[UOp] = []                            # the linear program
+    self.renamed: dict[UOp, UOp] = {}                    # a pass that rebuilds the program: old node -> new node
+    # memo tables of the queries
+    self.view_cache: dict[UOp, Any] = {}
+    self.at_cache: dict[tuple, tuple[UOp, UOp]] = {}
+    self.val_cache: dict[tuple, UOp] = {}
+    self.vload_cache: dict[tuple, UOp] = {}
     self.in_body = False
     self.cur_lanes: tuple[int, ...] = ()
-
-  # *** thread ids ***
-  def _setup_ids(self) -> None:
-    k, t = self.k, self.t
-    self.var: dict[tuple[int, int], UOp] = {}
-    gparts = [(a, j) for a, j, p in self.plist if p.kind == GLOBAL and not _is1(p.size)]
-    # GROUP threads outermost: consecutive hardware threads (dim 0) then take the LOCAL parts of output axes, which is
-    # where the heuristics put the contiguous direction
-    lparts = [(a, j) for a, j, p in self.plist if p.kind == GROUP and not _is1(p.size)] + \
-             [(a, j) for a, j, p in self.plist if p.kind == LOCAL and not _is1(p.size)]
-    self.lparts = lparts
-    # local memory is per work-group: a staged kernel needs explicit work-groups even with no local parts
-    self.has_local = bool(lparts) or bool(k.staged)
-    size = lambda x: k.parts[x[0]][x[1]].size  # noqa: E731
-    def bound(s: sint) -> int: return s if type(s) is int else int(wide(s).vmax)  # 64-bit: an int32 product could wrap
-    ggroups = _split_dims(len(gparts))
-    # counts of work-groups in dims 1 and 2 are limited on some GPUs: fall back to one flat dim
-    if any(bound(prod(size(gparts[i]) for i in g)) > MAX_GRID_Y for g in ggroups[:-1]): ggroups = [list(range(len(gparts)))] if gparts else []
-    lgroups = _split_dims(len(lparts))
-    self.ndim = max(len(ggroups), len(lgroups), 1)
-    gsz: list[sint] = [1]*self.ndim
-    lsz: list[int] = [1]*self.ndim
-    for d, grp in enumerate(reversed(ggroups)):
-      sizes = [size(gparts[i]) for i in grp]
-      total = prod(sizes)
-      gsz[d] = total if type(total) is int else wide(total)  # evaluated at launch: must not wrap either
-      fn = "group" if self.has_local else "global"
-      sp = UOp(Ops.SPECIAL, IDX, (), (f"gidx{d}", bound(total), fn))
-      self._assign_group(sp, [gparts[i] for i in grp], sizes)
-    for d, grp in enumerate(reversed(lgroups)):
-      sizes = [size(lparts[i]) for i in grp]
-      total = prod(sizes)
-      if type(total) is not int: raise KernelOptError("local sizes must be concrete")
-      lim = t.max_work_item_sizes[d] if d < len(t.max_work_item_sizes) else 1
-      if total > lim: raise KernelOptError(f"local size {total} in dim {d} exceeds {t.name}'s max work-item size {lim}")
-      lsz[d] = total
-      sp = UOp(Ops.SPECIAL, IDX, (), (f"lidx{d}", total, "local"))
-      self._assign_group(sp, [lparts[i] for i in grp], sizes)
-    wg = prod(lsz)
-    if wg > t.max_work_group_size:
-      raise KernelOptError(f"work-group size {wg} exceeds {t.name}'s max work-group size {t.max_work_group_size}")
-    self.wg = wg
-    self.local_size = tuple(lsz) if self.has_local else None
-    self.global_size = tuple(g*l for g, l in zip(gsz, lsz)) if self.has_local else tuple(gsz)
-
-  def _assign_group(self, sp: UOp, parts: list[tuple[int, int]], sizes: list[sint]) -> None:
-    for i, x in enumerate(parts):
-      inner = prod(sizes[i+1:])
-      v = sp if (type(inner) is int and inner == 1) else sp // wide(inner)
-      if i > 0: v = v % wide(sizes[i])
-      self.var[x] = v.simplify()
 
   def lid_flat(self) -> UOp:
     """A flat local id (hardware order: dim 0 fastest) as a placeholder expression."""
     return _mixed_radix([self.ph[x] for x in self.lparts], [self.k.parts[a][j].size for a, j in self.lparts])
 
-  # *** index expressions ***
   def view_sym(self, view: UOp) -> tuple[UOp, UOp]:
     st = wide_st(self.k.sts[view])
     if not st.shape: return st.reshape((1,)).to_indexed_uops([UOp.const(IDX, 0)])  # an index to take the offset's dtype from
@@ -635,7 +193,7 @@ class Lowerer:
     """(index, valid) with thread ids and loops in place, lanes still placeholders; plus the linear form in the lanes."""
     if (c := self.view_cache.get(view)) is not None: return c
     idx, valid = self.view_sym(view)
-    idx, valid = _subst(idx, self.conc), _subst(valid, self.conc)
+    idx, valid = substitute(idx, self.conc), substitute(valid, self.conc)
     c = (idx, valid, self._linear(idx))
     self.view_cache[view] = c
     return c
@@ -646,13 +204,13 @@ class Lowerer:
     rest, coeffs = [], {}
     for t, c in terms:
       if t in lane_set: coeffs[t] = coeffs.get(t, 0) + c
-      elif _has(t, lane_set): return None
+      elif contains(t, lane_set): return None
       else: rest.append((t, c))
     return rest, const, coeffs
 
   def lane_subst(self, x: UOp, lanes: tuple[int, ...]) -> UOp:
     m = {p: UOp.const(IDX, v) for p, v in zip(self.lane_ph, lanes)}
-    return _subst(x, m)
+    return substitute(x, m)
 
   def at(self, idx: UOp, valid: UOp, lin: Any, lanes: tuple[int, ...]) -> tuple[UOp, UOp]:
     if lin is not None:
@@ -675,12 +233,11 @@ class Lowerer:
     if any(c % 4 != 0 for _, c in rest): return None
     for pos in reversed(allowed):
       p = self.lane_ph[pos]
-      if self.lane_sizes[pos] % 4 != 0 or coeffs.get(p) != 1 or _has(valid, {p}): continue
+      if self.lane_sizes[pos] % 4 != 0 or coeffs.get(p) != 1 or contains(valid, {p}): continue
       base = lanes[:pos] + (lanes[pos] - lanes[pos] % 4,) + lanes[pos+1:]
       if (const + sum(coeffs.get(q, 0)*v for q, v in zip(self.lane_ph, base))) % 4 == 0: return pos, base
     return None
 
-  # *** memory ***
   def make_load(self, buf: UOp, idx: UOp, valid: UOp, dtype: DType, barrier: UOp | None = None) -> UOp:
     if valid.op is Ops.CONST and not valid.arg: return UOp.const(dtype, 0)
     src = (UOp(Ops.INDEX, buf.dtype, (buf, idx)),)
@@ -709,7 +266,7 @@ class Lowerer:
     lbuf, layout, bar = self.stage[ld]
     dt = ld.src[0].dtype.base
     if (c := self.view_cache.get(layout)) is None:
-      idx = _subst(layout, self.conc)
+      idx = substitute(layout, self.conc)
       c = self.view_cache[layout] = (idx, self._linear(idx))
     idx, lin = c
     true = UOp.const(dtypes.bool, True)
@@ -721,7 +278,6 @@ class Lowerer:
       return UOp(Ops.GEP, dt, (vl,), lanes[pos] - base[pos])
     return self.make_load(lbuf, self.at(idx, true, lin, lanes)[0], true, dt, bar)
 
-  # *** values ***
   def lower(self, node: UOp, lanes: tuple[int, ...]) -> UOp:
     """The scalar value of AST node `node` at one lane combination."""
     key = (node, lanes)
@@ -733,86 +289,36 @@ class Lowerer:
 
   def _lower_one(self, u: UOp, lanes: tuple[int, ...]) -> UOp:
     self.cur_lanes = lanes
-    ret = ast_lowering.rewrite(u, self)
-    if ret is None:  # no rule, or a rule that gave the node back unchanged (e.g. ALU over Variables only)
+    hit = ast_lowering.rewrite_named(u, self)
+    if hit is None:  # no rule, or a rule that gave the node back unchanged (e.g. ALU over Variables only)
       if u.op in (Ops.VIEW, Ops.DEFINE_GLOBAL, Ops.CONST, Ops.DEFINE_VAR) or u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST): return u
       raise KernelError(f"cannot lower {u.op} in a kernel AST")
-    return ret
+    if self.rule_trace is not None: self.rule_trace.append((hit[1], u, hit[0]))
+    return hit[0]
 
   def _srcs(self, u: UOp) -> tuple[UOp, ...]: return tuple(self.val_cache[(s, self.cur_lanes)] for s in u.src)
+
   def _reduce_value(self, u: UOp) -> UOp:
     key = (u, tuple(self.cur_lanes[i] for i in self.out_lanes))
     if key not in self.reduce_result: raise KernelError("internal: reduce used before it was computed")
     v = self.reduce_result[key]
     if u in self.folded_inner:  # inside a parent's loop: its fold symbols become the loop's indices at these lanes
-      k = self.k
-      v = _subst(v, {sym: self.lane_subst(_subst(self.axis_expr[k.n_out + a], self.conc), self.cur_lanes) for a, sym in enumerate(self.fold_syms)})
+      loop_idx = [self.lane_subst(substitute(self.axis_expr[self.k.n_out + a], self.conc), self.cur_lanes) for a in range(len(self.fold_syms))]
+      v = substitute(v, dict(zip(self.fold_syms, loop_idx)))
     return v
+
   def _elementwise(self, u: UOp) -> UOp:
     srcs = self._srcs(u)
     if u.op is Ops.CAST and srcs[0].dtype == u.dtype: return srcs[0]
     if u.op is Ops.CAST and srcs[0].op is Ops.CONST: return UOp.const(u.dtype, srcs[0].arg)
-    return _fold(u.op, u.dtype, srcs, u.arg)
+    return alu(u.op, u.dtype, srcs, u.arg)
 
-  # *** program structure ***
   def lane_combos(self, positions: list[int]) -> list[tuple[int, ...]]:
     """Every lane tuple that varies the given lane positions (others 0), first position outermost."""
     combos = [tuple(0 for _ in self.lanes)]
     for pos in positions:
       combos = [c[:pos] + (v,) + c[pos+1:] for c in combos for v in range(self.lane_sizes[pos])]
     return combos
-
-  def run(self) -> Lowered:
-    k = self.k
-    self.fold_reduces()
-    if self.loop_reduces: self.lower_reduce()
-    self.lower_stores()
-    uops = narrow_indices([*k.bufs, *k.vars] + self.em.linearize())
-    if self.local_mem > self.t.local_mem_size:
-      raise KernelOptError(f"kernel needs {self.local_mem} bytes of local memory, {self.t.name} has {self.t.local_mem_size}")
-    return Lowered(k.name, tuple(uops), self.global_size, self.local_size, self.local_mem, tuple(k.bufs), tuple(k.vars), tuple(k.outbufs))
-
-  # *** reduces in closed form ***
-  def fold_reduces(self) -> None:
-    """Reduces that `reduce_folds` turns into a closed form (every output lane) need no loop: their values go straight
-    into reduce_result; the rest stay in self.loop_reduces."""
-    k = self.k
-    self.loop_reduces: list[UOp] = list(k.reduceops)
-    self.folded_inner: set[UOp] = set()
-    if not k.reduceops: return
-    if k.staged:
-      if k.nested: raise KernelError("a kernel with a reduce inside a reduce cannot STAGE buffers")
-      return
-    rs = [UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(k.full_shape[k.n_out + a])), ("fold", a)) for a in range(k.n_red)]
-    self.fold_syms = rs
-    out_combos = self.lane_combos(self.out_lanes)
-    outer = [r for r in k.reduceops if not any(r in v for v in k.inner_reduces.values())]
-    # inner reduces first (k.reduceops is in toposort order): a folded inner reduce is a value in its parent's body,
-    # written with the parent's fold symbols, so the parent can fold too (arange inside a gather: `v == id`, one load)
-    for r in k.reduceops:
-      if r.arg[0] is not Ops.ADD: continue  # every rule is about sums
-      own = [rs[a] for a in k.red_axes[r]]
-      left = set(rs) if r in outer else set(own)  # an inner reduce's value may still depend on its parents' axes
-      adt = acc_dtype(r.dtype)
-      vals = []
-      for c in out_combos:
-        if (body := self._fold_body(r.src[0], c)) is None: break
-        if body.dtype != adt: body = body.cast(adt) if body.op is Ops.CONST else UOp(Ops.CAST, adt, (body,))
-        v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *own), (r.arg[0], _LOOPS)), reduce_folds, self)
-        if any(u.op is Ops.REDUCE_AXIS or u in left for u in v.toposort()): break
-        vals.append((tuple(c[i] for i in self.out_lanes), v.cast(r.dtype) if v.dtype != r.dtype else v))
-      else:
-        for key, v in vals: self.reduce_result[(r, key)] = v
-        self.loop_reduces.remove(r)
-    # an inner reduce that folded is a value of its parent's fold symbols: a parent that keeps its loop reads it with
-    # the loop's indices in place of the symbols (`_reduce_value`). An inner reduce that needs a loop is refused.
-    self.folded_inner = {r for r in k.reduceops if r not in outer and r not in self.loop_reduces}
-    if k.nested and self.loop_reduces:
-      bad = [r for r in self.loop_reduces if r not in outer]
-      if bad:
-        raise KernelError(f"a reduce inside a reduce is only supported when the inner one folds to a closed form (lowerer.py "
-                          f"reduce_folds); {len(bad)} nested reduce(s) of this kernel need a loop.\nhelp: schedule with FUSE_ARANGE=0 "
-                          "(the inner reduce gets its own kernel)")
 
   def _fold_view(self, view: UOp, lanes: tuple[int, ...]) -> tuple[UOp, UOp]:
     """(index, valid) of a view with output axes as thread ids (lanes substituted) and reduce axes as fold symbols."""
@@ -822,7 +328,7 @@ class Lowerer:
     else:
       idx, valid = st.to_indexed_uops([UOp.const(IDX, 0) if _is1(sz) and k.nested else self.fold_syms[i - k.n_out] if i >= k.n_out else
                                        UOp.const(IDX, 0) if _is1(sz) else self.axis_expr[i] for i, sz in enumerate(st.shape)])
-    return self.lane_subst(_subst(idx, self.conc), lanes), self.lane_subst(_subst(valid, self.conc), lanes)
+    return self.lane_subst(substitute(idx, self.conc), lanes), self.lane_subst(substitute(valid, self.conc), lanes)
 
   def _fold_body(self, node: UOp, lanes: tuple[int, ...]) -> UOp | None:
     """A reduce input with every reduce axis as its fold symbol (loads read through it), or None for what cannot be written so."""
@@ -838,7 +344,7 @@ class Lowerer:
       elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
         srcs = tuple(memo[x] for x in u.src)
         memo[u] = srcs[0] if u.op is Ops.CAST and srcs[0].dtype == u.dtype else \
-          UOp.const(u.dtype, srcs[0].arg) if u.op is Ops.CAST and srcs[0].op is Ops.CONST else _fold(u.op, u.dtype, srcs, u.arg)
+          UOp.const(u.dtype, srcs[0].arg) if u.op is Ops.CAST and srcs[0].op is Ops.CONST else alu(u.op, u.dtype, srcs, u.arg)
       else: return None
     return memo[node]
 
@@ -855,219 +361,13 @@ class Lowerer:
     self.n_acc += 1
     return self.em.declare(UOp(Ops.DEFINE_ACC, dtype, (UOp.const(dtype, ident), *ranges), n))
 
-  def lower_reduce(self) -> None:
-    k, em = self.k, self.em
-    out_combos = self.lane_combos(self.out_lanes)
-    red_combos = self.lane_combos(self.red_lanes)
-    ranges = [r for _, r in self.loops]
-    accs: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
-    for r in self.loop_reduces:
-      adt = acc_dtype(r.dtype)
-      for c in out_combos: accs[(r, c)] = self.define_acc(adt, reduce_identity(r.arg[0], r.dtype), ranges)
-    # the outermost loop is where staged tiles are loaded
-    first_loop = self.loops[0] if self.loops else None
-    stage_here = bool(k.staged)
-    self.in_body = True
-    for i, (_, rng) in enumerate(self.loops):
-      em.open(rng)
-      if i == 0 and stage_here: self.emit_stage(first_loop[1])
-    if stage_here and first_loop is None: self.emit_stage(None)
-    assigns: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
-    def x_at(r: UOp, c: tuple[int, ...], u: tuple[int, ...], adt: DType) -> UOp:
-      x = self.lower(r.src[0], tuple(c[i] if i in self.out_lanes else u[i] for i in range(len(self.lanes))))
-      return x.cast(adt) if x.dtype != adt else x
-    if len(out_combos) >= 4 and len(red_combos) > 1:
-      # register tiles: one update per accumulator and unrolled step, step-major, so each step's operands are loaded
-      # just before their products (low register pressure) and every product becomes an FMA. Each update reads the
-      # previous one (never the DEFINE_ACC twice), so equal values of two steps cannot be merged by interning.
-      cur = {key: a for key, a in accs.items()}
-      for ui, u in enumerate(red_combos):
-        last = ui == len(red_combos) - 1
-        for r in self.loop_reduces:
-          adt = acc_dtype(r.dtype)
-          for c in out_combos:
-            key = (r, c)
-            upd = UOp(Ops.ASSIGN, adt, (accs[key], _fold(r.arg[0], adt, (cur[key], x_at(r, c, u, adt)))), ui)
-            cur[key] = em.effect(upd, None if last else em.contrib[accs[key]])
-      assigns = cur
-    else:
-      for r in self.loop_reduces:
-        adt = acc_dtype(r.dtype)
-        for c in out_combos:
-          acc = accs[(r, c)]
-          xs = [x_at(r, c, u, adt) for u in red_combos]
-          # unrolled lanes combine as a balanced tree (short dependency chains), then into the accumulator
-          while len(xs) > 1: xs = [_fold(r.arg[0], adt, (xs[i], xs[i+1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
-          assigns[(r, c)] = em.effect(UOp(Ops.ASSIGN, adt, (acc, _fold(r.arg[0], adt, (acc, xs[0])))))
-    for i in reversed(range(len(self.loops))):
-      if i == 0 and stage_here: em.effect(UOp(Ops.BARRIER, dtypes.void, ()))  # the tile is read: the next iteration may overwrite it
-      em.close()
-    self.in_body = False
-    if self.k.parts_of(GROUP): assigns = self.group_reduce(assigns, out_combos)
-    for (r, c), a in assigns.items():
-      self.reduce_result[(r, tuple(c[i] for i in self.out_lanes))] = a.cast(r.dtype) if a.dtype != r.dtype else a
-
-  def group_reduce(self, assigns: dict, out_combos: list) -> dict:
-    """Combine the partial results of a GROUP's threads through local memory. Every thread stores its
-    partial; for a power-of-two group a tree halves the live partials each step (log2 steps, one
-    barrier each), otherwise every thread sums the partials in a loop. Every thread then reads the
-    result (stores are gated to group index 0)."""
-    em = self.em
-    gx = next((a, j) for a, j, p in self.plist if p.kind == GROUP)
-    gsize = self.k.parts[gx[0]][gx[1]].size
-    lid_ph = self.lid_flat()
-    lid = _subst(lid_ph, self.conc)
-    true = UOp.const(dtypes.bool, True)
-    stores, temps = [], {}
-    for key, a in assigns.items():
-      temps[key] = tmp = self.define_local(a.dtype, self.wg)
-      stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, tmp.dtype, (tmp, lid)), a))))
-    bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
-    out = {}
-    if gsize & (gsize - 1) == 0:
-      gvar = self.var[gx]
-      step = gsize // 2
-      while step >= 1:
-        # threads g < step add partial g+step into partial g
-        active = UOp(Ops.CMPLT, dtypes.bool, (gvar, UOp.const(IDX, step)))
-        partner = _subst(lid_ph, {**self.conc, self.ph[gx]: gvar + step})
-        stores = []
-        for key, a in assigns.items():
-          tmp = temps[key]
-          mine = self.make_load(tmp, lid, true, a.dtype, bar)
-          other = self.make_load(tmp, partner, active, a.dtype, bar)
-          val = _fold(key[0].arg[0], a.dtype, (mine, other))
-          stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, tmp.dtype, (tmp, lid)), val, active))))
-        bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
-        step //= 2
-      first = _subst(lid_ph, {**self.conc, self.ph[gx]: UOp.const(IDX, 0)})
-      for key, a in assigns.items(): out[key] = self.make_load(temps[key], first, true, a.dtype, bar)
-      return out
-    g = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), UOp.const(IDX, gsize)), len(self.loops))
-    lid_g = _subst(lid_ph, {**self.conc, self.ph[gx]: g})
-    accs = {key: self.define_acc(a.dtype, reduce_identity(key[0].arg[0], key[0].dtype), [g]) for key, a in assigns.items()}
-    em.open(g)
-    for key, a in assigns.items():
-      ld = self.make_load(temps[key], lid_g, true, a.dtype, bar)
-      out[key] = em.effect(UOp(Ops.ASSIGN, a.dtype, (accs[key], _fold(key[0].arg[0], a.dtype, (accs[key], ld)))))
-    em.close()
-    return out
-
-  def emit_stage(self, r0: UOp | None) -> None:
-    """Copy every staged load's tile into local memory: all threads of the work-group load it
-    cooperatively (consecutive threads read consecutive addresses), then a barrier."""
-    k, em = self.k, self.em
-    r0x = self.loops[0][0] if self.loops else None
-    lid_ph = self.lid_flat()
-    lid = _subst(lid_ph, self.conc)
-    stores: list[UOp] = []
-    pending: list[tuple[UOp, UOp, UOp]] = []
-    loads = []
-    for r in k.reduceops:
-      for u in r.src[0].toposort():
-        if u.op is Ops.LOAD and u.src[0].arg in k.staged and u not in loads: loads.append(u)
-    for ld in loads:
-      buf, view = ld.src[0], ld.src[1]
-      dt = buf.dtype.base
-      sym_idx, sym_valid = self.view_sym(view)
-      deps = {u for u in sym_idx.toposort()} | {u for u in sym_valid.toposort()}
-      tile = [(a, j) for a, j, p in self.plist if self.ph[(a, j)] in deps and p.kind != GLOBAL and (a, j) != r0x and not _is1(p.size)]
-      sizes = {x: k.parts[x[0]][x[1]].size for x in tile}
-      if not all(type(s) is int for s in sizes.values()): raise KernelOptError("STAGE needs concrete tile sizes")
-      # layout: reduce-axis parts outermost, then output axes in natural order (upcast lanes innermost, so reads vectorize)
-      layout = [x for x in tile if x[0] >= k.n_out] + [x for x in tile if x[0] < k.n_out]
-      S = prod(sizes[x] for x in layout)
-      lbuf = self.define_local(dt, S)
-      layout_idx = _mixed_radix([self.ph[x] for x in layout], [sizes[x] for x in layout])
-      # loader order: the part with the smallest global stride innermost (coalesced reads)
-      terms, const = decompose(sym_idx)
-      coef: dict[UOp, int] = {}
-      for t, c in terms: coef[t] = coef.get(t, 0) + c
-      nonlinear = {u for t, _ in terms if t.op is not Ops.RANGE for u in t.toposort()}  # placeholders inside div/mod terms
-      order = sorted(tile, key=lambda x: -abs(coef[self.ph[x]]) if self.ph[x] in coef and self.ph[x] not in nonlinear else -math.inf)
-      q = order[-1] if order else None
-      vw = 1
-      # float4 reads: q steps the global index by exactly 1 and everything else keeps it 4-aligned
-      if q is not None and coef.get(self.ph[q]) == 1 and self.ph[q] not in nonlinear and sizes[q] % 4 == 0 and dt != dtypes.bool and \
-          const % 4 == 0 and all(c % 4 == 0 for t, c in coef.items() if t is not self.ph[q]) and self.ph[q] not in set(sym_valid.toposort()):
-        vw = 4
-      units = S // vw
-      n_iter = -(-units // self.wg)
-      e = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), UOp.const(IDX, n_iter)), ("stage", len(pending))) if n_iter > 1 else UOp.const(IDX, 0)
-      if n_iter > 1: em.open(e)
-      unit = e * self.wg + lid
-      gate = (unit < units) if units % self.wg != 0 else None
-      osz = [sizes[x] for x in order]
-      coords: dict[UOp, UOp] = {}
-      flat = unit * vw
-      for i, x in enumerate(order):
-        inner = prod(osz[i+1:])
-        cval = flat // inner if inner != 1 else flat
-        if i > 0: cval = cval % osz[i]
-        coords[self.ph[x]] = cval
-      m = {**self.conc, **coords}
-      if r0 is not None: m[self.ph[r0x]] = r0
-      gidx = _subst(sym_idx, m)
-      gvalid = _subst(sym_valid, m)
-      if gate is not None: gvalid = (gvalid & gate).simplify() if not (gvalid.op is Ops.CONST) else (gate if gvalid.arg else gvalid)
-      val = self.make_load(buf, gidx, gvalid, dt.vec(vw) if vw > 1 else dt)
-      lidx0 = _subst(layout_idx, coords)
-      # q innermost in the layout too: the vector's lanes are consecutive there, and 4-aligned (coord_q is a multiple of 4
-      # and every outer stride a multiple of size_q)
-      lin_ok = vw > 1 and bool(layout) and layout[-1] == q
-      gsrc = () if gate is None else (gate,)
-      if lin_ok:
-        stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, lbuf.dtype, (lbuf, lidx0)), val if val.op is Ops.LOAD else
-                                                              UOp.const(dt.vec(4), 0), *gsrc))))
-      else:
-        for kk in range(vw):
-          li = _subst(layout_idx, {**coords, self.ph[q]: coords[self.ph[q]] + kk}) if vw > 1 else lidx0
-          lane_val = UOp(Ops.GEP, dt, (val,), kk) if vw > 1 and val.op is Ops.LOAD else (val if vw == 1 else UOp.const(dt, 0))
-          stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, lbuf.dtype, (lbuf, li)), lane_val, *gsrc))))
-      if n_iter > 1: em.close()
-      pending.append((ld, lbuf, layout_idx))
-    bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
-    for ld, lbuf, layout_idx in pending: self.stage[ld] = (lbuf, layout_idx, bar)
-
-  def lower_stores(self) -> None:
+  def lowered(self) -> Lowered:
     k = self.k
-    out_combos = self.lane_combos(self.out_lanes)
-    gate_g: UOp | None = None
-    for a, j, p in self.plist:
-      if p.kind == GROUP and not _is1(p.size): gate_g = UOp(Ops.CMPLT, dtypes.bool, (self.var[(a, j)], UOp.const(IDX, 1)))
-    for st in k.ast.src:
-      buf, view, value = st.src
-      dt = buf.dtype.base
-      idx, valid, lin = self.view_base(view)
-      done: set[tuple[int, ...]] = set()  # membership only
-      for c in out_combos:
-        if c in done: continue
-        v = self.vec_lane(idx, valid, lin, c, dt, self.out_lanes)
-        if v is not None and v[1] == c:
-          pos, base = v
-          group = [c[:pos] + (c[pos] + kk,) + c[pos+1:] for kk in range(4)]
-          vals = [self._store_val(value, g, dt) for g in group]
-          bi, bv = self.view_at(view, base)
-          self._store(buf, bi, bv, UOp(Ops.VECTORIZE, dt.vec(4), tuple(vals)), gate_g)
-          done.update(group)
-          continue
-        i, vv = self.view_at(view, c)
-        self._store(buf, i, vv, self._store_val(value, c, dt), gate_g)
-
-  def _store_val(self, value: UOp, lanes: tuple[int, ...], dt: DType) -> UOp:
-    v = self.lower(value, lanes)
-    if v.dtype != dt: v = UOp.const(dt, v.arg) if v.op is Ops.CONST else UOp(Ops.CAST, dt, (v,))
-    return v
-
-  def _store(self, buf: UOp, idx: UOp, valid: UOp, val: UOp, gate: UOp | None) -> None:
-    if gate is not None: valid = gate if (valid.op is Ops.CONST and valid.arg) else UOp(Ops.AND, dtypes.bool, (valid, gate))
-    if valid.op is Ops.CONST and not valid.arg: return
-    src = (UOp(Ops.INDEX, buf.dtype, (buf, idx)), val) + (() if valid.op is Ops.CONST else (valid,))
-    self.em.effect(UOp(Ops.STORE, dtypes.void, src))
+    return Lowered(k.name, tuple(self.uops), self.global_size, self.local_size, self.local_mem, tuple(k.bufs), tuple(k.vars), tuple(k.outbufs))
 
 def _is1(s: sint) -> bool: return type(s) is int and s == 1
 
-# AST nodes -> values of one lane combination (ctx is the Lowerer; rule names show in replay reports)
+# AST nodes -> values of one lane combination (ctx is the LowerState; rule names show in replay reports)
 ast_lowering = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), lambda ctx, x: ctx.load(x, ctx.cur_lanes), "load_through_view"),
   (UPat(Ops.VALID, name="x"), lambda ctx, x: ctx.view_at(x.src[0], ctx.cur_lanes)[1], "valid_to_mask"),
@@ -1076,14 +376,384 @@ ast_lowering = PatternMatcher([
   (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST), name="x"), lambda ctx, x: ctx._elementwise(x), "elementwise"),
 ], name="ast_lowering")
 
-def lower(k: Kernel, target: Target) -> Lowered:
-  return Lowerer(k, target).run()
+# *** the passes, in pipeline order ***
+
+def make_placeholders(lw: LowerState) -> None:
+  """A placeholder per kernel part (a RANGE with a tuple arg, so it has a value range), each axis as the mixed-radix
+  expression of its parts, and the lanes: the UPCAST (output) and UNROLL (reduce) parts of size > 1."""
+  k = lw.k
+  for a, j, p in lw.plist: lw.ph[(a, j)] = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), ("p", a, j))
+  lw.axis_expr = [_mixed_radix([lw.ph[(a, j)] for j in range(len(ps))], [p.size for p in ps]) for a, ps in enumerate(k.parts)]
+  lw.lanes = [(a, j) for a, j, p in lw.plist if p.kind in (UPCAST, UNROLL) and not _is1(p.size)]
+  lw.lane_ph = [lw.ph[x] for x in lw.lanes]
+  lw.lane_sizes = [k.parts[a][j].size for a, j in lw.lanes]
+  lw.out_lanes = [i for i, (a, j) in enumerate(lw.lanes) if k.parts[a][j].kind == UPCAST]
+  lw.red_lanes = [i for i, (a, j) in enumerate(lw.lanes) if k.parts[a][j].kind == UNROLL]
+
+def assign_thread_ids(lw: LowerState) -> None:
+  """GLOBAL parts become group (or global) ids, GROUP and LOCAL parts local ids, at most 3 dims each; sets the launch sizes."""
+  k, t = lw.k, lw.t
+  gparts = [(a, j) for a, j, p in lw.plist if p.kind == GLOBAL and not _is1(p.size)]
+  # GROUP threads outermost: consecutive hardware threads (dim 0) then take the LOCAL parts of output axes, which is
+  # where the heuristics put the contiguous direction
+  lparts = [(a, j) for a, j, p in lw.plist if p.kind == GROUP and not _is1(p.size)] + \
+           [(a, j) for a, j, p in lw.plist if p.kind == LOCAL and not _is1(p.size)]
+  lw.lparts = lparts
+  # local memory is per work-group: a staged kernel needs explicit work-groups even with no local parts
+  lw.has_local = bool(lparts) or bool(k.staged)
+  size = lambda x: k.parts[x[0]][x[1]].size  # noqa: E731
+  def bound(s: sint) -> int: return s if type(s) is int else int(wide(s).vmax)  # 64-bit: an int32 product could wrap
+  ggroups = _split_dims(len(gparts))
+  # counts of work-groups in dims 1 and 2 are limited on some GPUs: fall back to one flat dim
+  if any(bound(prod(size(gparts[i]) for i in g)) > MAX_GRID_Y for g in ggroups[:-1]): ggroups = [list(range(len(gparts)))] if gparts else []
+  lgroups = _split_dims(len(lparts))
+  lw.ndim = max(len(ggroups), len(lgroups), 1)
+  gsz: list[sint] = [1]*lw.ndim
+  lsz: list[int] = [1]*lw.ndim
+  for d, grp in enumerate(reversed(ggroups)):
+    sizes = [size(gparts[i]) for i in grp]
+    total = prod(sizes)
+    gsz[d] = total if type(total) is int else wide(total)  # evaluated at launch: must not wrap either
+    fn = "group" if lw.has_local else "global"
+    sp = UOp(Ops.SPECIAL, IDX, (), (f"gidx{d}", bound(total), fn))
+    _assign_split(lw, sp, [gparts[i] for i in grp], sizes)
+  for d, grp in enumerate(reversed(lgroups)):
+    sizes = [size(lparts[i]) for i in grp]
+    total = prod(sizes)
+    if type(total) is not int: raise KernelOptError("local sizes must be concrete")
+    lim = t.max_work_item_sizes[d] if d < len(t.max_work_item_sizes) else 1
+    if total > lim: raise KernelOptError(f"local size {total} in dim {d} exceeds {t.name}'s max work-item size {lim}")
+    lsz[d] = total
+    sp = UOp(Ops.SPECIAL, IDX, (), (f"lidx{d}", total, "local"))
+    _assign_split(lw, sp, [lparts[i] for i in grp], sizes)
+  wg = prod(lsz)
+  if wg > t.max_work_group_size:
+    raise KernelOptError(f"work-group size {wg} exceeds {t.name}'s max work-group size {t.max_work_group_size}")
+  lw.wg = wg
+  lw.local_size = tuple(lsz) if lw.has_local else None
+  lw.global_size = tuple(g*l for g, l in zip(gsz, lsz)) if lw.has_local else tuple(gsz)
+
+def _assign_split(lw: LowerState, sp: UOp, parts: list[tuple[int, int]], sizes: list[sint]) -> None:
+  for i, x in enumerate(parts):
+    inner = prod(sizes[i+1:])
+    v = sp if (type(inner) is int and inner == 1) else sp // wide(inner)
+    if i > 0: v = v % wide(sizes[i])
+    lw.var[x] = v.simplify()
+
+def make_loops(lw: LowerState) -> None:
+  """A loop counter per LOOP part (except the reduce axes only a nested reduce iterates); size-1 parts are 0. Then every
+  placeholder but the lanes' has its concrete value (`conc`)."""
+  k = lw.k
+  for a, j, p in lw.plist:
+    if p.kind == LOOP and not _is1(p.size) and a - k.n_out not in k.inner_only:
+      lw.loops.append(((a, j), r := UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(p.size)), len(lw.loops))))
+      lw.var[(a, j)] = r
+  for a, j, p in lw.plist:
+    if _is1(p.size) or (p.kind == LOOP and a - k.n_out in k.inner_only): lw.var[(a, j)] = UOp.const(IDX, 0)
+  lw.conc = {lw.ph[x]: v for x, v in lw.var.items()}
+
+def fold_reduces(lw: LowerState) -> None:
+  """Reduces that `reduce_folds` turns into a closed form (every output lane) need no loop: their values go straight
+  into reduce_result; the rest stay in lw.loop_reduces."""
+  k = lw.k
+  lw.loop_reduces = list(k.reduceops)
+  lw.folded_inner = set()
+  if not k.reduceops: return
+  if k.staged:
+    if k.nested: raise KernelError("a kernel with a reduce inside a reduce cannot STAGE buffers")
+    return
+  rs = [UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), wide(k.full_shape[k.n_out + a])), ("fold", a)) for a in range(k.n_red)]
+  lw.fold_syms = rs
+  out_combos = lw.lane_combos(lw.out_lanes)
+  outer = [r for r in k.reduceops if not any(r in v for v in k.inner_reduces.values())]
+  # inner reduces first (k.reduceops is in toposort order): a folded inner reduce is a value in its parent's body,
+  # written with the parent's fold symbols, so the parent can fold too (arange inside a gather: `v == id`, one load)
+  for r in k.reduceops:
+    if r.arg[0] is not Ops.ADD: continue  # every rule is about sums
+    own = [rs[a] for a in k.red_axes[r]]
+    left = set(rs) if r in outer else set(own)  # an inner reduce's value may still depend on its parents' axes
+    adt = acc_dtype(r.dtype)
+    vals = []
+    for c in out_combos:
+      if (body := lw._fold_body(r.src[0], c)) is None: break
+      if body.dtype != adt: body = body.cast(adt) if body.op is Ops.CONST else UOp(Ops.CAST, adt, (body,))
+      v = graph_rewrite(UOp(Ops.REDUCE_AXIS, adt, (body, *own), (r.arg[0], LOOPS)), reduce_folds, lw, track=lw.rule_trace)
+      if any(u.op is Ops.REDUCE_AXIS or u in left for u in v.toposort()): break
+      vals.append((tuple(c[i] for i in lw.out_lanes), v.cast(r.dtype) if v.dtype != r.dtype else v))
+    else:
+      for key, v in vals: lw.reduce_result[(r, key)] = v
+      lw.loop_reduces.remove(r)
+  # an inner reduce that folded is a value of its parent's fold symbols: a parent that keeps its loop reads it with
+  # the loop's indices in place of the symbols (`_reduce_value`). An inner reduce that needs a loop is refused.
+  lw.folded_inner = {r for r in k.reduceops if r not in outer and r not in lw.loop_reduces}
+  if k.nested and lw.loop_reduces:
+    bad = [r for r in lw.loop_reduces if r not in outer]
+    if bad:
+      raise KernelError(f"a reduce inside a reduce is only supported when the inner one folds to a closed form (lowerer.py "
+                        f"reduce_folds); {len(bad)} nested reduce(s) of this kernel need a loop.\nhelp: schedule with FUSE_ARANGE=0 "
+                        "(the inner reduce gets its own kernel)")
+
+def lower_reduce_loops(lw: LowerState) -> None:
+  """The reduces left after fold_reduces: accumulators, their loops (staged tiles loaded in the outermost), the
+  unrolled lanes' updates, then the GROUP combine through local memory."""
+  if not lw.loop_reduces: return
+  k, em = lw.k, lw.em
+  out_combos = lw.lane_combos(lw.out_lanes)
+  red_combos = lw.lane_combos(lw.red_lanes)
+  ranges = [r for _, r in lw.loops]
+  accs: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
+  for r in lw.loop_reduces:
+    adt = acc_dtype(r.dtype)
+    for c in out_combos: accs[(r, c)] = lw.define_acc(adt, reduce_identity(r.arg[0], r.dtype), ranges)
+  # the outermost loop is where staged tiles are loaded
+  first_loop = lw.loops[0] if lw.loops else None
+  stage_here = bool(k.staged)
+  lw.in_body = True
+  for i, (_, rng) in enumerate(lw.loops):
+    em.open(rng)
+    if i == 0 and stage_here: _stage_tiles(lw, first_loop[1])
+  if stage_here and first_loop is None: _stage_tiles(lw, None)
+  assigns: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
+  def x_at(r: UOp, c: tuple[int, ...], u: tuple[int, ...], adt: DType) -> UOp:
+    x = lw.lower(r.src[0], tuple(c[i] if i in lw.out_lanes else u[i] for i in range(len(lw.lanes))))
+    return x.cast(adt) if x.dtype != adt else x
+  if len(out_combos) >= 4 and len(red_combos) > 1:
+    # register tiles: one update per accumulator and unrolled step, step-major, so each step's operands are loaded
+    # just before their products (low register pressure) and every product becomes an FMA. Each update reads the
+    # previous one (never the DEFINE_ACC twice), so equal values of two steps cannot be merged by interning.
+    cur = {key: a for key, a in accs.items()}
+    for ui, u in enumerate(red_combos):
+      last = ui == len(red_combos) - 1
+      for r in lw.loop_reduces:
+        adt = acc_dtype(r.dtype)
+        for c in out_combos:
+          key = (r, c)
+          upd = UOp(Ops.ASSIGN, adt, (accs[key], alu(r.arg[0], adt, (cur[key], x_at(r, c, u, adt)))), ui)
+          cur[key] = em.effect(upd, None if last else em.contrib[accs[key]])
+    assigns = cur
+  else:
+    for r in lw.loop_reduces:
+      adt = acc_dtype(r.dtype)
+      for c in out_combos:
+        acc = accs[(r, c)]
+        xs = [x_at(r, c, u, adt) for u in red_combos]
+        # unrolled lanes combine as a balanced tree (short dependency chains), then into the accumulator
+        while len(xs) > 1: xs = [alu(r.arg[0], adt, (xs[i], xs[i+1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+        assigns[(r, c)] = em.effect(UOp(Ops.ASSIGN, adt, (acc, alu(r.arg[0], adt, (acc, xs[0])))))
+  for i in reversed(range(len(lw.loops))):
+    if i == 0 and stage_here: em.effect(UOp(Ops.BARRIER, dtypes.void, ()))  # the tile is read: the next iteration may overwrite it
+    em.close()
+  lw.in_body = False
+  if lw.k.parts_of(GROUP): assigns = _group_reduce(lw, assigns, out_combos)
+  for (r, c), a in assigns.items():
+    lw.reduce_result[(r, tuple(c[i] for i in lw.out_lanes))] = a.cast(r.dtype) if a.dtype != r.dtype else a
+
+def _group_reduce(lw: LowerState, assigns: dict, out_combos: list) -> dict:
+  """Combine the partial results of a GROUP's threads through local memory. Every thread stores its
+  partial; for a power-of-two group a tree halves the live partials each step (log2 steps, one
+  barrier each), otherwise every thread sums the partials in a loop. Every thread then reads the
+  result (stores are gated to group index 0)."""
+  em = lw.em
+  gx = next((a, j) for a, j, p in lw.plist if p.kind == GROUP)
+  gsize = lw.k.parts[gx[0]][gx[1]].size
+  lid_ph = lw.lid_flat()
+  lid = substitute(lid_ph, lw.conc)
+  true = UOp.const(dtypes.bool, True)
+  stores, temps = [], {}
+  for key, a in assigns.items():
+    temps[key] = tmp = lw.define_local(a.dtype, lw.wg)
+    stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, tmp.dtype, (tmp, lid)), a))))
+  bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
+  out = {}
+  if gsize & (gsize - 1) == 0:
+    gvar = lw.var[gx]
+    step = gsize // 2
+    while step >= 1:
+      # threads g < step add partial g+step into partial g
+      active = UOp(Ops.CMPLT, dtypes.bool, (gvar, UOp.const(IDX, step)))
+      partner = substitute(lid_ph, {**lw.conc, lw.ph[gx]: gvar + step})
+      stores = []
+      for key, a in assigns.items():
+        tmp = temps[key]
+        mine = lw.make_load(tmp, lid, true, a.dtype, bar)
+        other = lw.make_load(tmp, partner, active, a.dtype, bar)
+        val = alu(key[0].arg[0], a.dtype, (mine, other))
+        stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, tmp.dtype, (tmp, lid)), val, active))))
+      bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
+      step //= 2
+    first = substitute(lid_ph, {**lw.conc, lw.ph[gx]: UOp.const(IDX, 0)})
+    for key, a in assigns.items(): out[key] = lw.make_load(temps[key], first, true, a.dtype, bar)
+    return out
+  g = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), UOp.const(IDX, gsize)), len(lw.loops))
+  lid_g = substitute(lid_ph, {**lw.conc, lw.ph[gx]: g})
+  accs = {key: lw.define_acc(a.dtype, reduce_identity(key[0].arg[0], key[0].dtype), [g]) for key, a in assigns.items()}
+  em.open(g)
+  for key, a in assigns.items():
+    ld = lw.make_load(temps[key], lid_g, true, a.dtype, bar)
+    out[key] = em.effect(UOp(Ops.ASSIGN, a.dtype, (accs[key], alu(key[0].arg[0], a.dtype, (accs[key], ld)))))
+  em.close()
+  return out
+
+def _stage_tiles(lw: LowerState, r0: UOp | None) -> None:
+  """Copy every staged load's tile into local memory: all threads of the work-group load it
+  cooperatively (consecutive threads read consecutive addresses), then a barrier."""
+  k, em = lw.k, lw.em
+  r0x = lw.loops[0][0] if lw.loops else None
+  lid_ph = lw.lid_flat()
+  lid = substitute(lid_ph, lw.conc)
+  stores: list[UOp] = []
+  pending: list[tuple[UOp, UOp, UOp]] = []
+  loads = []
+  for r in k.reduceops:
+    for u in r.src[0].toposort():
+      if u.op is Ops.LOAD and u.src[0].arg in k.staged and u not in loads: loads.append(u)
+  for ld in loads:
+    buf, view = ld.src[0], ld.src[1]
+    dt = buf.dtype.base
+    sym_idx, sym_valid = lw.view_sym(view)
+    deps = {u for u in sym_idx.toposort()} | {u for u in sym_valid.toposort()}
+    tile = [(a, j) for a, j, p in lw.plist if lw.ph[(a, j)] in deps and p.kind != GLOBAL and (a, j) != r0x and not _is1(p.size)]
+    sizes = {x: k.parts[x[0]][x[1]].size for x in tile}
+    if not all(type(s) is int for s in sizes.values()): raise KernelOptError("STAGE needs concrete tile sizes")
+    # layout: reduce-axis parts outermost, then output axes in natural order (upcast lanes innermost, so reads vectorize)
+    layout = [x for x in tile if x[0] >= k.n_out] + [x for x in tile if x[0] < k.n_out]
+    S = prod(sizes[x] for x in layout)
+    lbuf = lw.define_local(dt, S)
+    layout_idx = _mixed_radix([lw.ph[x] for x in layout], [sizes[x] for x in layout])
+    # loader order: the part with the smallest global stride innermost (coalesced reads)
+    terms, const = decompose(sym_idx)
+    coef: dict[UOp, int] = {}
+    for t, c in terms: coef[t] = coef.get(t, 0) + c
+    nonlinear = {u for t, _ in terms if t.op is not Ops.RANGE for u in t.toposort()}  # placeholders inside div/mod terms
+    order = sorted(tile, key=lambda x: -abs(coef[lw.ph[x]]) if lw.ph[x] in coef and lw.ph[x] not in nonlinear else -math.inf)
+    q = order[-1] if order else None
+    vw = 1
+    # float4 reads: q steps the global index by exactly 1 and everything else keeps it 4-aligned
+    if q is not None and coef.get(lw.ph[q]) == 1 and lw.ph[q] not in nonlinear and sizes[q] % 4 == 0 and dt != dtypes.bool and \
+        const % 4 == 0 and all(c % 4 == 0 for t, c in coef.items() if t is not lw.ph[q]) and lw.ph[q] not in set(sym_valid.toposort()):
+      vw = 4
+    units = S // vw
+    n_iter = -(-units // lw.wg)
+    e = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 0), UOp.const(IDX, n_iter)), ("stage", len(pending))) if n_iter > 1 else UOp.const(IDX, 0)
+    if n_iter > 1: em.open(e)
+    unit = e * lw.wg + lid
+    gate = (unit < units) if units % lw.wg != 0 else None
+    osz = [sizes[x] for x in order]
+    coords: dict[UOp, UOp] = {}
+    flat = unit * vw
+    for i, x in enumerate(order):
+      inner = prod(osz[i+1:])
+      cval = flat // inner if inner != 1 else flat
+      if i > 0: cval = cval % osz[i]
+      coords[lw.ph[x]] = cval
+    m = {**lw.conc, **coords}
+    if r0 is not None: m[lw.ph[r0x]] = r0
+    gidx = substitute(sym_idx, m)
+    gvalid = substitute(sym_valid, m)
+    if gate is not None: gvalid = (gvalid & gate).simplify() if not (gvalid.op is Ops.CONST) else (gate if gvalid.arg else gvalid)
+    val = lw.make_load(buf, gidx, gvalid, dt.vec(vw) if vw > 1 else dt)
+    lidx0 = substitute(layout_idx, coords)
+    # q innermost in the layout too: the vector's lanes are consecutive there, and 4-aligned (coord_q is a multiple of 4
+    # and every outer stride a multiple of size_q)
+    lin_ok = vw > 1 and bool(layout) and layout[-1] == q
+    gsrc = () if gate is None else (gate,)
+    if lin_ok:
+      stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, lbuf.dtype, (lbuf, lidx0)), val if val.op is Ops.LOAD else
+                                                            UOp.const(dt.vec(4), 0), *gsrc))))
+    else:
+      for kk in range(vw):
+        li = substitute(layout_idx, {**coords, lw.ph[q]: coords[lw.ph[q]] + kk}) if vw > 1 else lidx0
+        lane_val = UOp(Ops.GEP, dt, (val,), kk) if vw > 1 and val.op is Ops.LOAD else (val if vw == 1 else UOp.const(dt, 0))
+        stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, lbuf.dtype, (lbuf, li)), lane_val, *gsrc))))
+    if n_iter > 1: em.close()
+    pending.append((ld, lbuf, layout_idx))
+  bar = em.effect(UOp(Ops.BARRIER, dtypes.void, tuple(stores)))
+  for ld, lbuf, layout_idx in pending: lw.stage[ld] = (lbuf, layout_idx, bar)
+
+def lower_stores(lw: LowerState) -> None:
+  """One STORE per output lane combination (one float4 store where 4 lanes are consecutive and aligned), gated to
+  GROUP index 0 when a GROUP combine gave every thread the result."""
+  k = lw.k
+  out_combos = lw.lane_combos(lw.out_lanes)
+  gate_g: UOp | None = None
+  for a, j, p in lw.plist:
+    if p.kind == GROUP and not _is1(p.size): gate_g = UOp(Ops.CMPLT, dtypes.bool, (lw.var[(a, j)], UOp.const(IDX, 1)))
+  for st in k.ast.src:
+    buf, view, value = st.src
+    dt = buf.dtype.base
+    idx, valid, lin = lw.view_base(view)
+    done: set[tuple[int, ...]] = set()  # membership only
+    for c in out_combos:
+      if c in done: continue
+      v = lw.vec_lane(idx, valid, lin, c, dt, lw.out_lanes)
+      if v is not None and v[1] == c:
+        pos, base = v
+        group = [c[:pos] + (c[pos] + kk,) + c[pos+1:] for kk in range(4)]
+        vals = [_store_value(lw, value, g, dt) for g in group]
+        bi, bv = lw.view_at(view, base)
+        _emit_store(lw, buf, bi, bv, UOp(Ops.VECTORIZE, dt.vec(4), tuple(vals)), gate_g)
+        done.update(group)
+        continue
+      i, vv = lw.view_at(view, c)
+      _emit_store(lw, buf, i, vv, _store_value(lw, value, c, dt), gate_g)
+
+def _store_value(lw: LowerState, value: UOp, lanes: tuple[int, ...], dt: DType) -> UOp:
+  v = lw.lower(value, lanes)
+  if v.dtype != dt: v = UOp.const(dt, v.arg) if v.op is Ops.CONST else UOp(Ops.CAST, dt, (v,))
+  return v
+
+def _emit_store(lw: LowerState, buf: UOp, idx: UOp, valid: UOp, val: UOp, gate: UOp | None) -> None:
+  if gate is not None: valid = gate if (valid.op is Ops.CONST and valid.arg) else UOp(Ops.AND, dtypes.bool, (valid, gate))
+  if valid.op is Ops.CONST and not valid.arg: return
+  src = (UOp(Ops.INDEX, buf.dtype, (buf, idx)), val) + (() if valid.op is Ops.CONST else (valid,))
+  lw.em.effect(UOp(Ops.STORE, dtypes.void, src))
+
+def linearize(lw: LowerState) -> None:
+  """The emitter's nested scopes as one list, kernel arguments first."""
+  lw.uops = [*lw.k.bufs, *lw.k.vars] + lw.em.linearize()
+
+def narrow(lw: LowerState) -> None:
+  """Index arithmetic back to 32 bits where exact (see narrow_indices); `renamed` records which node became which."""
+  n = Narrowing(lw.uops, PICK32, IDX)
+  lw.uops, lw.renamed = n.run(), n.new
+
+def check_local_memory(lw: LowerState) -> None:
+  if lw.local_mem > lw.t.local_mem_size:
+    raise KernelOptError(f"kernel needs {lw.local_mem} bytes of local memory, {lw.t.name} has {lw.t.local_mem_size}")
+
+class Pass(NamedTuple):
+  name: str
+  run: Callable[[LowerState], None]
+
+# the lowering, in order: each pass reads what the ones before it left in the LowerState
+LOWERING_PASSES: tuple[Pass, ...] = (
+  Pass("placeholders", make_placeholders),
+  Pass("thread_ids", assign_thread_ids),
+  Pass("loops", make_loops),
+  Pass("closed_form_reduces", fold_reduces),   # rules: reduce_folds
+  Pass("reduce_loops", lower_reduce_loops),    # values: ast_lowering
+  Pass("stores", lower_stores),                # values: ast_lowering
+  Pass("linearize", linearize),
+  Pass("narrow_indices", narrow),
+  Pass("local_memory_limit", check_local_memory),
+)
+
+def run_passes(k: Kernel, target: Target, passes: Sequence[Pass] = LOWERING_PASSES,
+               after: Callable[[str, LowerState], None] | None = None, rule_trace: list | None = None) -> LowerState:
+  """Run `passes` on a fresh LowerState; `after(pass name, state)` is called after each (tracing)."""
+  lw = LowerState(k, target, rule_trace)
+  for p in passes:
+    p.run(lw)
+    if after is not None: after(p.name, lw)
+  return lw
+
+def lower(k: Kernel, target: Target) -> Lowered: return run_passes(k, target).lowered()
 
 def reduces_fold(k: Kernel, target: Target) -> bool:
   """Every reduce of the (unoptimized) kernel has a closed form: it needs no loop, so no reduce opts."""
   if not k.reduceops: return False
-  lw = Lowerer(k, target)
-  lw.fold_reduces()
-  return not lw.loop_reduces
+  upto = [p.name for p in LOWERING_PASSES].index("closed_form_reduces") + 1
+  return not run_passes(k, target, LOWERING_PASSES[:upto]).loop_reduces
 
-__all__ = ["lower", "reduces_fold", "narrow_indices", "reduce_folds", "Lowered", "Lowerer", "Emitter", "decompose", "build", "acc_dtype", "reduce_identity"]
+__all__ = ["lower", "reduces_fold", "narrow_indices", "reduce_folds", "ast_lowering", "Lowered", "LowerState", "LOWERING_PASSES", "Pass",
+           "run_passes", "Emitter", "decompose", "build", "acc_dtype", "reduce_identity"]

@@ -192,7 +192,9 @@ def _repeats_operand(u: UOp) -> bool:
   if u.op in (Ops.IDIV, Ops.MOD): return not _is_nonzero_const(u.src[1])
   return u.op is Ops.RECIP and not dtypes.is_float(u.dtype)
 
-def render(lw: Lowered, target: Target) -> str:
+def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | None = None) -> str:
+  """The kernel's OpenCL C source. `shown`, if given, receives for every rendered node (program order) its text and whether
+  that text is inlined into a user (else it is the node's own line): what provenance.py needs to find changed nodes."""
   used = check_dtypes(lw, target)
   ctx = _Ctx(lw, var_names(lw))
   # uses and the loop each user sits in: single-use values in the same loop are inlined
@@ -226,6 +228,7 @@ def render(lw: Lowered, target: Target) -> str:
     if op in _ALWAYS_INLINE or (op in _INLINE and uses.get(u, 0) == 1 and user_block.get(u) == block_of.get(u) and d <= MAX_INLINE_DEPTH):
       ctx.r[u] = txt  # type: ignore[assignment]
       depth_of[u] = d
+      if shown is not None: shown[u] = (txt, True)  # type: ignore[assignment]
       continue
     if op is Ops.ENDRANGE: depth -= 1
     if op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL):
@@ -244,6 +247,7 @@ def render(lw: Lowered, target: Target) -> str:
       nm = ctx.name(_PREFIX.get(op, "alu"))
       ctx.r[u] = nm
       lines.append("  "*depth + f"{ctype(u.dtype)} {nm} = {txt};")
+    if shown is not None: shown[u] = (lines[-1].strip(), False)
     if op is Ops.RANGE: depth += 1
   args = []
   # no `restrict` in kernels with barriers: PoCL 3.1 aborts (ParallelRegion assertion) on restrict + loop-invariant loads + barriers
