@@ -182,6 +182,8 @@ def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any =
   else:
     res.text_diff = D.text_diff(old, new)
     res.signature = "program: " + _source_signature(res.text_diff)
+    from replay.program import program_rules_behind  # the codegen passes/rules that made the changed nodes
+    res.rules = program_rules_behind(data, old)
 
 def _source_signature(text_diff: str) -> str:
   import re

@@ -46,8 +46,10 @@ def _rules_of_changes(db: str) -> list[list[str]]:
   changed = [r for r in rep.results if r.outcome == "changed"]
   assert changed and rep.exit_code() == 1
   s = Store(db, readonly=True)
-  try: return [program_rules_behind(s.blob(r.input_key), s.blob(r.stored_key).decode()) for r in changed]
+  try: direct = [program_rules_behind(s.blob(r.input_key), s.blob(r.stored_key).decode()) for r in changed]
   finally: s.close()
+  assert [r.rules for r in changed] == direct  # replay check's report names the same rules
+  return direct
 
 def _planted(pm: PatternMatcher, rule: str, fn) -> PatternMatcher:
   assert rule in pm.rule_names()

@@ -1,4 +1,4 @@
-"""Tensor methods (DESIGN §7) against numpy (always) and torch (when installed): values, shapes, dtypes, errors."""
+"""Tensor methods against numpy (always) and torch (when installed): values, shapes, dtypes, errors."""
 from __future__ import annotations
 import numpy as np
 import pytest
