@@ -174,19 +174,29 @@ class Tensor:
   def ones_like(self, **kwargs) -> Tensor: return self.full_like(1, **kwargs)
   @staticmethod
   def arange(start, stop=None, step=1, **kwargs) -> Tensor:
-    if stop is None: stop, start = start, 0
+    """start, start+step, ... up to (not including) stop, like range(); float when any bound is a float.
+
+    Computed on the device, with no host data: the running sum of `count` copies of step is step, 2*step, ..., and
+    shifting it down by (step - start) turns it into the values. The running sum is one reduce kernel."""
+    first, end = (0, start) if stop is None else (start, stop)
     if step == 0: raise ValueError("arange: step must not be zero")
-    dtype = kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
-    n = max(math.ceil((stop - start) / step), 0)
-    if n == 0: return Tensor.empty(0, dtype=dtype, **kwargs)
-    # cumsum of step via a reduce over a padded triangle, like tinygrad: one kernel, no host data
-    return (Tensor.full((n,), step, dtype=dtype, **kwargs)._cumsum() + (start - step)).cast(dtype)
+    floats = isinstance(first, float) or isinstance(end, float) or isinstance(step, float)
+    out_dtype = kwargs.pop("dtype", dtypes.default_float if floats else dtypes.default_int)
+    count = max(math.ceil((end - first) / step), 0)
+    if not count: return Tensor.empty(0, dtype=out_dtype, **kwargs)
+    running = Tensor.full((count,), step, dtype=out_dtype, **kwargs)._cumsum()
+    return (running + (first - step)).cast(out_dtype)
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
-    if n < 0 or (m is not None and m < 0): raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
-    m_ = n if m is None else m
-    return Tensor.ones((n, 1), **kwargs).pad((None, (0, m_))).flatten().shrink(((0, n * m_),)).reshape(n, m_) if n and m_ else \
-      Tensor.zeros(n, m_, **kwargs)
+    """n x m identity matrix (m defaults to n).
+
+    Each row of the (n, cols+1) block [1, 0, ..., 0] puts its 1 at flat offset i*(cols+1) = i*cols + i, so reading the
+    first n*cols elements back as rows of length cols leaves the 1 of row i in column i."""
+    cols = n if m is None else m
+    if n < 0 or cols < 0: raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
+    if n == 0 or cols == 0: return Tensor.zeros(n, cols, **kwargs)
+    one_then_zeros = Tensor.ones((n, 1), **kwargs).pad((None, (0, cols)))
+    return one_then_zeros.flatten().shrink(((0, n * cols),)).reshape(n, cols)
   @staticmethod
   def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = seed, 0
   @staticmethod
@@ -256,30 +266,24 @@ class Tensor:
           if id(p) not in seen: stack.append((p, False))
     return [t for t in order if t._ctx is not None]
   def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-    """Accumulate d(self)/d(x) into x.grad for every x with requires_grad that self depends on."""
+    """Accumulate d(self)/d(x) into x.grad for every x with requires_grad that self depends on.
+
+    _deepwalk lists every node after all of its inputs, so walking it backwards reaches a node only once every
+    consumer has added its share to node.grad: the gradient is complete when it is pushed on to the node's inputs."""
     if gradient is None:
       if self.shape != () and self.numel() != 1:
         raise RuntimeError(f"backward on a non-scalar tensor of shape {self.shape} needs a gradient argument of that shape")
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False).reshape(self.shape)
     if gradient.shape != self.shape: raise ValueError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
     if self._ctx is None and not self.requires_grad: raise RuntimeError("backward on a tensor that does not require grad")
-    nodes = self._deepwalk()
-    for t in nodes: t.grad = None  # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
+    tape = self._deepwalk()
+    for node in tape: node.grad = None  # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
     self.grad = gradient
-    for t0 in reversed(nodes):
-      if t0.grad is None:  # reached only through non-differentiable uses (a where's condition): nothing to propagate
-        if not retain_graph: t0._ctx = None
-        continue
-      token = METADATA.set(Metadata(name=t0._ctx.metadata.name, backward=True) if t0._ctx.metadata else None)
-      try: grads = t0._ctx.backward(t0.grad.lazydata)
-      finally: METADATA.reset(token)
-      grads_t = [Tensor(g, device=self.device, requires_grad=False) if g is not None else None
-                 for g in ([grads] if len(t0._ctx.parents) == 1 else grads)]
-      for t, g in zip(t0._ctx.parents, grads_t):
-        if g is not None and t.requires_grad:
-          if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape} in {type(t0._ctx).__name__}")
-          t.grad = g if t.grad is None else (t.grad + g)
-      if not retain_graph: t0._ctx = None
+    for node in reversed(tape):
+      ctx = node._ctx
+      if not retain_graph: node._ctx = None
+      # no grad: reached only through non-differentiable uses (a where's condition), nothing to propagate
+      if node.grad is not None: _add_to_parent_grads(ctx, _input_grads(ctx, node.grad), self.device)
     return self
 
   # *** movement ***
@@ -896,33 +900,41 @@ class Tensor:
   def cumsum(self, axis: int = 0) -> Tensor: return self._cumsum(axis)
 
   def _pool(self, k_: tuple[sint, ...], stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1) -> Tensor:
-    """Sliding windows over the last len(k_) dims: shape (..., out_0, ..., k_0, ...), built from movement ops only."""
-    if len(self.shape) < len(k_): raise ValueError(f"can't pool {self.shape} with kernel {k_}")
-    s_, d_ = make_tuple(stride, len(k_)), make_tuple(dilation, len(k_))
-    if len(k_) != len(s_) or len(k_) != len(d_): raise ValueError(f"stride/dilation mismatch kernel={k_}, stride={s_}, dilation={d_}")
-    noop, i_ = [None] * (self.ndim - len(k_)), self.shape[-len(k_):]
-    if any(k > s for k, s in zip(k_, s_)) or any(d != 1 for d in d_):
-      o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
-      if any(o <= 0 for o in o_): raise ValueError(f"kernel {k_} (dilation {d_}) is larger than the input {i_}")
-      # repeats such that we don't need padding
-      e_ = [math.ceil(k * (i + d) / i) for k, i, d in zip(k_, i_, d_)]
-      xup = self.reshape(*noop, *flatten((1, i) for i in i_)).expand(*noop, *flatten((e, i) for e, i in zip(e_, i_))) \
-        .reshape(*noop, *[e * i for e, i in zip(e_, i_)])
-      # stride by dilation
-      xup = xup.shrink(tuple(noop + [(0, k * (i + d)) for k, i, d in zip(k_, i_, d_)])) \
-        .reshape(*noop, *flatten((k, i + d) for k, i, d in zip(k_, i_, d_)))
-      xup = xup.shrink(tuple(noop + flatten(((0, k), (0, o * s)) for k, o, s in zip(k_, o_, s_)))) \
-        .reshape(*noop, *flatten((k, o, s) for k, o, s in zip(k_, o_, s_)))
-      xup = xup.shrink(tuple(noop + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(k_, o_)))).reshape(*noop, *flatten(zip(k_, o_)))
-      # permute to move the kernel dims to the end
-      return xup.permute(*range(len(noop)), *[len(noop) + i * 2 + 1 for i in range(len(i_))], *[len(noop) + i * 2 for i in range(len(i_))])
-    # kernel <= stride: a simple reshape
-    o_ = [(i + (s - k)) // s for i, s, k in zip(i_, s_, k_)]
-    xup = self.pad(tuple(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)])).shrink(tuple(noop + [(0, o * s) for o, s in zip(o_, s_)]))
-    xup = xup.reshape(*noop, *flatten(((o, s) for o, s in zip(o_, s_))))
-    xup = xup.shrink(tuple(noop + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
-    return xup.permute(*range(len(noop)), *[len(noop) + i * 2 for i in range(len(i_))], *[len(noop) + i * 2 + 1 for i in range(len(i_))])
+    """Sliding windows over the last len(k_) dims: shape (..., out_0, ..., k_0, ...), built from movement ops only.
 
+    Along a dim of size n with kernel k, stride s and dilation d, window j tap t reads x[j*s + t*d].
+    - Windows that neither overlap nor skip (k <= s, d == 1): cut the dim into blocks of s (padding the last one)
+      and keep the first k elements of each block.
+    - Otherwise: repeat the dim end to end and read it as k rows of n+d elements. Row t then starts at t*(n+d), which is
+      t*d modulo n, so row t is x shifted left by t*d; its first o*s elements, taken every s-th, are tap t of each window.
+      No window reaches past n, so the wrap-around of the repeats is never read.
+    """
+    nk = len(k_)
+    if self.ndim < nk: raise ValueError(f"can't pool {self.shape} with kernel {k_}")
+    s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
+    if len(s_) != nk or len(d_) != nk: raise ValueError(f"stride/dilation mismatch kernel={k_}, stride={s_}, dilation={d_}")
+    lead = [None] * (self.ndim - nk)  # the batch/channel dims ride along untouched
+    n_ = self.shape[-nk:]
+    def view(x: Tensor, per_dim) -> Tensor: return x.reshape(*lead, *flatten(per_dim))
+    def head(x: Tensor, per_dim) -> Tensor: return x.shrink(tuple(lead + [(0, v) for v in flatten(per_dim)]))
+    def windows_first(x: Tensor, window_parity: int) -> Tensor:
+      # the pooled dims come in (window, tap) or (tap, window) pairs: gather every window axis, then every tap axis
+      pairs = sorted(range(2 * nk), key=lambda j: (j % 2 != window_parity, j))
+      return x.permute(*range(len(lead)), *[len(lead) + j for j in pairs])
+    if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
+      o_ = [(n + (s - k)) // s for n, s, k in zip(n_, s_, k_)]
+      blocks = [o * s for o, s in zip(o_, s_)]
+      x = self.pad(tuple(lead + [(0, max(0, b - n)) for b, n in zip(blocks, n_)]))
+      x = view(head(x, [(b,) for b in blocks]), zip(o_, s_))
+      return windows_first(head(x, zip(o_, k_)), 0)
+    o_ = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(n_, k_, s_, d_)]
+    if any(o <= 0 for o in o_): raise ValueError(f"kernel {k_} (dilation {d_}) is larger than the input {n_}")
+    rows = [(k, n + d) for k, n, d in zip(k_, n_, d_)]
+    copies = [math.ceil(k * w / n) for (k, w), n in zip(rows, n_)]  # enough repeats of the dim to fill the k rows
+    x = view(self, [(1, n) for n in n_]).expand(*lead, *flatten(zip(copies, n_)))
+    x = view(head(view(x, [(c * n,) for c, n in zip(copies, n_)]), [(k * w,) for k, w in rows]), rows)
+    x = view(head(x, [(k, o * s) for k, o, s in zip(k_, o_, s_)]), zip(k_, o_, s_))
+    return windows_first(view(head(x, [(k, o, 1) for k, o in zip(k_, o_)]), zip(k_, o_)), 1)
 
   # *** neural network ops ***
   def _padding_flat(self, padding: int | Sequence[int], dims: int) -> tuple[int, ...]:
@@ -1024,14 +1036,21 @@ class Tensor:
     return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype)) * (1.0 / (1.0 - p))
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                    is_causal: bool = False) -> Tensor:
-    """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps the True positions."""
+    """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps the True positions.
+
+    The mask enters as an additive bias: a bool mask becomes 0 where kept and -inf where dropped; is_causal builds the
+    bool mask that lets query i see keys 0..i. Scores accumulate in at least float32."""
+    if is_causal and attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+    bias = attn_mask
     if is_causal:
-      if attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
-      attn_mask = Tensor.ones(self.shape[-2], key.shape[-2], device=self.device, requires_grad=False, dtype=dtypes.bool).tril(0)
-    if attn_mask is not None and attn_mask.dtype == dtypes.bool:
-      attn_mask = attn_mask.where(0.0, -math.inf)
-    qk = self.matmul(key.transpose(-2, -1), acc_dtype=least_upper_dtype(self.dtype, key.dtype, dtypes.float32)) / math.sqrt(self.shape[-1])
-    return ((qk + attn_mask) if attn_mask is not None else qk).softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+      q_len, k_len = self.shape[-2], key.shape[-2]
+      bias = Tensor.ones(q_len, k_len, device=self.device, requires_grad=False, dtype=dtypes.bool).tril(0)
+    if bias is not None and bias.dtype == dtypes.bool: bias = bias.where(0.0, -math.inf)
+    score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+    scores = self.matmul(key.transpose(-2, -1), acc_dtype=score_dtype) / math.sqrt(self.shape[-1])
+    if bias is not None: scores = scores + bias
+    weights = scores.softmax(-1).cast(self.dtype).dropout(dropout_p)
+    return weights @ value
 
   # *** losses ***
   def _do_reduction(self, reduction: str = "mean") -> Tensor:
@@ -1122,6 +1141,21 @@ def _argfix(*x: Any) -> tuple:
     if len(x) != 1: raise ValueError(f"bad arguments: {x}")
     return tuple(x[0])
   return tuple(x)
+
+def _input_grads(ctx: F.Function, out_grad: Tensor) -> list[LazyBuffer | None]:
+  """ctx's backward for out_grad, one entry per parent; what it builds is labelled as the backward of ctx's method."""
+  token = METADATA.set(Metadata(name=ctx.metadata.name, backward=True) if ctx.metadata else None)
+  try: grads = ctx.backward(out_grad.lazydata)
+  finally: METADATA.reset(token)
+  return [grads] if len(ctx.parents) == 1 else list(grads)
+
+def _add_to_parent_grads(ctx: F.Function, grads: list[LazyBuffer | None], device: str) -> None:
+  for parent, g in zip(ctx.parents, grads):
+    if g is None or not parent.requires_grad: continue
+    if g.shape != parent.shape:
+      raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {parent.shape} in {type(ctx).__name__}")
+    g_t = Tensor(g, device=device, requires_grad=False)
+    parent.grad = g_t if parent.grad is None else parent.grad + g_t
 
 # record which Tensor method built each lazy node (schedule items and replay reports show it)
 def _wrap_metadata(fn: Callable, name: str) -> Callable:
