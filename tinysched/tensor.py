@@ -277,7 +277,8 @@ class Tensor:
     if gradient.shape != self.shape: raise ValueError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
     if self._ctx is None and not self.requires_grad: raise RuntimeError("backward on a tensor that does not require grad")
     tape = self._deepwalk()
-    for node in tape: node.grad = None  # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
+    # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
+    for node in tape: node.grad = None
     self.grad = gradient
     for node in reversed(tape):
       ctx = node._ctx
@@ -580,11 +581,16 @@ class Tensor:
     return x
 
   # *** reduce ***
+  def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    """A reduce's `axis` argument (an int, a sequence, or None for all) as checked non-negative dims; a 0-d tensor has none."""
+    if axis is None: return tuple(range(self.ndim))
+    dims = tuple(map(self._resolve_dim, make_tuple(axis, 1)))
+    return dims if self.ndim else ()
   def _reduce(self, fxn: type[F.Function], axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-    axis_ = tuple(range(self.ndim)) if axis is None else tuple(self._resolve_dim(a) for a in make_tuple(axis, 1))
-    if self.ndim == 0: axis_ = ()
-    ret = fxn.apply(self, axis=axis_)
-    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axis_))
+    """fxn over `axis`; the reduced dims stay as 1s with keepdim and are dropped (one reshape) without."""
+    dims = self._axes(axis)
+    kept = fxn.apply(self, axis=dims)
+    return kept if keepdim else kept.reshape(self._reduced_shape(dims, keepdim=False))
   def sum(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     out_dt = reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
     # half sums accumulate in float32 and cast back, like tinygrad
@@ -603,17 +609,22 @@ class Tensor:
     dt = least_upper_float(self.dtype)
     return out.cast(dt).div(n)
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-    squares = (self - self.mean(axis=axis, keepdim=True)).square()
-    n = prod(si for si, so in zip(self.shape, squares.sum(axis=axis, keepdim=True).shape) if resolve(sym_ne(si, so)))
-    return squares.sum(axis=axis, keepdim=keepdim).div(smax(0, n - correction) if isinstance(n, UOp) else max(0, n - correction))
+    """Squared deviations from the mean, summed over `axis` and divided by (count - correction), at least 0."""
+    sq_dev = (self - self.mean(axis=axis, keepdim=True)).square()
+    # the count: the sizes of the dims the reduce shrinks (a reduced dim of size 1 adds nothing)
+    count = prod(n for n, m in zip(self.shape, self._reduced_shape(axis, keepdim=True)) if resolve(sym_ne(n, m)))
+    dof = smax(0, count - correction) if isinstance(count, UOp) else max(0, count - correction)
+    return sq_dev.sum(axis=axis, keepdim=keepdim).div(dof)
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
   def _reduced_shape(self, axis, keepdim: bool) -> tuple[sint, ...]:
-    axes = range(self.ndim) if axis is None else [self._resolve_dim(a) for a in make_tuple(axis, 1)]
-    return tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    """The shape a reduce over `axis` leaves: reduced dims become 1 with keepdim and go away without."""
+    dims = self._axes(axis)
+    if keepdim: return tuple(1 if i in dims else s for i, s in enumerate(self.shape))
+    return tuple(s for i, s in enumerate(self.shape) if i not in dims)
   def _inverse(self) -> Tensor:
     """An order-reversing map (argmin = argmax of it): -x for floats, ~x for ints, not x for bools."""
     return -self if dtypes.is_float(self.dtype) else (~self if dtypes.is_int(self.dtype) else self.logical_not())
@@ -639,17 +650,20 @@ class Tensor:
   def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
     m, _, ss = self._softmax(axis, dtype)
     return m - ss.log()
+  def _exp_shift(self, axis) -> Tensor:
+    """What log(sum(exp)) forms subtract first and add back after the log: the (detached) max along axis keeps exp
+    from overflowing; where it is infinite (all -inf or +inf rows) the shift is 0, so those rows give -inf (inf), not nan."""
+    peak = self.max(axis=axis, keepdim=True).detach()
+    return peak.isinf().where(0, peak)
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
-    m = self.max(axis=axis, keepdim=True).detach()
-    m = m.isinf().where(0, m)  # all -inf (or +inf) rows: shift by 0 so the result is -inf (inf), not nan
-    ret = (self - m).exp().sum(axis=axis, keepdim=True).log() + m
-    return ret.reshape(self._reduced_shape(axis, keepdim))
+    shift = self._exp_shift(axis)
+    lse = (self - shift).exp().sum(axis=axis, keepdim=True).log() + shift
+    return lse.reshape(self._reduced_shape(axis, keepdim))
   def logcumsumexp(self, axis: int = 0) -> Tensor:
     ax = self._resolve_dim(axis)
     if self.ndim == 0: return self
-    m = self.max(axis=ax, keepdim=True).detach()
-    m = m.isinf().where(0, m)
-    return (self - m).exp().cumsum(ax).log() + m
+    shift = self._exp_shift(ax)
+    return (self - shift).exp().cumsum(ax).log() + shift
   def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().max(axis=axis, keepdim=keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
 
@@ -873,15 +887,20 @@ class Tensor:
 
   # *** linear algebra ***
   def dot(self, w: Tensor, acc_dtype: DTypeLike | None = None) -> Tensor:
-    """Matrix product as a broadcasted multiply and a sum over the shared axis (one fused kernel)."""
-    n1, n2 = self.ndim, w.ndim
-    if n1 == 0 or n2 == 0: raise ValueError(f"both tensors need at least 1 dimension, got {n1}D and {n2}D")
-    k = w.shape[-min(n2, 2)]
-    if resolve(sym_ne(self.shape[-1], k)):
-      raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {k} differ")
-    x = self.reshape(*self.shape[0:-1], *[1] * min(n1 - 1, n2 - 1, 1), self.shape[-1])
-    w2 = w.reshape(*w.shape[0:-2], *[1] * min(n1 - 1, n2 - 1, 1), *w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
-    return (x * w2).sum(-1, acc_dtype=acc_dtype).cast(least_upper_dtype(x.dtype, w.dtype) if acc_dtype is None else to_dtype(acc_dtype))
+    """Matrix product as a broadcasted multiply and a sum over the shared axis (one fused kernel).
+
+    (..., n, k) becomes (..., n, 1, k) and w (..., k, m) becomes (..., 1, m, k); their product broadcasts to
+    (..., n, m, k) and the sum over k is the result. A 1-D side has no n (or m) to keep apart, so it gets no extra 1."""
+    if not self.ndim or not w.ndim: raise ValueError(f"both tensors need at least 1 dimension, got {self.ndim}D and {w.ndim}D")
+    w_axis = -2 if w.ndim > 1 else -1  # w's contracted axis
+    inner = w.shape[w_axis]
+    if resolve(sym_ne(self.shape[-1], inner)):
+      raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {inner} differ")
+    gap = (1,) if self.ndim > 1 and w.ndim > 1 else ()
+    lhs = self.reshape(*self.shape[:-1], *gap, self.shape[-1])
+    rhs = w.reshape(*w.shape[:-2], *gap, *w.shape[w_axis:]).transpose(-1, w_axis)
+    out_dtype = least_upper_dtype(lhs.dtype, w.dtype) if acc_dtype is None else to_dtype(acc_dtype)
+    return (lhs * rhs).sum(-1, acc_dtype=acc_dtype).cast(out_dtype)
   def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -1006,27 +1025,34 @@ class Tensor:
     st = stride if stride is not None else k_
     axes = tuple(range(-len(k_), 0))
     reg, ceil = self._pool_pads(padding, k_, st, dilation, ceil_mode)
-    def pool(x: Tensor, p) -> Tensor: return x.pad(tuple(p))._pool(k_, st, dilation)
-    if not count_include_pad: return pool(self, ceil).sum(axes) / pool(self.ones_like(), ceil).sum(axes)
-    if not ceil_mode: return pool(self, reg).mean(axes)
-    # ceil_mode windows count the regular padding but not the extra right padding, like torch
-    extra = [c - r for c, r in zip(ceil, reg)]
-    return pool(self, ceil).sum(axes) / pool(self.pad(tuple(reg)).ones_like(), extra).sum(axes)
+    windows = functools.partial(Tensor._pool, k_=k_, stride=st, dilation=dilation)
+    if not ceil_mode and count_include_pad: return windows(self.pad(tuple(reg))).mean(axes)
+    # otherwise a sum over each window divided by how many of its elements count: the padding never does without
+    # count_include_pad; with it, ceil_mode still leaves out the extra right padding (only the regular one counts), like torch
+    total = windows(self.pad(tuple(ceil))).sum(axes)
+    if not count_include_pad: counted = self.ones_like().pad(tuple(ceil))
+    else: counted = self.pad(tuple(reg)).ones_like().pad(tuple(c - r for c, r in zip(ceil, reg)))
+    return total / windows(counted).sum(axes)
   def max_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
     return self.max_pool2d((kernel_size,), stride, dilation, padding, ceil_mode)
   def avg_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
     return self.avg_pool2d((kernel_size,), stride, dilation, padding, ceil_mode, count_include_pad)
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
-    y = self - self.mean(axis, keepdim=True)
-    return y.mul((y * y).mean(axis, keepdim=True).add(eps).rsqrt())
+    """(x - mean) / sqrt(mean of the squared deviations + eps) over `axis`, without an affine part."""
+    centered = self - self.mean(axis, keepdim=True)
+    inv_std = (centered * centered).mean(axis, keepdim=True).add(eps).rsqrt()
+    return centered.mul(inv_std)
   def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | tuple[int, ...] = 1) -> Tensor:
-    """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`."""
-    axes = tuple(self._resolve_dim(a) for a in make_tuple(axis, 1))
-    shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
-    x = self - mean.reshape(shape)
-    if weight is not None: x = x * weight.reshape(shape)
-    ret = x.mul(invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
-    return (ret + bias.reshape(shape)) if bias is not None else ret
+    """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`.
+
+    invstd may also come already shaped to broadcast against x (more dims than `axis` names): it is used as given."""
+    channel_dims = tuple(map(self._resolve_dim, make_tuple(axis, 1)))
+    per_channel = tuple(n if i in channel_dims else 1 for i, n in enumerate(self.shape))
+    out = self - mean.reshape(per_channel)
+    if weight is not None: out = out * weight.reshape(per_channel)
+    out = out.mul(invstd if invstd.ndim != len(channel_dims) else invstd.reshape(per_channel))
+    if bias is not None: out = out + bias.reshape(per_channel)
+    return out
   def dropout(self, p: float = 0.5) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p); identity unless Tensor.training."""
     if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
@@ -1091,10 +1117,14 @@ class Tensor:
   def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
     """torch-style negative log likelihood of log-probabilities (N, C, ...) and int labels (N, ...)."""
     if Y.ndim != self.ndim - 1: raise ValueError(f"nll_loss: labels {Y.shape} must have one dim less than input {self.shape}")
-    w = Y.ones_like(dtype=self.dtype, requires_grad=False) if weight is None else weight[Y]
-    masked = w if ignore_index is None else w * (Y != ignore_index)
-    nll = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * masked
-    return nll.sum() / masked.sum() if reduction == "mean" else nll._do_reduction(reduction)
+    # each label's weight: its class weight (1 without `weight`), 0 for ignored labels
+    label_w = Y.ones_like(dtype=self.dtype, requires_grad=False) if weight is None else weight[Y]
+    if ignore_index is not None: label_w = label_w * (Y != ignore_index)
+    target_logp = self.gather(1, Y.unsqueeze(1)).squeeze(1)
+    losses = -target_logp * label_w
+    # torch's weighted mean: divide by the total weight of the counted labels, not by their number
+    if reduction == "mean": return losses.sum() / label_w.sum()
+    return losses._do_reduction(reduction)
   def sequential(self, ll: list[Callable[[Tensor], Tensor]]) -> Tensor: return functools.reduce(lambda x, f: f(x), ll, self)
   def interpolate(self, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
     """Resize the last len(size) dims: mode 'linear' (bi/trilinear), 'nearest' or 'nearest-exact'."""
@@ -1169,7 +1199,7 @@ def _wrap_metadata(fn: Callable, name: str) -> Callable:
 
 _NO_METADATA = {"__init__", "__repr__", "__hash__", "__bool__", "__len__", "realize", "schedule", "schedule_with_vars", "numpy",
                 "tolist", "item", "data", "backward", "_deepwalk", "replace", "_data", "manual_seed", "_rng", "size", "numel",
-                "element_size", "nbytes", "ndim", "is_floating_point", "_resolve_dim", "assign"}
+                "element_size", "nbytes", "ndim", "is_floating_point", "_resolve_dim", "_axes", "assign"}
 def _install_metadata() -> None:
   for name, fn in list(vars(Tensor).items()):
     if name in _NO_METADATA or not callable(fn) or isinstance(fn, property): continue
