@@ -17,7 +17,13 @@ from tinysched import function as F
 
 DTypeLike = Union[DType, str]
 
-def to_dtype(x: DTypeLike) -> DType: return x if isinstance(x, DType) else dtypes.from_name(x)
+def to_dtype(x: DTypeLike) -> DType:
+  """A DType passes through; anything else is a dtype name ('float32', 'int8', ...) looked up in dtypes."""
+  if isinstance(x, DType): return x
+  return dtypes.from_name(x)
+
+def _he_gain(a: float) -> float: return math.sqrt(2.0 / (1 + a ** 2))  # the gain of a leaky ReLU with negative slope a
+def _sqrt_fan_in(shape: tuple[int, ...]) -> float: return math.sqrt(prod(shape[1:]))  # a weight's inputs: all dims but the first
 
 def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
   d = dtypes.from_np(x.dtype)
@@ -26,6 +32,10 @@ def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
   else: buf.allocate()
   return LazyBuffer.from_buffer(buf, x.shape)
 
+
+def _splice(shape: tuple[sint, ...], lo: int, hi: int, dims: Sequence[sint]) -> tuple[sint, ...]:
+  """shape with its dims [lo, hi) replaced by `dims`."""
+  return (*shape[:lo], *dims, *shape[hi:])
 
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   nd = max((len(s) for s in shapes), default=0)
@@ -223,27 +233,34 @@ class Tensor:
     return Tensor(Tensor._rng().integers(low, high, _argfix(*shape)).astype(dt.np), **kwargs)
   @staticmethod
   def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> Tensor:
-    dt = kwargs.pop("dtype", dtypes.default_float)
-    return ((high - low) * Tensor.rand(*shape, **kwargs) + low).cast(dt)
+    """Uniform in [low, high): rand's [0, 1) stretched to the width of the interval and moved to its start."""
+    out_dtype = kwargs.pop("dtype", dtypes.default_float)
+    unit = Tensor.rand(*shape, **kwargs)
+    return ((high - low) * unit + low).cast(out_dtype)
   @staticmethod
   def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor: return (std * Tensor.randn(*shape, **kwargs)) + mean
   @staticmethod
   def scaled_uniform(*shape, **kwargs) -> Tensor:
-    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(_argfix(*shape)) ** -0.5)
+    """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+    scale = prod(_argfix(*shape)) ** -0.5
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(scale)
   @staticmethod
   def glorot_uniform(*shape, **kwargs) -> Tensor:
-    s = _argfix(*shape)
-    return Tensor.uniform(*s, low=-1.0, high=1.0, **kwargs).mul((6 / (s[0] + prod(s[1:]))) ** 0.5)
+    """Xavier/Glorot: uniform in [-1, 1) scaled by sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest."""
+    dims = _argfix(*shape)
+    limit = (6 / (dims[0] + prod(dims[1:]))) ** 0.5
+    return Tensor.uniform(*dims, low=-1.0, high=1.0, **kwargs).mul(limit)
   @staticmethod
   def kaiming_uniform(*shape, a: float = 0.01, **kwargs) -> Tensor:
-    s = _argfix(*shape)
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(s[1:]))
-    return Tensor.uniform(*s, low=-bound, high=bound, **kwargs)
+    """He init for a leaky ReLU of slope a: uniform in [-b, b), b = sqrt(3) * gain / sqrt(fan_in)."""
+    dims = _argfix(*shape)
+    limit = math.sqrt(3.0) * _he_gain(a) / _sqrt_fan_in(dims)
+    return Tensor.uniform(*dims, low=-limit, high=limit, **kwargs)
   @staticmethod
   def kaiming_normal(*shape, a: float = 0.01, **kwargs) -> Tensor:
-    s = _argfix(*shape)
-    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(s[1:]))
-    return Tensor.normal(*s, mean=0.0, std=std, **kwargs)
+    """He init for a leaky ReLU of slope a: normal with std gain / sqrt(fan_in)."""
+    dims = _argfix(*shape)
+    return Tensor.normal(*dims, mean=0.0, std=_he_gain(a) / _sqrt_fan_in(dims), **kwargs)
   def rand_like(self, **kwargs) -> Tensor:
     return Tensor.rand(*self.shape, device=kwargs.pop("device", self.device), dtype=kwargs.pop("dtype", self.dtype), **kwargs)
   def randn_like(self, **kwargs) -> Tensor:
@@ -313,13 +330,16 @@ class Tensor:
         raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     return F.Expand.apply(self.reshape(padded), shape=shape)
   def permute(self, order, *args) -> Tensor:
-    order_arg = tuple(self._resolve_dim(x) for x in _argfix(order, *args))
-    if sorted(order_arg) != list(range(self.ndim)): raise ValueError(f"permute {_argfix(order, *args)} is not a permutation of the {self.ndim} dims of {self.shape}")
-    return F.Permute.apply(self, order=order_arg)
+    given = _argfix(order, *args)
+    dims = self._dims(given)
+    # resolved dims lie in [0, ndim): a permutation exactly when there are ndim of them and none repeats
+    if len(dims) != self.ndim or len(set(dims)) != len(dims):
+      raise ValueError(f"permute {given} is not a permutation of the {self.ndim} dims of {self.shape}")
+    return F.Permute.apply(self, order=dims)
   def flip(self, axis, *args) -> Tensor:
-    axes = tuple(self._resolve_dim(x) for x in _argfix(axis, *args))
-    if len(set(axes)) != len(axes): raise ValueError(f"flip: dims {axes} repeat")
-    return F.Flip.apply(self, axis=axes)
+    dims = self._dims(_argfix(axis, *args))
+    if len(set(dims)) < len(dims): raise ValueError(f"flip: dims {dims} repeat")
+    return F.Flip.apply(self, axis=dims)
   def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")
     norm = tuple(x if x is not None else (0, s) for x, s in zip(arg, self.shape))
@@ -348,30 +368,35 @@ class Tensor:
     """Pad the last len(padding)//2 dims with a flat (left, right, top, bottom, ...) tuple, last dim first."""
     return self.pad(tuple(padding), value=value)
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-    order = list(range(self.ndim))
-    d0, d1 = self._resolve_dim(dim0), self._resolve_dim(dim1)
-    order[d0], order[d1] = order[d1], order[d0]
-    return self.permute(order)
+    a, b = self._dims((dim0, dim1))
+    swapped = {a: b, b: a}
+    return self.permute([swapped.get(i, i) for i in range(self.ndim)])
   @property
   def T(self) -> Tensor: return self.transpose()
+  # flatten, unflatten, squeeze and unsqueeze are reshapes that replace the dims [lo, hi) by others (_splice)
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
-    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+    lo, last = self._dims((start_dim, end_dim))
+    return self.reshape(_splice(self.shape, lo, last + 1, (prod(self.shape[lo:last + 1]),)))
   def unflatten(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
-    d = self._resolve_dim(dim)
-    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+    at = self._resolve_dim(dim)
+    return self.reshape(_splice(self.shape, at, at + 1, sizes))
   def squeeze(self, dim: int | None = None) -> Tensor:
+    """Drop size-1 dims: all of them, or only `dim` (a no-op when that dim is not 1)."""
     if dim is None: return self.reshape(tuple(s for s in self.shape if not (isinstance(s, int) and s == 1)))
-    d = self._resolve_dim(dim)
-    return self if not self.ndim or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    at = self._resolve_dim(dim)
+    if not self.ndim or self.shape[at] != 1: return self
+    return self.reshape(_splice(self.shape, at, at + 1, ()))
   def unsqueeze(self, dim: int) -> Tensor:
-    d = self._resolve_dim(dim, extra=True)
-    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+    at = self._resolve_dim(dim, extra=True)
+    return self.reshape(_splice(self.shape, at, at, (1,)))
   def _resolve_dim(self, dim: int, *, extra: bool = False) -> int:
-    total = self.ndim + int(extra)
-    if not isinstance(dim, int) or not -max(1, total) <= dim < max(1, total):
-      raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-max(1, total)}, {max(1, total) - 1}])")
-    return dim + total if dim < 0 else dim
+    """dim as a position in [0, ndim), or [0, ndim] with extra (an insert position); negative dims count from the end.
+    A 0-d tensor takes 0 and -1 (and keeps them as given)."""
+    n = self.ndim + (1 if extra else 0)
+    hi = max(n, 1)
+    if isinstance(dim, int) and -hi <= dim < hi: return dim if dim >= 0 else dim + n
+    raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-hi}, {hi - 1}])")
+  def _dims(self, dims: Sequence[int]) -> tuple[int, ...]: return tuple(self._resolve_dim(d) for d in dims)
 
   # *** indexing ***
   def __iter__(self):
@@ -668,13 +693,14 @@ class Tensor:
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
 
   # *** elementwise ***
-  def cast(self, dtype: DTypeLike) -> Tensor:
-    dt = to_dtype(dtype)
-    return self if self.dtype == dt else F.Cast.apply(self, dtype=dt)
-  def bitcast(self, dtype: DTypeLike) -> Tensor:
-    dt = to_dtype(dtype)
-    if self.requires_grad: raise RuntimeError("can't backprop through bitcast")
-    return F.Cast.apply(self, dtype=dt, bitcast=True) if self.dtype != dt else self
+  def _convert(self, dtype: DTypeLike, bitcast: bool) -> Tensor:
+    """Convert values (cast) or reinterpret their bits (bitcast) as dtype; nothing is built when the dtype is already right."""
+    target = to_dtype(dtype)
+    if bitcast and self.requires_grad: raise RuntimeError("can't backprop through bitcast")
+    if target == self.dtype: return self
+    return F.Cast.apply(self, dtype=target, bitcast=True) if bitcast else F.Cast.apply(self, dtype=target)
+  def cast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=False)
+  def bitcast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=True)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def double(self) -> Tensor: return self.cast(dtypes.float64)
@@ -701,9 +727,12 @@ class Tensor:
   def sign(self) -> Tensor: return F.Sign.apply(self)
   def abs(self) -> Tensor: return self * self.sign()
   def clip(self, min_=None, max_=None) -> Tensor:
+    """Limit to [min_, max_]; either bound may be left out (not both): a maximum with the lower, then a minimum with the upper."""
     if min_ is None and max_ is None: raise ValueError("clip needs min_ or max_")
-    ret = self.maximum(min_) if min_ is not None else self
-    return ret.minimum(max_) if max_ is not None else ret
+    out = self
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
+    return out
   def clamp(self, min_=None, max_=None) -> Tensor: return self.clip(min_, max_)
   def trunc(self) -> Tensor: return self.cast(dtypes.int64).cast(self.dtype) if dtypes.is_float(self.dtype) else self
   def floor(self) -> Tensor: return (self < (b := self.trunc())).where(b - 1, b)
@@ -1167,10 +1196,11 @@ class Tensor:
 
 
 def _argfix(*x: Any) -> tuple:
-  if x and x[0].__class__ in (tuple, list):
-    if len(x) != 1: raise ValueError(f"bad arguments: {x}")
-    return tuple(x[0])
-  return tuple(x)
+  """Shapes and dim lists may come spread out, f(2, 3), or as one tuple or list, f((2, 3)): both give (2, 3)."""
+  packed = bool(x) and type(x[0]) in (tuple, list)
+  if not packed: return x
+  if len(x) > 1: raise ValueError(f"bad arguments: {x}")
+  return tuple(x[0])
 
 def _input_grads(ctx: F.Function, out_grad: Tensor) -> list[LazyBuffer | None]:
   """ctx's backward for out_grad, one entry per parent; what it builds is labelled as the backward of ctx's method."""
@@ -1199,7 +1229,7 @@ def _wrap_metadata(fn: Callable, name: str) -> Callable:
 
 _NO_METADATA = {"__init__", "__repr__", "__hash__", "__bool__", "__len__", "realize", "schedule", "schedule_with_vars", "numpy",
                 "tolist", "item", "data", "backward", "_deepwalk", "replace", "_data", "manual_seed", "_rng", "size", "numel",
-                "element_size", "nbytes", "ndim", "is_floating_point", "_resolve_dim", "_axes", "assign"}
+                "element_size", "nbytes", "ndim", "is_floating_point", "_resolve_dim", "_axes", "_dims", "assign"}
 def _install_metadata() -> None:
   for name, fn in list(vars(Tensor).items()):
     if name in _NO_METADATA or not callable(fn) or isinstance(fn, property): continue
