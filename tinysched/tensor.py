@@ -581,14 +581,15 @@ class Tensor:
   def _tri(r: sint, c: sint, diagonal: int = 0, **kwargs) -> Tensor:
     """bool (r, c): True where col - row >= diagonal."""
     return Tensor.arange(r, **kwargs).unsqueeze(-1) + diagonal <= Tensor.arange(c, **kwargs)
-  def triu(self, diagonal: int = 0) -> Tensor:
-    if self.ndim < 2: raise ValueError(f"triu needs at least 2 dims, got shape {self.shape}")
-    keep = Tensor._tri(self.shape[-2], self.shape[-1], diagonal, device=self.device, requires_grad=False)
-    return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype))
-  def tril(self, diagonal: int = 0) -> Tensor:
-    if self.ndim < 2: raise ValueError(f"tril needs at least 2 dims, got shape {self.shape}")
-    drop = Tensor._tri(self.shape[-2], self.shape[-1], diagonal + 1, device=self.device, requires_grad=False)
-    return drop.where(Tensor(0, device=self.device, dtype=self.dtype), self)
+  def _triangle(self, diagonal: int, upper: bool) -> Tensor:
+    """Zero what lies off one side of the diagonal'th diagonal of the last two dims: below it (upper) or above it.
+    Both use one mask: the lower part keeps what the mask one diagonal further up does not select."""
+    if self.ndim < 2: raise ValueError(f"{'triu' if upper else 'tril'} needs at least 2 dims, got shape {self.shape}")
+    on_or_above = Tensor._tri(self.shape[-2], self.shape[-1], diagonal if upper else diagonal + 1, device=self.device, requires_grad=False)
+    zero = Tensor(0, device=self.device, dtype=self.dtype)
+    return on_or_above.where(self, zero) if upper else on_or_above.where(zero, self)
+  def triu(self, diagonal: int = 0) -> Tensor: return self._triangle(diagonal, upper=True)
+  def tril(self, diagonal: int = 0) -> Tensor: return self._triangle(diagonal, upper=False)
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """int32 one-hot along a new last dim; num_classes=-1 realizes self to find max+1."""
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype}")
@@ -616,18 +617,22 @@ class Tensor:
     dims = self._axes(axis)
     kept = fxn.apply(self, axis=dims)
     return kept if keepdim else kept.reshape(self._reduced_shape(dims, keepdim=False))
+  def _acc_dtype(self, acc_dtype: DTypeLike | None) -> DType:
+    """The dtype sum and prod produce: the one asked for, else the reduce rule's widening of self.dtype."""
+    return reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
   def sum(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
-    out_dt = reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
+    out_dt = self._acc_dtype(acc_dtype)
     # half sums accumulate in float32 and cast back, like tinygrad
     acc = dtypes.float32 if out_dt == dtypes.float16 else out_dt
     ret = self.cast(acc)._reduce(F.Sum, axis, keepdim)
     return ret.cast(out_dt) if acc != out_dt else ret
   def prod(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
-    return self.cast(to_dtype(acc_dtype) if acc_dtype is not None else reduce_output_dtype(self.dtype))._reduce(F.Prod, axis, keepdim)
+    widened = self.cast(self._acc_dtype(acc_dtype))
+    return widened._reduce(F.Prod, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(F.Max, axis, keepdim)
   def min(self, axis=None, keepdim: bool = False) -> Tensor:
-    if dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype): return ~((~self).max(axis=axis, keepdim=keepdim))
-    return -((-self).max(axis=axis, keepdim=keepdim))
+    """The max of an order-reversed copy, reversed back (there is no min reduce)."""
+    return self._inverse().max(axis=axis, keepdim=keepdim)._inverse()
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     out = self.sum(axis=axis, keepdim=keepdim)
     n = prod(self.shape) // prod(out.shape) if 0 not in out.shape else 1
@@ -933,8 +938,9 @@ class Tensor:
   def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
-    return x.add(bias) if bias is not None else x
+    """self @ weight + bias; a 1-D weight scales elementwise (a diagonal weight matrix)."""
+    out = self * weight if weight.ndim == 1 else self @ weight
+    return out if bias is None else out + bias
 
   def _cumsum(self, axis: int = 0) -> Tensor:
     """Inclusive prefix sum along axis via a padded, strided view and one reduce."""
@@ -1069,8 +1075,7 @@ class Tensor:
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(mean of the squared deviations + eps) over `axis`, without an affine part."""
     centered = self - self.mean(axis, keepdim=True)
-    inv_std = (centered * centered).mean(axis, keepdim=True).add(eps).rsqrt()
-    return centered.mul(inv_std)
+    return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
   def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | tuple[int, ...] = 1) -> Tensor:
     """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`.
 
