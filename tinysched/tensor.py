@@ -33,6 +33,15 @@ def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
   return LazyBuffer.from_buffer(buf, x.shape)
 
 
+def _one_hot_mask(index: Tensor, n: sint, device: str) -> Tensor:
+  """bool (*index.shape, n): True at [..., i] where index[...] == i (an arange on `device` in index's dtype)."""
+  return index.unsqueeze(-1) == Tensor.arange(n, device=device, requires_grad=False).cast(index.dtype)
+
+def _window_spec(kernel_size: int | tuple[int, ...], stride) -> tuple[tuple[int, ...], Any, tuple[int, ...]]:
+  """A pooling's kernel (an int means 2-D), its stride (the kernel when not given) and the window axes _pool appends."""
+  k_ = make_tuple(kernel_size, 2)
+  return k_, (k_ if stride is None else stride), tuple(range(-len(k_), 0))
+
 def _splice(shape: tuple[sint, ...], lo: int, hi: int, dims: Sequence[sint]) -> tuple[sint, ...]:
   """shape with its dims [lo, hi) replaced by `dims`."""
   return (*shape[:lo], *dims, *shape[hi:])
@@ -550,8 +559,11 @@ class Tensor:
     return self.reshape(flatten((1, s) for s in base)).expand(flatten((r, s) for r, s in zip(reps, base))) \
       .reshape(tuple(r * s for r, s in zip(reps, base)))
   def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    """Each element `repeats` times in a row along dim (of the flattened tensor when dim is None): a new axis after dim
+    is broadcast to `repeats` and merged into dim."""
     x, d = (self.flatten(), 0) if dim is None else (self, self._resolve_dim(dim))
-    return x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:]).flatten(d, d + 1)
+    copies = x.unsqueeze(d + 1).expand(_splice(x.shape, d + 1, d + 1, (repeats,)))
+    return copies.flatten(d, d + 1)
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     d = self._resolve_dim(dim)
     n = self.shape[d]
@@ -574,8 +586,8 @@ class Tensor:
       raise ValueError(f"gather: index shape {index.shape} is larger than self {self.shape} outside dim {dim}")
     n = self.shape[d]
     x = self.shrink(tuple((0, i) if j != d else None for j, i in enumerate(index.shape))).unsqueeze(-1).transpose(-1, d)
-    onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device, requires_grad=False).cast(index.dtype)
-    return onehot.where(x, Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
+    picks = _one_hot_mask(index, n, self.device)
+    return picks.where(x, Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
   def masked_fill(self, mask: Tensor, value) -> Tensor: return mask.where(value, self)
   @staticmethod
   def _tri(r: sint, c: sint, diagonal: int = 0, **kwargs) -> Tensor:
@@ -594,7 +606,7 @@ class Tensor:
     """int32 one-hot along a new last dim; num_classes=-1 realizes self to find max+1."""
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1
-    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device, requires_grad=False).cast(self.dtype)).where(1, 0)
+    return _one_hot_mask(self, num_classes, self.device).where(1, 0)
   def roll(self, shifts: int | tuple[int, ...], dims: int | tuple[int, ...]) -> Tensor:
     sh, ds = make_tuple(shifts, 1), tuple(self._resolve_dim(d) for d in make_tuple(dims, 1))
     if len(sh) != len(ds): raise ValueError(f"roll: {len(sh)} shifts for {len(ds)} dims")
@@ -663,10 +675,12 @@ class Tensor:
     if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
     ax = self._resolve_dim(axis)
     n = self.shape[ax]
-    is_max = self == self.max(axis=ax, keepdim=True)
-    # descending counter n..1: the max over it picks the first position that holds the maximum
-    counter = Tensor.arange(n, 0, -1, device=self.device, requires_grad=False).reshape(n, *[1] * (self.ndim - ax - 1))
-    return (n - is_max.where(counter, 0).max(axis=ax, keepdim=keepdim)).cast(dtypes.int32)
+    hits = self == self.max(axis=ax, keepdim=True)
+    # position i along ax counts n - i: of the positions holding the max, the first has the largest count, so n minus the
+    # largest count among the hits is its index
+    countdown = Tensor.arange(n, 0, -1, device=self.device, requires_grad=False).reshape(n, *[1] * (self.ndim - ax - 1))
+    best = hits.where(countdown, 0).max(axis=ax, keepdim=keepdim)
+    return (n - best).cast(dtypes.int32)
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis=axis, keepdim=keepdim)
   def _softmax(self, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, Tensor, Tensor]:
     x = self.cast(dtype) if dtype is not None else self
@@ -1024,17 +1038,22 @@ class Tensor:
     if weight.ndim != self.ndim or weight.shape[0] != self.shape[1] or weight.shape[0] % groups != 0:
       raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} (cin, cout/groups, *kernel) do not fit with groups={groups}")
     s_, d_, p_, op_ = (make_tuple(v, len(hw)) for v in (stride, dilation, padding, output_padding))
-    w = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:]).transpose(1, 2).flip(*range(3, weight.ndim + 1))
-    w = w.reshape(groups * weight.shape[1], weight.shape[0] // groups, *hw)
-    x = self
-    if any(s > 1 for s in s_):
-      # insert s-1 zeros between input elements: (k) -> (k, 1) -> pad to (k, s) -> (k*s) -> drop the trailing s-1
-      x = x.reshape(*x.shape[:2], *flatten((k, 1) for k in x.shape[2:]))
-      x = x.pad((None, None, *flatten((None, (0, s - 1)) for s in s_)))
-      x = x.reshape(*x.shape[:2], *[k * s for k, s in zip(x.shape[2::2], s_)])
-      x = x.shrink((None, None, *[(0, k - (s - 1)) for k, s in zip(x.shape[2:], s_)]))
-    pads = flatten(((k - 1) * d - p, (k - 1) * d - p + op) for k, d, p, op in reversed(list(zip(hw, d_, p_, op_))))
-    return x.conv2d(w, bias=bias, groups=groups, dilation=d_, padding=pads)
+    cin, cout_g = weight.shape[:2]
+    # (cin, cout/g, *k) -> (g, cin/g, cout/g, *k) -> (g, cout/g, cin/g, *k) with the kernel flipped -> conv2d's (cout, cin/g, *k)
+    per_group = weight.reshape(groups, cin // groups, *weight.shape[1:]).transpose(1, 2)
+    w = per_group.flip(*range(3, weight.ndim + 1)).reshape(groups * cout_g, cin // groups, *hw)
+    # the full correlation: (k-1)*d - p on the left, plus output_padding on the right (flat form, last dim first)
+    reach = [(k - 1) * d - p for k, d, p in zip(hw, d_, p_)]
+    pads = flatten((r, r + op) for r, op in reversed(list(zip(reach, op_))))
+    return self._spread(s_).conv2d(w, bias=bias, groups=groups, dilation=d_, padding=pads)
+  def _spread(self, stride: tuple[int, ...]) -> Tensor:
+    """Put s-1 zeros between neighbouring elements of each spatial dim (dims 2 on): length k becomes k*s - (s-1).
+    Each element gets a new axis of 1 that is zero padded to s; merging the pair and cutting the trailing s-1 zeros is the result."""
+    if all(s <= 1 for s in stride): return self
+    lead, spatial = self.shape[:2], self.shape[2:]
+    x = self.reshape(*lead, *flatten((k, 1) for k in spatial)).pad((None, None, *flatten((None, (0, s - 1)) for s in stride)))
+    x = x.reshape(*lead, *[k * s for k, s in zip(spatial, stride)])
+    return x.shrink((None, None, *[(0, k * s - (s - 1)) for k, s in zip(spatial, stride)]))
   def _pool_pads(self, padding: int | Sequence[int], k_: tuple[int, ...], stride, dilation, ceil_mode: bool) -> tuple[list[int], list[int]]:
     """(regular flat pads, pads with extra right padding for ceil_mode). Flat form: last dim first."""
     pads = list(self._padding_flat(padding, len(k_)))
@@ -1050,15 +1069,13 @@ class Tensor:
       ceil_pads[2 * j + 1] = pa + max(0, (o - 1) * s + eff_k - (n + pb + pa))
     return pads, ceil_pads
   def max_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
-    k_ = make_tuple(kernel_size, 2)
-    st = stride if stride is not None else k_
-    _, pads = self._pool_pads(padding, k_, st, dilation, ceil_mode)
-    return self.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k_, st, dilation).max(tuple(range(-len(k_), 0)))
+    k_, st, axes = _window_spec(kernel_size, stride)
+    # pad with the dtype's lowest value, so padding never wins a window's max
+    padded = self.pad(tuple(self._pool_pads(padding, k_, st, dilation, ceil_mode)[1]), value=dtypes.min(self.dtype))
+    return padded._pool(k_, st, dilation).max(axes)
   def avg_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True) -> Tensor:
-    k_ = make_tuple(kernel_size, 2)
-    st = stride if stride is not None else k_
-    axes = tuple(range(-len(k_), 0))
+    k_, st, axes = _window_spec(kernel_size, stride)
     reg, ceil = self._pool_pads(padding, k_, st, dilation, ceil_mode)
     windows = functools.partial(Tensor._pool, k_=k_, stride=st, dilation=dilation)
     if not ceil_mode and count_include_pad: return windows(self.pad(tuple(reg))).mean(axes)
@@ -1132,7 +1149,7 @@ class Tensor:
     log_probs = self.log_softmax()
     # like tinygrad, ignore_index=-1 (the default) ignores nothing
     loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
-    y = (Y.unsqueeze(-1) == Tensor.arange(self.shape[-1], device=self.device, requires_grad=False).cast(Y.dtype)) & loss_mask.unsqueeze(-1)
+    y = _one_hot_mask(Y, self.shape[-1], self.device) & loss_mask.unsqueeze(-1)
     smoothing = label_smoothing * (log_probs.mean(-1) * loss_mask)
     unreduced = (1 - label_smoothing) * y.where(log_probs, 0).sum(-1) + smoothing
     # mean over the counted labels only, so Tensor.mean does not fit
