@@ -17,7 +17,13 @@ from tinysched import function as F
 
 DTypeLike = Union[DType, str]
 
-def to_dtype(x: DTypeLike) -> DType: return x if isinstance(x, DType) else dtypes.from_name(x)
+def to_dtype(x: DTypeLike) -> DType:
+  """A DType passes through; anything else is a dtype name ('float32', 'int8', ...) looked up in dtypes."""
+  if isinstance(x, DType): return x
+  return dtypes.from_name(x)
+
+def _he_gain(a: float) -> float: return math.sqrt(2.0 / (1 + a ** 2))  # the gain of a leaky ReLU with negative slope a
+def _sqrt_fan_in(shape: tuple[int, ...]) -> float: return math.sqrt(prod(shape[1:]))  # a weight's inputs: all dims but the first
 
 def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
   d = dtypes.from_np(x.dtype)
@@ -26,6 +32,19 @@ def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
   else: buf.allocate()
   return LazyBuffer.from_buffer(buf, x.shape)
 
+
+def _one_hot_mask(index: Tensor, n: sint, device: str) -> Tensor:
+  """bool (*index.shape, n): True at [..., i] where index[...] == i (an arange on `device` in index's dtype)."""
+  return index.unsqueeze(-1) == Tensor.arange(n, device=device, requires_grad=False).cast(index.dtype)
+
+def _window_spec(kernel_size: int | tuple[int, ...], stride) -> tuple[tuple[int, ...], Any, tuple[int, ...]]:
+  """A pooling's kernel (an int means 2-D), its stride (the kernel when not given) and the window axes _pool appends."""
+  k_ = make_tuple(kernel_size, 2)
+  return k_, (k_ if stride is None else stride), tuple(range(-len(k_), 0))
+
+def _splice(shape: tuple[sint, ...], lo: int, hi: int, dims: Sequence[sint]) -> tuple[sint, ...]:
+  """shape with its dims [lo, hi) replaced by `dims`."""
+  return (*shape[:lo], *dims, *shape[hi:])
 
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   nd = max((len(s) for s in shapes), default=0)
@@ -174,19 +193,29 @@ class Tensor:
   def ones_like(self, **kwargs) -> Tensor: return self.full_like(1, **kwargs)
   @staticmethod
   def arange(start, stop=None, step=1, **kwargs) -> Tensor:
-    if stop is None: stop, start = start, 0
+    """start, start+step, ... up to (not including) stop, like range(); float when any bound is a float.
+
+    Computed on the device, with no host data: the running sum of `count` copies of step is step, 2*step, ..., and
+    shifting it down by (step - start) turns it into the values. The running sum is one reduce kernel."""
+    first, end = (0, start) if stop is None else (start, stop)
     if step == 0: raise ValueError("arange: step must not be zero")
-    dtype = kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
-    n = max(math.ceil((stop - start) / step), 0)
-    if n == 0: return Tensor.empty(0, dtype=dtype, **kwargs)
-    # cumsum of step via a reduce over a padded triangle, like tinygrad: one kernel, no host data
-    return (Tensor.full((n,), step, dtype=dtype, **kwargs)._cumsum() + (start - step)).cast(dtype)
+    floats = isinstance(first, float) or isinstance(end, float) or isinstance(step, float)
+    out_dtype = kwargs.pop("dtype", dtypes.default_float if floats else dtypes.default_int)
+    count = max(math.ceil((end - first) / step), 0)
+    if not count: return Tensor.empty(0, dtype=out_dtype, **kwargs)
+    running = Tensor.full((count,), step, dtype=out_dtype, **kwargs)._cumsum()
+    return (running + (first - step)).cast(out_dtype)
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
-    if n < 0 or (m is not None and m < 0): raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
-    m_ = n if m is None else m
-    return Tensor.ones((n, 1), **kwargs).pad((None, (0, m_))).flatten().shrink(((0, n * m_),)).reshape(n, m_) if n and m_ else \
-      Tensor.zeros(n, m_, **kwargs)
+    """n x m identity matrix (m defaults to n).
+
+    Each row of the (n, cols+1) block [1, 0, ..., 0] puts its 1 at flat offset i*(cols+1) = i*cols + i, so reading the
+    first n*cols elements back as rows of length cols leaves the 1 of row i in column i."""
+    cols = n if m is None else m
+    if n < 0 or cols < 0: raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
+    if n == 0 or cols == 0: return Tensor.zeros(n, cols, **kwargs)
+    one_then_zeros = Tensor.ones((n, 1), **kwargs).pad((None, (0, cols)))
+    return one_then_zeros.flatten().shrink(((0, n * cols),)).reshape(n, cols)
   @staticmethod
   def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = seed, 0
   @staticmethod
@@ -213,27 +242,34 @@ class Tensor:
     return Tensor(Tensor._rng().integers(low, high, _argfix(*shape)).astype(dt.np), **kwargs)
   @staticmethod
   def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> Tensor:
-    dt = kwargs.pop("dtype", dtypes.default_float)
-    return ((high - low) * Tensor.rand(*shape, **kwargs) + low).cast(dt)
+    """Uniform in [low, high): rand's [0, 1) stretched to the width of the interval and moved to its start."""
+    out_dtype = kwargs.pop("dtype", dtypes.default_float)
+    unit = Tensor.rand(*shape, **kwargs)
+    return ((high - low) * unit + low).cast(out_dtype)
   @staticmethod
   def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor: return (std * Tensor.randn(*shape, **kwargs)) + mean
   @staticmethod
   def scaled_uniform(*shape, **kwargs) -> Tensor:
-    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(_argfix(*shape)) ** -0.5)
+    """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+    scale = prod(_argfix(*shape)) ** -0.5
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(scale)
   @staticmethod
   def glorot_uniform(*shape, **kwargs) -> Tensor:
-    s = _argfix(*shape)
-    return Tensor.uniform(*s, low=-1.0, high=1.0, **kwargs).mul((6 / (s[0] + prod(s[1:]))) ** 0.5)
+    """Xavier/Glorot: uniform in [-1, 1) scaled by sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest."""
+    dims = _argfix(*shape)
+    limit = (6 / (dims[0] + prod(dims[1:]))) ** 0.5
+    return Tensor.uniform(*dims, low=-1.0, high=1.0, **kwargs).mul(limit)
   @staticmethod
   def kaiming_uniform(*shape, a: float = 0.01, **kwargs) -> Tensor:
-    s = _argfix(*shape)
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(s[1:]))
-    return Tensor.uniform(*s, low=-bound, high=bound, **kwargs)
+    """He init for a leaky ReLU of slope a: uniform in [-b, b), b = sqrt(3) * gain / sqrt(fan_in)."""
+    dims = _argfix(*shape)
+    limit = math.sqrt(3.0) * _he_gain(a) / _sqrt_fan_in(dims)
+    return Tensor.uniform(*dims, low=-limit, high=limit, **kwargs)
   @staticmethod
   def kaiming_normal(*shape, a: float = 0.01, **kwargs) -> Tensor:
-    s = _argfix(*shape)
-    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(s[1:]))
-    return Tensor.normal(*s, mean=0.0, std=std, **kwargs)
+    """He init for a leaky ReLU of slope a: normal with std gain / sqrt(fan_in)."""
+    dims = _argfix(*shape)
+    return Tensor.normal(*dims, mean=0.0, std=_he_gain(a) / _sqrt_fan_in(dims), **kwargs)
   def rand_like(self, **kwargs) -> Tensor:
     return Tensor.rand(*self.shape, device=kwargs.pop("device", self.device), dtype=kwargs.pop("dtype", self.dtype), **kwargs)
   def randn_like(self, **kwargs) -> Tensor:
@@ -256,30 +292,25 @@ class Tensor:
           if id(p) not in seen: stack.append((p, False))
     return [t for t in order if t._ctx is not None]
   def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-    """Accumulate d(self)/d(x) into x.grad for every x with requires_grad that self depends on."""
+    """Accumulate d(self)/d(x) into x.grad for every x with requires_grad that self depends on.
+
+    _deepwalk lists every node after all of its inputs, so walking it backwards reaches a node only once every
+    consumer has added its share to node.grad: the gradient is complete when it is pushed on to the node's inputs."""
     if gradient is None:
       if self.shape != () and self.numel() != 1:
         raise RuntimeError(f"backward on a non-scalar tensor of shape {self.shape} needs a gradient argument of that shape")
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False).reshape(self.shape)
     if gradient.shape != self.shape: raise ValueError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
     if self._ctx is None and not self.requires_grad: raise RuntimeError("backward on a tensor that does not require grad")
-    nodes = self._deepwalk()
-    for t in nodes: t.grad = None  # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
+    tape = self._deepwalk()
+    # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
+    for node in tape: node.grad = None
     self.grad = gradient
-    for t0 in reversed(nodes):
-      if t0.grad is None:  # reached only through non-differentiable uses (a where's condition): nothing to propagate
-        if not retain_graph: t0._ctx = None
-        continue
-      token = METADATA.set(Metadata(name=t0._ctx.metadata.name, backward=True) if t0._ctx.metadata else None)
-      try: grads = t0._ctx.backward(t0.grad.lazydata)
-      finally: METADATA.reset(token)
-      grads_t = [Tensor(g, device=self.device, requires_grad=False) if g is not None else None
-                 for g in ([grads] if len(t0._ctx.parents) == 1 else grads)]
-      for t, g in zip(t0._ctx.parents, grads_t):
-        if g is not None and t.requires_grad:
-          if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape} in {type(t0._ctx).__name__}")
-          t.grad = g if t.grad is None else (t.grad + g)
-      if not retain_graph: t0._ctx = None
+    for node in reversed(tape):
+      ctx = node._ctx
+      if not retain_graph: node._ctx = None
+      # no grad: reached only through non-differentiable uses (a where's condition), nothing to propagate
+      if node.grad is not None: _add_to_parent_grads(ctx, _input_grads(ctx, node.grad), self.device)
     return self
 
   # *** movement ***
@@ -308,13 +339,16 @@ class Tensor:
         raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     return F.Expand.apply(self.reshape(padded), shape=shape)
   def permute(self, order, *args) -> Tensor:
-    order_arg = tuple(self._resolve_dim(x) for x in _argfix(order, *args))
-    if sorted(order_arg) != list(range(self.ndim)): raise ValueError(f"permute {_argfix(order, *args)} is not a permutation of the {self.ndim} dims of {self.shape}")
-    return F.Permute.apply(self, order=order_arg)
+    given = _argfix(order, *args)
+    dims = self._dims(given)
+    # resolved dims lie in [0, ndim): a permutation exactly when there are ndim of them and none repeats
+    if len(dims) != self.ndim or len(set(dims)) != len(dims):
+      raise ValueError(f"permute {given} is not a permutation of the {self.ndim} dims of {self.shape}")
+    return F.Permute.apply(self, order=dims)
   def flip(self, axis, *args) -> Tensor:
-    axes = tuple(self._resolve_dim(x) for x in _argfix(axis, *args))
-    if len(set(axes)) != len(axes): raise ValueError(f"flip: dims {axes} repeat")
-    return F.Flip.apply(self, axis=axes)
+    dims = self._dims(_argfix(axis, *args))
+    if len(set(dims)) < len(dims): raise ValueError(f"flip: dims {dims} repeat")
+    return F.Flip.apply(self, axis=dims)
   def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")
     norm = tuple(x if x is not None else (0, s) for x, s in zip(arg, self.shape))
@@ -343,30 +377,35 @@ class Tensor:
     """Pad the last len(padding)//2 dims with a flat (left, right, top, bottom, ...) tuple, last dim first."""
     return self.pad(tuple(padding), value=value)
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-    order = list(range(self.ndim))
-    d0, d1 = self._resolve_dim(dim0), self._resolve_dim(dim1)
-    order[d0], order[d1] = order[d1], order[d0]
-    return self.permute(order)
+    a, b = self._dims((dim0, dim1))
+    swapped = {a: b, b: a}
+    return self.permute([swapped.get(i, i) for i in range(self.ndim)])
   @property
   def T(self) -> Tensor: return self.transpose()
+  # flatten, unflatten, squeeze and unsqueeze are reshapes that replace the dims [lo, hi) by others (_splice)
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
-    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+    lo, last = self._dims((start_dim, end_dim))
+    return self.reshape(_splice(self.shape, lo, last + 1, (prod(self.shape[lo:last + 1]),)))
   def unflatten(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
-    d = self._resolve_dim(dim)
-    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+    at = self._resolve_dim(dim)
+    return self.reshape(_splice(self.shape, at, at + 1, sizes))
   def squeeze(self, dim: int | None = None) -> Tensor:
+    """Drop size-1 dims: all of them, or only `dim` (a no-op when that dim is not 1)."""
     if dim is None: return self.reshape(tuple(s for s in self.shape if not (isinstance(s, int) and s == 1)))
-    d = self._resolve_dim(dim)
-    return self if not self.ndim or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    at = self._resolve_dim(dim)
+    if not self.ndim or self.shape[at] != 1: return self
+    return self.reshape(_splice(self.shape, at, at + 1, ()))
   def unsqueeze(self, dim: int) -> Tensor:
-    d = self._resolve_dim(dim, extra=True)
-    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+    at = self._resolve_dim(dim, extra=True)
+    return self.reshape(_splice(self.shape, at, at, (1,)))
   def _resolve_dim(self, dim: int, *, extra: bool = False) -> int:
-    total = self.ndim + int(extra)
-    if not isinstance(dim, int) or not -max(1, total) <= dim < max(1, total):
-      raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-max(1, total)}, {max(1, total) - 1}])")
-    return dim + total if dim < 0 else dim
+    """dim as a position in [0, ndim), or [0, ndim] with extra (an insert position); negative dims count from the end.
+    A 0-d tensor takes 0 and -1 (and keeps them as given)."""
+    n = self.ndim + (1 if extra else 0)
+    hi = max(n, 1)
+    if isinstance(dim, int) and -hi <= dim < hi: return dim if dim >= 0 else dim + n
+    raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-hi}, {hi - 1}])")
+  def _dims(self, dims: Sequence[int]) -> tuple[int, ...]: return tuple(self._resolve_dim(d) for d in dims)
 
   # *** indexing ***
   def __iter__(self):
@@ -520,8 +559,11 @@ class Tensor:
     return self.reshape(flatten((1, s) for s in base)).expand(flatten((r, s) for r, s in zip(reps, base))) \
       .reshape(tuple(r * s for r, s in zip(reps, base)))
   def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    """Each element `repeats` times in a row along dim (of the flattened tensor when dim is None): a new axis after dim
+    is broadcast to `repeats` and merged into dim."""
     x, d = (self.flatten(), 0) if dim is None else (self, self._resolve_dim(dim))
-    return x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:]).flatten(d, d + 1)
+    copies = x.unsqueeze(d + 1).expand(_splice(x.shape, d + 1, d + 1, (repeats,)))
+    return copies.flatten(d, d + 1)
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     d = self._resolve_dim(dim)
     n = self.shape[d]
@@ -544,26 +586,27 @@ class Tensor:
       raise ValueError(f"gather: index shape {index.shape} is larger than self {self.shape} outside dim {dim}")
     n = self.shape[d]
     x = self.shrink(tuple((0, i) if j != d else None for j, i in enumerate(index.shape))).unsqueeze(-1).transpose(-1, d)
-    onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device, requires_grad=False).cast(index.dtype)
-    return onehot.where(x, Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
+    picks = _one_hot_mask(index, n, self.device)
+    return picks.where(x, Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
   def masked_fill(self, mask: Tensor, value) -> Tensor: return mask.where(value, self)
   @staticmethod
   def _tri(r: sint, c: sint, diagonal: int = 0, **kwargs) -> Tensor:
     """bool (r, c): True where col - row >= diagonal."""
     return Tensor.arange(r, **kwargs).unsqueeze(-1) + diagonal <= Tensor.arange(c, **kwargs)
-  def triu(self, diagonal: int = 0) -> Tensor:
-    if self.ndim < 2: raise ValueError(f"triu needs at least 2 dims, got shape {self.shape}")
-    keep = Tensor._tri(self.shape[-2], self.shape[-1], diagonal, device=self.device, requires_grad=False)
-    return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype))
-  def tril(self, diagonal: int = 0) -> Tensor:
-    if self.ndim < 2: raise ValueError(f"tril needs at least 2 dims, got shape {self.shape}")
-    drop = Tensor._tri(self.shape[-2], self.shape[-1], diagonal + 1, device=self.device, requires_grad=False)
-    return drop.where(Tensor(0, device=self.device, dtype=self.dtype), self)
+  def _triangle(self, diagonal: int, upper: bool) -> Tensor:
+    """Zero what lies off one side of the diagonal'th diagonal of the last two dims: below it (upper) or above it.
+    Both use one mask: the lower part keeps what the mask one diagonal further up does not select."""
+    if self.ndim < 2: raise ValueError(f"{'triu' if upper else 'tril'} needs at least 2 dims, got shape {self.shape}")
+    on_or_above = Tensor._tri(self.shape[-2], self.shape[-1], diagonal if upper else diagonal + 1, device=self.device, requires_grad=False)
+    zero = Tensor(0, device=self.device, dtype=self.dtype)
+    return on_or_above.where(self, zero) if upper else on_or_above.where(zero, self)
+  def triu(self, diagonal: int = 0) -> Tensor: return self._triangle(diagonal, upper=True)
+  def tril(self, diagonal: int = 0) -> Tensor: return self._triangle(diagonal, upper=False)
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """int32 one-hot along a new last dim; num_classes=-1 realizes self to find max+1."""
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1
-    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device, requires_grad=False).cast(self.dtype)).where(1, 0)
+    return _one_hot_mask(self, num_classes, self.device).where(1, 0)
   def roll(self, shifts: int | tuple[int, ...], dims: int | tuple[int, ...]) -> Tensor:
     sh, ds = make_tuple(shifts, 1), tuple(self._resolve_dim(d) for d in make_tuple(dims, 1))
     if len(sh) != len(ds): raise ValueError(f"roll: {len(sh)} shifts for {len(ds)} dims")
@@ -576,40 +619,54 @@ class Tensor:
     return x
 
   # *** reduce ***
+  def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    """A reduce's `axis` argument (an int, a sequence, or None for all) as checked non-negative dims; a 0-d tensor has none."""
+    if axis is None: return tuple(range(self.ndim))
+    dims = tuple(map(self._resolve_dim, make_tuple(axis, 1)))
+    return dims if self.ndim else ()
   def _reduce(self, fxn: type[F.Function], axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-    axis_ = tuple(range(self.ndim)) if axis is None else tuple(self._resolve_dim(a) for a in make_tuple(axis, 1))
-    if self.ndim == 0: axis_ = ()
-    ret = fxn.apply(self, axis=axis_)
-    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axis_))
+    """fxn over `axis`; the reduced dims stay as 1s with keepdim and are dropped (one reshape) without."""
+    dims = self._axes(axis)
+    kept = fxn.apply(self, axis=dims)
+    return kept if keepdim else kept.reshape(self._reduced_shape(dims, keepdim=False))
+  def _acc_dtype(self, acc_dtype: DTypeLike | None) -> DType:
+    """The dtype sum and prod produce: the one asked for, else the reduce rule's widening of self.dtype."""
+    return reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
   def sum(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
-    out_dt = reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
+    out_dt = self._acc_dtype(acc_dtype)
     # half sums accumulate in float32 and cast back, like tinygrad
     acc = dtypes.float32 if out_dt == dtypes.float16 else out_dt
     ret = self.cast(acc)._reduce(F.Sum, axis, keepdim)
     return ret.cast(out_dt) if acc != out_dt else ret
   def prod(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
-    return self.cast(to_dtype(acc_dtype) if acc_dtype is not None else reduce_output_dtype(self.dtype))._reduce(F.Prod, axis, keepdim)
+    widened = self.cast(self._acc_dtype(acc_dtype))
+    return widened._reduce(F.Prod, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(F.Max, axis, keepdim)
   def min(self, axis=None, keepdim: bool = False) -> Tensor:
-    if dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype): return ~((~self).max(axis=axis, keepdim=keepdim))
-    return -((-self).max(axis=axis, keepdim=keepdim))
+    """The max of an order-reversed copy, reversed back (there is no min reduce)."""
+    return self._inverse().max(axis=axis, keepdim=keepdim)._inverse()
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     out = self.sum(axis=axis, keepdim=keepdim)
     n = prod(self.shape) // prod(out.shape) if 0 not in out.shape else 1
     dt = least_upper_float(self.dtype)
     return out.cast(dt).div(n)
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-    squares = (self - self.mean(axis=axis, keepdim=True)).square()
-    n = prod(si for si, so in zip(self.shape, squares.sum(axis=axis, keepdim=True).shape) if resolve(sym_ne(si, so)))
-    return squares.sum(axis=axis, keepdim=keepdim).div(smax(0, n - correction) if isinstance(n, UOp) else max(0, n - correction))
+    """Squared deviations from the mean, summed over `axis` and divided by (count - correction), at least 0."""
+    sq_dev = (self - self.mean(axis=axis, keepdim=True)).square()
+    # the count: the sizes of the dims the reduce shrinks (a reduced dim of size 1 adds nothing)
+    count = prod(n for n, m in zip(self.shape, self._reduced_shape(axis, keepdim=True)) if resolve(sym_ne(n, m)))
+    dof = smax(0, count - correction) if isinstance(count, UOp) else max(0, count - correction)
+    return sq_dev.sum(axis=axis, keepdim=keepdim).div(dof)
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
   def _reduced_shape(self, axis, keepdim: bool) -> tuple[sint, ...]:
-    axes = range(self.ndim) if axis is None else [self._resolve_dim(a) for a in make_tuple(axis, 1)]
-    return tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    """The shape a reduce over `axis` leaves: reduced dims become 1 with keepdim and go away without."""
+    dims = self._axes(axis)
+    if keepdim: return tuple(1 if i in dims else s for i, s in enumerate(self.shape))
+    return tuple(s for i, s in enumerate(self.shape) if i not in dims)
   def _inverse(self) -> Tensor:
     """An order-reversing map (argmin = argmax of it): -x for floats, ~x for ints, not x for bools."""
     return -self if dtypes.is_float(self.dtype) else (~self if dtypes.is_int(self.dtype) else self.logical_not())
@@ -618,10 +675,12 @@ class Tensor:
     if axis is None: return self.flatten().argmax(0, keepdim=False).reshape((1,) * self.ndim if keepdim else ())
     ax = self._resolve_dim(axis)
     n = self.shape[ax]
-    is_max = self == self.max(axis=ax, keepdim=True)
-    # descending counter n..1: the max over it picks the first position that holds the maximum
-    counter = Tensor.arange(n, 0, -1, device=self.device, requires_grad=False).reshape(n, *[1] * (self.ndim - ax - 1))
-    return (n - is_max.where(counter, 0).max(axis=ax, keepdim=keepdim)).cast(dtypes.int32)
+    hits = self == self.max(axis=ax, keepdim=True)
+    # position i along ax counts n - i: of the positions holding the max, the first has the largest count, so n minus the
+    # largest count among the hits is its index
+    countdown = Tensor.arange(n, 0, -1, device=self.device, requires_grad=False).reshape(n, *[1] * (self.ndim - ax - 1))
+    best = hits.where(countdown, 0).max(axis=ax, keepdim=keepdim)
+    return (n - best).cast(dtypes.int32)
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis=axis, keepdim=keepdim)
   def _softmax(self, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, Tensor, Tensor]:
     x = self.cast(dtype) if dtype is not None else self
@@ -635,28 +694,32 @@ class Tensor:
   def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
     m, _, ss = self._softmax(axis, dtype)
     return m - ss.log()
+  def _exp_shift(self, axis) -> Tensor:
+    """What log(sum(exp)) forms subtract first and add back after the log: the (detached) max along axis keeps exp
+    from overflowing; where it is infinite (all -inf or +inf rows) the shift is 0, so those rows give -inf (inf), not nan."""
+    peak = self.max(axis=axis, keepdim=True).detach()
+    return peak.isinf().where(0, peak)
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
-    m = self.max(axis=axis, keepdim=True).detach()
-    m = m.isinf().where(0, m)  # all -inf (or +inf) rows: shift by 0 so the result is -inf (inf), not nan
-    ret = (self - m).exp().sum(axis=axis, keepdim=True).log() + m
-    return ret.reshape(self._reduced_shape(axis, keepdim))
+    shift = self._exp_shift(axis)
+    lse = (self - shift).exp().sum(axis=axis, keepdim=True).log() + shift
+    return lse.reshape(self._reduced_shape(axis, keepdim))
   def logcumsumexp(self, axis: int = 0) -> Tensor:
     ax = self._resolve_dim(axis)
     if self.ndim == 0: return self
-    m = self.max(axis=ax, keepdim=True).detach()
-    m = m.isinf().where(0, m)
-    return (self - m).exp().cumsum(ax).log() + m
+    shift = self._exp_shift(ax)
+    return (self - shift).exp().cumsum(ax).log() + shift
   def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().max(axis=axis, keepdim=keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
 
   # *** elementwise ***
-  def cast(self, dtype: DTypeLike) -> Tensor:
-    dt = to_dtype(dtype)
-    return self if self.dtype == dt else F.Cast.apply(self, dtype=dt)
-  def bitcast(self, dtype: DTypeLike) -> Tensor:
-    dt = to_dtype(dtype)
-    if self.requires_grad: raise RuntimeError("can't backprop through bitcast")
-    return F.Cast.apply(self, dtype=dt, bitcast=True) if self.dtype != dt else self
+  def _convert(self, dtype: DTypeLike, bitcast: bool) -> Tensor:
+    """Convert values (cast) or reinterpret their bits (bitcast) as dtype; nothing is built when the dtype is already right."""
+    target = to_dtype(dtype)
+    if bitcast and self.requires_grad: raise RuntimeError("can't backprop through bitcast")
+    if target == self.dtype: return self
+    return F.Cast.apply(self, dtype=target, bitcast=True) if bitcast else F.Cast.apply(self, dtype=target)
+  def cast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=False)
+  def bitcast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=True)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def double(self) -> Tensor: return self.cast(dtypes.float64)
@@ -683,9 +746,12 @@ class Tensor:
   def sign(self) -> Tensor: return F.Sign.apply(self)
   def abs(self) -> Tensor: return self * self.sign()
   def clip(self, min_=None, max_=None) -> Tensor:
+    """Limit to [min_, max_]; either bound may be left out (not both): a maximum with the lower, then a minimum with the upper."""
     if min_ is None and max_ is None: raise ValueError("clip needs min_ or max_")
-    ret = self.maximum(min_) if min_ is not None else self
-    return ret.minimum(max_) if max_ is not None else ret
+    out = self
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
+    return out
   def clamp(self, min_=None, max_=None) -> Tensor: return self.clip(min_, max_)
   def trunc(self) -> Tensor: return self.cast(dtypes.int64).cast(self.dtype) if dtypes.is_float(self.dtype) else self
   def floor(self) -> Tensor: return (self < (b := self.trunc())).where(b - 1, b)
@@ -869,20 +935,26 @@ class Tensor:
 
   # *** linear algebra ***
   def dot(self, w: Tensor, acc_dtype: DTypeLike | None = None) -> Tensor:
-    """Matrix product as a broadcasted multiply and a sum over the shared axis (one fused kernel)."""
-    n1, n2 = self.ndim, w.ndim
-    if n1 == 0 or n2 == 0: raise ValueError(f"both tensors need at least 1 dimension, got {n1}D and {n2}D")
-    k = w.shape[-min(n2, 2)]
-    if resolve(sym_ne(self.shape[-1], k)):
-      raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {k} differ")
-    x = self.reshape(*self.shape[0:-1], *[1] * min(n1 - 1, n2 - 1, 1), self.shape[-1])
-    w2 = w.reshape(*w.shape[0:-2], *[1] * min(n1 - 1, n2 - 1, 1), *w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
-    return (x * w2).sum(-1, acc_dtype=acc_dtype).cast(least_upper_dtype(x.dtype, w.dtype) if acc_dtype is None else to_dtype(acc_dtype))
+    """Matrix product as a broadcasted multiply and a sum over the shared axis (one fused kernel).
+
+    (..., n, k) becomes (..., n, 1, k) and w (..., k, m) becomes (..., 1, m, k); their product broadcasts to
+    (..., n, m, k) and the sum over k is the result. A 1-D side has no n (or m) to keep apart, so it gets no extra 1."""
+    if not self.ndim or not w.ndim: raise ValueError(f"both tensors need at least 1 dimension, got {self.ndim}D and {w.ndim}D")
+    w_axis = -2 if w.ndim > 1 else -1  # w's contracted axis
+    inner = w.shape[w_axis]
+    if resolve(sym_ne(self.shape[-1], inner)):
+      raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {inner} differ")
+    gap = (1,) if self.ndim > 1 and w.ndim > 1 else ()
+    lhs = self.reshape(*self.shape[:-1], *gap, self.shape[-1])
+    rhs = w.reshape(*w.shape[:-2], *gap, *w.shape[w_axis:]).transpose(-1, w_axis)
+    out_dtype = least_upper_dtype(lhs.dtype, w.dtype) if acc_dtype is None else to_dtype(acc_dtype)
+    return (lhs * rhs).sum(-1, acc_dtype=acc_dtype).cast(out_dtype)
   def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
-    return x.add(bias) if bias is not None else x
+    """self @ weight + bias; a 1-D weight scales elementwise (a diagonal weight matrix)."""
+    out = self * weight if weight.ndim == 1 else self @ weight
+    return out if bias is None else out + bias
 
   def _cumsum(self, axis: int = 0) -> Tensor:
     """Inclusive prefix sum along axis via a padded, strided view and one reduce."""
@@ -896,33 +968,41 @@ class Tensor:
   def cumsum(self, axis: int = 0) -> Tensor: return self._cumsum(axis)
 
   def _pool(self, k_: tuple[sint, ...], stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1) -> Tensor:
-    """Sliding windows over the last len(k_) dims: shape (..., out_0, ..., k_0, ...), built from movement ops only."""
-    if len(self.shape) < len(k_): raise ValueError(f"can't pool {self.shape} with kernel {k_}")
-    s_, d_ = make_tuple(stride, len(k_)), make_tuple(dilation, len(k_))
-    if len(k_) != len(s_) or len(k_) != len(d_): raise ValueError(f"stride/dilation mismatch kernel={k_}, stride={s_}, dilation={d_}")
-    noop, i_ = [None] * (self.ndim - len(k_)), self.shape[-len(k_):]
-    if any(k > s for k, s in zip(k_, s_)) or any(d != 1 for d in d_):
-      o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
-      if any(o <= 0 for o in o_): raise ValueError(f"kernel {k_} (dilation {d_}) is larger than the input {i_}")
-      # repeats such that we don't need padding
-      e_ = [math.ceil(k * (i + d) / i) for k, i, d in zip(k_, i_, d_)]
-      xup = self.reshape(*noop, *flatten((1, i) for i in i_)).expand(*noop, *flatten((e, i) for e, i in zip(e_, i_))) \
-        .reshape(*noop, *[e * i for e, i in zip(e_, i_)])
-      # stride by dilation
-      xup = xup.shrink(tuple(noop + [(0, k * (i + d)) for k, i, d in zip(k_, i_, d_)])) \
-        .reshape(*noop, *flatten((k, i + d) for k, i, d in zip(k_, i_, d_)))
-      xup = xup.shrink(tuple(noop + flatten(((0, k), (0, o * s)) for k, o, s in zip(k_, o_, s_)))) \
-        .reshape(*noop, *flatten((k, o, s) for k, o, s in zip(k_, o_, s_)))
-      xup = xup.shrink(tuple(noop + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(k_, o_)))).reshape(*noop, *flatten(zip(k_, o_)))
-      # permute to move the kernel dims to the end
-      return xup.permute(*range(len(noop)), *[len(noop) + i * 2 + 1 for i in range(len(i_))], *[len(noop) + i * 2 for i in range(len(i_))])
-    # kernel <= stride: a simple reshape
-    o_ = [(i + (s - k)) // s for i, s, k in zip(i_, s_, k_)]
-    xup = self.pad(tuple(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)])).shrink(tuple(noop + [(0, o * s) for o, s in zip(o_, s_)]))
-    xup = xup.reshape(*noop, *flatten(((o, s) for o, s in zip(o_, s_))))
-    xup = xup.shrink(tuple(noop + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
-    return xup.permute(*range(len(noop)), *[len(noop) + i * 2 for i in range(len(i_))], *[len(noop) + i * 2 + 1 for i in range(len(i_))])
+    """Sliding windows over the last len(k_) dims: shape (..., out_0, ..., k_0, ...), built from movement ops only.
 
+    Along a dim of size n with kernel k, stride s and dilation d, window j tap t reads x[j*s + t*d].
+    - Windows that neither overlap nor skip (k <= s, d == 1): cut the dim into blocks of s (padding the last one)
+      and keep the first k elements of each block.
+    - Otherwise: repeat the dim end to end and read it as k rows of n+d elements. Row t then starts at t*(n+d), which is
+      t*d modulo n, so row t is x shifted left by t*d; its first o*s elements, taken every s-th, are tap t of each window.
+      No window reaches past n, so the wrap-around of the repeats is never read.
+    """
+    nk = len(k_)
+    if self.ndim < nk: raise ValueError(f"can't pool {self.shape} with kernel {k_}")
+    s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
+    if len(s_) != nk or len(d_) != nk: raise ValueError(f"stride/dilation mismatch kernel={k_}, stride={s_}, dilation={d_}")
+    lead = [None] * (self.ndim - nk)  # the batch/channel dims ride along untouched
+    n_ = self.shape[-nk:]
+    def view(x: Tensor, per_dim) -> Tensor: return x.reshape(*lead, *flatten(per_dim))
+    def head(x: Tensor, per_dim) -> Tensor: return x.shrink(tuple(lead + [(0, v) for v in flatten(per_dim)]))
+    def windows_first(x: Tensor, window_parity: int) -> Tensor:
+      # the pooled dims come in (window, tap) or (tap, window) pairs: gather every window axis, then every tap axis
+      pairs = sorted(range(2 * nk), key=lambda j: (j % 2 != window_parity, j))
+      return x.permute(*range(len(lead)), *[len(lead) + j for j in pairs])
+    if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
+      o_ = [(n + (s - k)) // s for n, s, k in zip(n_, s_, k_)]
+      blocks = [o * s for o, s in zip(o_, s_)]
+      x = self.pad(tuple(lead + [(0, max(0, b - n)) for b, n in zip(blocks, n_)]))
+      x = view(head(x, [(b,) for b in blocks]), zip(o_, s_))
+      return windows_first(head(x, zip(o_, k_)), 0)
+    o_ = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(n_, k_, s_, d_)]
+    if any(o <= 0 for o in o_): raise ValueError(f"kernel {k_} (dilation {d_}) is larger than the input {n_}")
+    rows = [(k, n + d) for k, n, d in zip(k_, n_, d_)]
+    copies = [math.ceil(k * w / n) for (k, w), n in zip(rows, n_)]  # enough repeats of the dim to fill the k rows
+    x = view(self, [(1, n) for n in n_]).expand(*lead, *flatten(zip(copies, n_)))
+    x = view(head(view(x, [(c * n,) for c, n in zip(copies, n_)]), [(k * w,) for k, w in rows]), rows)
+    x = view(head(x, [(k, o * s) for k, o, s in zip(k_, o_, s_)]), zip(k_, o_, s_))
+    return windows_first(view(head(x, [(k, o, 1) for k, o in zip(k_, o_)]), zip(k_, o_)), 1)
 
   # *** neural network ops ***
   def _padding_flat(self, padding: int | Sequence[int], dims: int) -> tuple[int, ...]:
@@ -958,17 +1038,22 @@ class Tensor:
     if weight.ndim != self.ndim or weight.shape[0] != self.shape[1] or weight.shape[0] % groups != 0:
       raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} (cin, cout/groups, *kernel) do not fit with groups={groups}")
     s_, d_, p_, op_ = (make_tuple(v, len(hw)) for v in (stride, dilation, padding, output_padding))
-    w = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:]).transpose(1, 2).flip(*range(3, weight.ndim + 1))
-    w = w.reshape(groups * weight.shape[1], weight.shape[0] // groups, *hw)
-    x = self
-    if any(s > 1 for s in s_):
-      # insert s-1 zeros between input elements: (k) -> (k, 1) -> pad to (k, s) -> (k*s) -> drop the trailing s-1
-      x = x.reshape(*x.shape[:2], *flatten((k, 1) for k in x.shape[2:]))
-      x = x.pad((None, None, *flatten((None, (0, s - 1)) for s in s_)))
-      x = x.reshape(*x.shape[:2], *[k * s for k, s in zip(x.shape[2::2], s_)])
-      x = x.shrink((None, None, *[(0, k - (s - 1)) for k, s in zip(x.shape[2:], s_)]))
-    pads = flatten(((k - 1) * d - p, (k - 1) * d - p + op) for k, d, p, op in reversed(list(zip(hw, d_, p_, op_))))
-    return x.conv2d(w, bias=bias, groups=groups, dilation=d_, padding=pads)
+    cin, cout_g = weight.shape[:2]
+    # (cin, cout/g, *k) -> (g, cin/g, cout/g, *k) -> (g, cout/g, cin/g, *k) with the kernel flipped -> conv2d's (cout, cin/g, *k)
+    per_group = weight.reshape(groups, cin // groups, *weight.shape[1:]).transpose(1, 2)
+    w = per_group.flip(*range(3, weight.ndim + 1)).reshape(groups * cout_g, cin // groups, *hw)
+    # the full correlation: (k-1)*d - p on the left, plus output_padding on the right (flat form, last dim first)
+    reach = [(k - 1) * d - p for k, d, p in zip(hw, d_, p_)]
+    pads = flatten((r, r + op) for r, op in reversed(list(zip(reach, op_))))
+    return self._spread(s_).conv2d(w, bias=bias, groups=groups, dilation=d_, padding=pads)
+  def _spread(self, stride: tuple[int, ...]) -> Tensor:
+    """Put s-1 zeros between neighbouring elements of each spatial dim (dims 2 on): length k becomes k*s - (s-1).
+    Each element gets a new axis of 1 that is zero padded to s; merging the pair and cutting the trailing s-1 zeros is the result."""
+    if all(s <= 1 for s in stride): return self
+    lead, spatial = self.shape[:2], self.shape[2:]
+    x = self.reshape(*lead, *flatten((k, 1) for k in spatial)).pad((None, None, *flatten((None, (0, s - 1)) for s in stride)))
+    x = x.reshape(*lead, *[k * s for k, s in zip(spatial, stride)])
+    return x.shrink((None, None, *[(0, k * s - (s - 1)) for k, s in zip(spatial, stride)]))
   def _pool_pads(self, padding: int | Sequence[int], k_: tuple[int, ...], stride, dilation, ceil_mode: bool) -> tuple[list[int], list[int]]:
     """(regular flat pads, pads with extra right padding for ceil_mode). Flat form: last dim first."""
     pads = list(self._padding_flat(padding, len(k_)))
@@ -984,37 +1069,41 @@ class Tensor:
       ceil_pads[2 * j + 1] = pa + max(0, (o - 1) * s + eff_k - (n + pb + pa))
     return pads, ceil_pads
   def max_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
-    k_ = make_tuple(kernel_size, 2)
-    st = stride if stride is not None else k_
-    _, pads = self._pool_pads(padding, k_, st, dilation, ceil_mode)
-    return self.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k_, st, dilation).max(tuple(range(-len(k_), 0)))
+    k_, st, axes = _window_spec(kernel_size, stride)
+    # pad with the dtype's lowest value, so padding never wins a window's max
+    padded = self.pad(tuple(self._pool_pads(padding, k_, st, dilation, ceil_mode)[1]), value=dtypes.min(self.dtype))
+    return padded._pool(k_, st, dilation).max(axes)
   def avg_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True) -> Tensor:
-    k_ = make_tuple(kernel_size, 2)
-    st = stride if stride is not None else k_
-    axes = tuple(range(-len(k_), 0))
+    k_, st, axes = _window_spec(kernel_size, stride)
     reg, ceil = self._pool_pads(padding, k_, st, dilation, ceil_mode)
-    def pool(x: Tensor, p) -> Tensor: return x.pad(tuple(p))._pool(k_, st, dilation)
-    if not count_include_pad: return pool(self, ceil).sum(axes) / pool(self.ones_like(), ceil).sum(axes)
-    if not ceil_mode: return pool(self, reg).mean(axes)
-    # ceil_mode windows count the regular padding but not the extra right padding, like torch
-    extra = [c - r for c, r in zip(ceil, reg)]
-    return pool(self, ceil).sum(axes) / pool(self.pad(tuple(reg)).ones_like(), extra).sum(axes)
+    windows = functools.partial(Tensor._pool, k_=k_, stride=st, dilation=dilation)
+    if not ceil_mode and count_include_pad: return windows(self.pad(tuple(reg))).mean(axes)
+    # otherwise a sum over each window divided by how many of its elements count: the padding never does without
+    # count_include_pad; with it, ceil_mode still leaves out the extra right padding (only the regular one counts), like torch
+    total = windows(self.pad(tuple(ceil))).sum(axes)
+    if not count_include_pad: counted = self.ones_like().pad(tuple(ceil))
+    else: counted = self.pad(tuple(reg)).ones_like().pad(tuple(c - r for c, r in zip(ceil, reg)))
+    return total / windows(counted).sum(axes)
   def max_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
     return self.max_pool2d((kernel_size,), stride, dilation, padding, ceil_mode)
   def avg_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
     return self.avg_pool2d((kernel_size,), stride, dilation, padding, ceil_mode, count_include_pad)
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
-    y = self - self.mean(axis, keepdim=True)
-    return y.mul((y * y).mean(axis, keepdim=True).add(eps).rsqrt())
+    """(x - mean) / sqrt(mean of the squared deviations + eps) over `axis`, without an affine part."""
+    centered = self - self.mean(axis, keepdim=True)
+    return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
   def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | tuple[int, ...] = 1) -> Tensor:
-    """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`."""
-    axes = tuple(self._resolve_dim(a) for a in make_tuple(axis, 1))
-    shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
-    x = self - mean.reshape(shape)
-    if weight is not None: x = x * weight.reshape(shape)
-    ret = x.mul(invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
-    return (ret + bias.reshape(shape)) if bias is not None else ret
+    """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`.
+
+    invstd may also come already shaped to broadcast against x (more dims than `axis` names): it is used as given."""
+    channel_dims = tuple(map(self._resolve_dim, make_tuple(axis, 1)))
+    per_channel = tuple(n if i in channel_dims else 1 for i, n in enumerate(self.shape))
+    out = self - mean.reshape(per_channel)
+    if weight is not None: out = out * weight.reshape(per_channel)
+    out = out.mul(invstd if invstd.ndim != len(channel_dims) else invstd.reshape(per_channel))
+    if bias is not None: out = out + bias.reshape(per_channel)
+    return out
   def dropout(self, p: float = 0.5) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p); identity unless Tensor.training."""
     if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
@@ -1024,14 +1113,21 @@ class Tensor:
     return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype)) * (1.0 / (1.0 - p))
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                    is_causal: bool = False) -> Tensor:
-    """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps the True positions."""
+    """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps the True positions.
+
+    The mask enters as an additive bias: a bool mask becomes 0 where kept and -inf where dropped; is_causal builds the
+    bool mask that lets query i see keys 0..i. Scores accumulate in at least float32."""
+    if is_causal and attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+    bias = attn_mask
     if is_causal:
-      if attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
-      attn_mask = Tensor.ones(self.shape[-2], key.shape[-2], device=self.device, requires_grad=False, dtype=dtypes.bool).tril(0)
-    if attn_mask is not None and attn_mask.dtype == dtypes.bool:
-      attn_mask = attn_mask.where(0.0, -math.inf)
-    qk = self.matmul(key.transpose(-2, -1), acc_dtype=least_upper_dtype(self.dtype, key.dtype, dtypes.float32)) / math.sqrt(self.shape[-1])
-    return ((qk + attn_mask) if attn_mask is not None else qk).softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+      q_len, k_len = self.shape[-2], key.shape[-2]
+      bias = Tensor.ones(q_len, k_len, device=self.device, requires_grad=False, dtype=dtypes.bool).tril(0)
+    if bias is not None and bias.dtype == dtypes.bool: bias = bias.where(0.0, -math.inf)
+    score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+    scores = self.matmul(key.transpose(-2, -1), acc_dtype=score_dtype) / math.sqrt(self.shape[-1])
+    if bias is not None: scores = scores + bias
+    weights = scores.softmax(-1).cast(self.dtype).dropout(dropout_p)
+    return weights @ value
 
   # *** losses ***
   def _do_reduction(self, reduction: str = "mean") -> Tensor:
@@ -1053,7 +1149,7 @@ class Tensor:
     log_probs = self.log_softmax()
     # like tinygrad, ignore_index=-1 (the default) ignores nothing
     loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
-    y = (Y.unsqueeze(-1) == Tensor.arange(self.shape[-1], device=self.device, requires_grad=False).cast(Y.dtype)) & loss_mask.unsqueeze(-1)
+    y = _one_hot_mask(Y, self.shape[-1], self.device) & loss_mask.unsqueeze(-1)
     smoothing = label_smoothing * (log_probs.mean(-1) * loss_mask)
     unreduced = (1 - label_smoothing) * y.where(log_probs, 0).sum(-1) + smoothing
     # mean over the counted labels only, so Tensor.mean does not fit
@@ -1072,10 +1168,14 @@ class Tensor:
   def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
     """torch-style negative log likelihood of log-probabilities (N, C, ...) and int labels (N, ...)."""
     if Y.ndim != self.ndim - 1: raise ValueError(f"nll_loss: labels {Y.shape} must have one dim less than input {self.shape}")
-    w = Y.ones_like(dtype=self.dtype, requires_grad=False) if weight is None else weight[Y]
-    masked = w if ignore_index is None else w * (Y != ignore_index)
-    nll = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * masked
-    return nll.sum() / masked.sum() if reduction == "mean" else nll._do_reduction(reduction)
+    # each label's weight: its class weight (1 without `weight`), 0 for ignored labels
+    label_w = Y.ones_like(dtype=self.dtype, requires_grad=False) if weight is None else weight[Y]
+    if ignore_index is not None: label_w = label_w * (Y != ignore_index)
+    target_logp = self.gather(1, Y.unsqueeze(1)).squeeze(1)
+    losses = -target_logp * label_w
+    # torch's weighted mean: divide by the total weight of the counted labels, not by their number
+    if reduction == "mean": return losses.sum() / label_w.sum()
+    return losses._do_reduction(reduction)
   def sequential(self, ll: list[Callable[[Tensor], Tensor]]) -> Tensor: return functools.reduce(lambda x, f: f(x), ll, self)
   def interpolate(self, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
     """Resize the last len(size) dims: mode 'linear' (bi/trilinear), 'nearest' or 'nearest-exact'."""
@@ -1118,10 +1218,26 @@ class Tensor:
 
 
 def _argfix(*x: Any) -> tuple:
-  if x and x[0].__class__ in (tuple, list):
-    if len(x) != 1: raise ValueError(f"bad arguments: {x}")
-    return tuple(x[0])
-  return tuple(x)
+  """Shapes and dim lists may come spread out, f(2, 3), or as one tuple or list, f((2, 3)): both give (2, 3)."""
+  packed = bool(x) and type(x[0]) in (tuple, list)
+  if not packed: return x
+  if len(x) > 1: raise ValueError(f"bad arguments: {x}")
+  return tuple(x[0])
+
+def _input_grads(ctx: F.Function, out_grad: Tensor) -> list[LazyBuffer | None]:
+  """ctx's backward for out_grad, one entry per parent; what it builds is labelled as the backward of ctx's method."""
+  token = METADATA.set(Metadata(name=ctx.metadata.name, backward=True) if ctx.metadata else None)
+  try: grads = ctx.backward(out_grad.lazydata)
+  finally: METADATA.reset(token)
+  return [grads] if len(ctx.parents) == 1 else list(grads)
+
+def _add_to_parent_grads(ctx: F.Function, grads: list[LazyBuffer | None], device: str) -> None:
+  for parent, g in zip(ctx.parents, grads):
+    if g is None or not parent.requires_grad: continue
+    if g.shape != parent.shape:
+      raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {parent.shape} in {type(ctx).__name__}")
+    g_t = Tensor(g, device=device, requires_grad=False)
+    parent.grad = g_t if parent.grad is None else parent.grad + g_t
 
 # record which Tensor method built each lazy node (schedule items and replay reports show it)
 def _wrap_metadata(fn: Callable, name: str) -> Callable:
@@ -1135,7 +1251,7 @@ def _wrap_metadata(fn: Callable, name: str) -> Callable:
 
 _NO_METADATA = {"__init__", "__repr__", "__hash__", "__bool__", "__len__", "realize", "schedule", "schedule_with_vars", "numpy",
                 "tolist", "item", "data", "backward", "_deepwalk", "replace", "_data", "manual_seed", "_rng", "size", "numel",
-                "element_size", "nbytes", "ndim", "is_floating_point", "_resolve_dim", "assign"}
+                "element_size", "nbytes", "ndim", "is_floating_point", "_resolve_dim", "_axes", "_dims", "assign"}
 def _install_metadata() -> None:
   for name, fn in list(vars(Tensor).items()):
     if name in _NO_METADATA or not callable(fn) or isinstance(fn, property): continue
