@@ -546,7 +546,11 @@ def _ranges(shape: tuple[sint, ...]) -> tuple[UOp, ...]:
 def _on_outer_view(view_op: Callable[[View, Any], View | None]) -> Callable[[ShapeTracker, Any], ShapeTracker]:
   """The ShapeTracker method of a View movement op (it keeps the View op's name, parameter and docstring)."""
   @functools.wraps(view_op)
-  def op(self: ShapeTracker, arg: Any) -> ShapeTracker: return self._move(view_op, arg)
+  def op(self: ShapeTracker, arg: Any) -> ShapeTracker:
+    views = self.views
+    if (moved := view_op(views[-1], arg)) is None:  # only a reshape one view cannot express: stack a fresh view on top
+      return ShapeTracker(views + (View.create(arg),))
+    return ShapeTracker(views[:-1] + (moved,))
   return op
 
 @_memo
@@ -566,8 +570,10 @@ class ShapeTracker:
     if not isinstance(self.views, tuple) or not self.views or not all(type(v) is View for v in self.views):
       raise ValueError(f"a ShapeTracker needs a non-empty tuple of Views, got {self.views!r}")
     single = self.views[0] if len(self.views) == 1 else None
-    for name, value in (("_hash", hash(self.views)), ("_single", single), ("contiguous", single is not None and single.contiguous)):
-      object.__setattr__(self, name, value)
+    setattr_ = object.__setattr__
+    setattr_(self, "_hash", hash(self.views))
+    setattr_(self, "_single", single)
+    setattr_(self, "contiguous", single is not None and single.contiguous)
   def __hash__(self) -> int: return self._hash
   def __eq__(self, other: object) -> bool:
     return self is other or (type(other) is ShapeTracker and self._hash == other._hash and self.views == other.views)
@@ -688,7 +694,7 @@ class ShapeTracker:
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """`other` applied on top of self: other's index space starts from self's shape."""
     # push other's views one at a time, innermost first, merging after each push
-    return functools.reduce(lambda st, v: ShapeTracker((*st.views, v)).simplify(), other.views, self)
+    return functools.reduce(lambda st, v: ShapeTracker(st.views + (v,)).simplify(), other.views, self)
 
   @_memo
   def simplify(self) -> ShapeTracker:
@@ -705,22 +711,18 @@ class ShapeTracker:
     return self if len(views) == len(self.views) else ShapeTracker(tuple(views))
 
   # *** movement ops: a tracker's op is its outermost view's op (same argument, same errors) ***
-  def _move(self, op: Callable[[View, Any], View | None], arg: Any) -> ShapeTracker:
-    *inner, outer = self.views
-    if (moved := op(outer, arg)) is None:  # only a reshape one view cannot express: stack a fresh view on top
-      return ShapeTracker((*self.views, View.create(arg)))
-    return ShapeTracker((*inner, moved))
   reshape = _on_outer_view(View.reshape)
   permute = _on_outer_view(View.permute)
   expand = _on_outer_view(View.expand)
   pad = _on_outer_view(View.pad)
   shrink = _on_outer_view(View.shrink)
   stride = _on_outer_view(View.stride)
+  _flip_unchecked = _on_outer_view(View.flip)
   def flip(self, axes: tuple[int, ...]) -> ShapeTracker:
     axes = tuple(axes)
     if not all(type(a) is int and 0 <= a < len(self.shape) for a in axes) or len(set(axes)) != len(axes):
       raise ValueError(f"cannot flip shape {_shape_str(self.shape)} on axes {axes}: axes must be distinct dims")
-    return self._move(View.flip, axes)
+    return self._flip_unchecked(axes)
 
   # *** symbolic ***
   def vars(self) -> list[UOp]:
