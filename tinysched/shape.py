@@ -563,17 +563,11 @@ class ShapeTracker:
   """A stack of views, the last one outermost; movement ops change the last view."""
   views: tuple[View, ...]
   _hash: int = field(init=False, repr=False)
-  _single: View | None = field(init=False, repr=False)  # the only view, when there is one: most questions are local to it
-  contiguous: bool = field(init=False, repr=False)      # one view that is the identity on the buffer
 
   def __post_init__(self):
     if not isinstance(self.views, tuple) or not self.views or not all(type(v) is View for v in self.views):
       raise ValueError(f"a ShapeTracker needs a non-empty tuple of Views, got {self.views!r}")
-    single = self.views[0] if len(self.views) == 1 else None
-    setattr_ = object.__setattr__
-    setattr_(self, "_hash", hash(self.views))
-    setattr_(self, "_single", single)
-    setattr_(self, "contiguous", single is not None and single.contiguous)
+    object.__setattr__(self, "_hash", hash(self.views))
   def __hash__(self) -> int: return self._hash
   def __eq__(self, other: object) -> bool:
     return self is other or (type(other) is ShapeTracker and self._hash == other._hash and self.views == other.views)
@@ -589,6 +583,15 @@ class ShapeTracker:
   def ndim(self) -> int: return len(self.views[-1].shape)
   @property
   def size(self) -> sint: return self.views[-1].size
+  # derived on first use, not at construction: movement ops build many trackers nobody asks about
+  @functools.cached_property
+  def _single(self) -> View | None:
+    """The only view, when there is one: most questions are then local to it."""
+    return self.views[0] if len(self.views) == 1 else None
+  @functools.cached_property
+  def contiguous(self) -> bool:
+    """One view that is the identity on the buffer."""
+    return (only := self._single) is not None and only.contiguous
   @property
   def consecutive(self) -> bool:
     """One unmasked view walking the buffer in order from some offset (contiguous up to the offset)."""
