@@ -1,7 +1,7 @@
 """Data types: the scalar types of the IR, their numpy mapping and tinygrad's promotion lattice."""
 from __future__ import annotations
-import functools, math
-from dataclasses import dataclass
+import functools, math, operator
+from dataclasses import dataclass, fields
 from typing import Union
 import numpy as np
 
@@ -17,19 +17,24 @@ class DType:
   fmt: str | None    # numpy type character, None for void
   count: int = 1     # lanes for vector types (float4 in codegen)
   def __repr__(self): return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
-  def __lt__(self, other: DType) -> bool: return (self.priority, self.itemsize, self.name, self.count) < \
-    (other.priority, other.itemsize, other.name, other.count)
+  def __lt__(self, other: DType) -> bool: return self._rank < other._rank
+  @functools.cached_property
+  def _rank(self) -> tuple:
+    """Sort key, a total order: promotion priority first (least_upper_dtype takes the min), then size, name and lanes."""
+    return (self.priority, self.itemsize, self.name, self.count)
   @functools.lru_cache(None)  # noqa: B019 (dtypes live forever)
   def vec(self, n: int) -> DType:
     if self.count != 1 or n < 1: raise ValueError(f"cannot vectorize {self} by {n}")
     return self if n == 1 else DType(self.priority, self.itemsize*n, f"{self.name}{n}", None, n)
   def scalar(self) -> DType: return self if self.count == 1 else _SCALARS[self.name.rstrip("0123456789")]
   @functools.lru_cache(None)  # noqa: B019
-  def ptr(self) -> PtrDType: return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self)
+  def ptr(self) -> PtrDType: return PtrDType(*_layout(self), _base=self)  # a pointer shares its target's layout fields
   @property
   def base(self) -> DType: return self
   @property
   def np(self) -> np.dtype | None: return np.dtype(self.fmt) if self.fmt is not None else None
+
+_layout = operator.attrgetter(*(f.name for f in fields(DType)))  # DType's own fields as a tuple, in constructor order
 
 @dataclass(frozen=True, eq=False)
 class PtrDType(DType):
@@ -86,19 +91,13 @@ class dtypes:
     if (d := _BY_NAME.get(name)) is None: raise KeyError(f"unknown dtype name {name!r}")
     return d
   @staticmethod
-  def min(d: DType) -> ConstType:
-    if dtypes.is_bool(d): return False
-    if dtypes.is_int(d): return 0 if dtypes.is_unsigned(d) else -2**(d.scalar().itemsize*8-1)
-    return -math.inf
+  def min(d: DType) -> ConstType: return _value_range(d)[0]
   @staticmethod
-  def max(d: DType) -> ConstType:
-    if dtypes.is_bool(d): return True
-    if dtypes.is_int(d): return 2**(d.scalar().itemsize*8)-1 if dtypes.is_unsigned(d) else 2**(d.scalar().itemsize*8-1)-1
-    return math.inf
+  def max(d: DType) -> ConstType: return _value_range(d)[1]
   @staticmethod
   def finfo(d: DType) -> tuple[int, int]:
     """(exponent bits, mantissa bits) of a float dtype."""
-    return {dtypes.float16: (5, 10), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[d.scalar()]
+    return _FLOAT_BITS[d.scalar()]
   @staticmethod
   def as_const(val, d: DType) -> ConstType:
     """Cast a python scalar to the python type that represents `d` (bool, int or float)."""
@@ -119,6 +118,16 @@ INTS = SINTS + UINTS
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
 ALL = (dtypes.bool,) + INTS + FLOATS
 _SCALARS = {d.name: d for d in ALL}
+_FLOAT_BITS = {dtypes.float16: (5, 10), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}  # IEEE (exponent, mantissa) bits
+
+@functools.lru_cache(None)
+def _value_range(d: DType) -> tuple[ConstType, ConstType]:
+  """(lowest, highest) value of a type: exact for bool and ints (two's complement), -inf..inf for floats."""
+  if dtypes.is_bool(d): return False, True
+  if not dtypes.is_int(d): return -math.inf, math.inf
+  bits = d.scalar().itemsize * 8
+  if dtypes.is_unsigned(d): return 0, (1 << bits) - 1
+  return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 _BY_NAME = {**{d.name: d for d in ALL}, "void": dtypes.void,
             **{k: v for k, v in vars(dtypes).items() if isinstance(v, DType)}}
 

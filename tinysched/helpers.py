@@ -1,16 +1,16 @@
 """Small, dependency-free utilities shared by every module."""
 from __future__ import annotations
-import contextlib, contextvars, functools, operator, os
+import contextlib, contextvars, functools, itertools, math, os
 from typing import Iterable, TypeVar, Any
 
 T = TypeVar("T")
 
-def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(operator.mul, xs, start)
+def prod(xs: Iterable[Any], start: Any = 1) -> Any: return math.prod(xs, start=start)  # start * x0 * x1 ..., any objects with *
 def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))  # keeps first-seen order: deterministic
 def all_int(xs: Iterable[Any]) -> bool: return all(type(x) is int for x in xs)
 def all_same(xs: list[Any]) -> bool: return all(x == xs[0] for x in xs[1:])
 def argsort(xs: list[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
-def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return list(itertools.chain.from_iterable(xss))
 def merge_dicts(ds: Iterable[dict]) -> dict:
   out: dict = {}
   for d in ds:
@@ -21,8 +21,15 @@ def merge_dicts(ds: Iterable[dict]) -> dict:
 def make_tuple(x: int | Iterable[int], n: int) -> tuple[int, ...]: return (x,)*n if isinstance(x, int) else tuple(x)
 def round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
 
+def _env_as(key: str, default: Any) -> Any:
+  """The environment variable `key` converted to the type of `default`, or `default` when it is not set."""
+  raw = os.environ.get(key)
+  return default if raw is None else type(default)(raw)
+
 @functools.lru_cache(maxsize=None)
-def getenv(key: str, default: Any = 0) -> Any: return type(default)(os.getenv(key, default))
+def getenv(key: str, default: Any = 0) -> Any:
+  """_env_as, read once per (key, default) for the process; tests that change the environment clear the cache."""
+  return _env_as(key, default)
 DEBUG = getenv("DEBUG", 0)
 
 # *** flags readable from the environment and overridable in a `with Context(NAME=value):` block ***
@@ -35,8 +42,7 @@ class ContextFlag:
   @property
   def value(self) -> Any:
     ctx = _CONTEXT.get()
-    if self.key in ctx: return ctx[self.key]
-    return type(self.default)(os.environ[self.key]) if self.key in os.environ else self.default
+    return ctx[self.key] if self.key in ctx else _env_as(self.key, self.default)
   def __bool__(self) -> bool: return bool(self.value)
   def __int__(self) -> int: return int(self.value)
   def __repr__(self) -> str: return f"ContextFlag({self.key}={self.value!r})"

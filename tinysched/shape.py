@@ -13,7 +13,7 @@ to_indexed_uops.
 from __future__ import annotations
 import functools, math, operator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin
@@ -22,6 +22,25 @@ from tinysched.helpers import dedup
 Mask = Optional[tuple[tuple[sint, sint], ...]]
 _IDX = dtypes.int32  # dtype of index expressions (and of Variables by default)
 _SIMPLE_OPS = (Ops.DEFINE_VAR, Ops.BIND)  # symbolic leaves: already canonical
+
+# *** memo tables: views and trackers are immutable values, so every derived result is kept forever ***
+_MEMOS: list[Any] = []  # in definition order; clear_caches empties each
+
+def _memo(fn: Callable) -> Any:
+  cached = functools.lru_cache(maxsize=None)(fn)
+  _MEMOS.append(cached)
+  return cached
+
+def _memo_move(norm: Callable[[Any], tuple]) -> Callable[[Callable], Any]:
+  """A View movement op memoized on its argument made hashable by `norm` (callers may pass lists; the table keys are tuples)."""
+  def wrap(body: Callable) -> Any:
+    table = _memo(body)
+    @functools.wraps(body)
+    def entry(self, arg): return table(self, norm(arg))
+    return entry
+  return wrap
+
+def _pairs(arg: Any) -> tuple: return tuple(tuple(x) for x in arg)
 
 # *** sint helpers: int fast paths, UOps only when symbolic ***
 
@@ -92,7 +111,7 @@ def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   """C-contiguous strides of `shape`, with stride 0 on size-1 dims (they never move the index)."""
   return _strides_for_shape(tuple(shape))
 
-@functools.lru_cache(maxsize=None)
+@_memo
 def _strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   if _all_int(shape):
     out, acc = [], 1
@@ -188,20 +207,10 @@ class View:
       return self.offset + sum(st*(e-1) if st > 0 else st*b for st, (b, e) in zip(self.strides, mask))
     return int(self.to_indexed_uops(_ranges(self.shape))[0].simplify().vmax)
 
-  # *** movement ops: public entry points take any sequences; the memoized bodies need tuples ***
+  # *** movement ops: each is memoized on (view, argument as tuples) ***
+  @_memo_move(tuple)
   def reshape(self, new_shape: tuple[sint, ...]) -> View | None:
     """The same elements in row-major order under `new_shape`, or None if one view cannot express it."""
-    return self._reshape(tuple(new_shape))
-  def permute(self, order: tuple[int, ...]) -> View: return self._permute(tuple(order))
-  def expand(self, new_shape: tuple[sint, ...]) -> View: return self._expand(tuple(new_shape))
-  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View: return self._pad(tuple(tuple(x) for x in arg))
-  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> View: return self._shrink(tuple(tuple(x) for x in arg))
-  def stride(self, muls: tuple[int, ...]) -> View:
-    """Take every muls[k]-th element of dim k; a negative mul walks the dim backwards (-1 = flip)."""
-    return self._stride(tuple(muls))
-
-  @functools.lru_cache(maxsize=None)  # noqa: B019
-  def _reshape(self, new_shape: tuple[sint, ...]) -> View | None:
     new_shape = tuple(_norm(s) for s in new_shape)
     if any(type(s) is int and s < 0 for s in new_shape):
       raise ValueError(f"cannot reshape {_shape_str(self.shape)} to {_shape_str(new_shape)}: negative dimension")
@@ -213,16 +222,15 @@ class View:
     if self.all_masked: return _all_masked(new_shape)
     return _reshape_view(self, new_shape)
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
-  def _permute(self, order: tuple[int, ...]) -> View:
-    order = tuple(order)
+  @_memo_move(tuple)
+  def permute(self, order: tuple[int, ...]) -> View:
     if sorted(order) != list(range(len(self.shape))) or not all(type(o) is int for o in order):
       raise ValueError(f"cannot permute shape {_shape_str(self.shape)} by {order}: not a permutation of range({len(self.shape)})")
-    return View.create(tuple(self.shape[o] for o in order), tuple(self.strides[o] for o in order), self.offset,
-                       None if self.mask is None else tuple(self.mask[o] for o in order))
+    def reorder(xs: tuple) -> tuple: return tuple(xs[o] for o in order)
+    return View.create(reorder(self.shape), reorder(self.strides), self.offset, self.mask and reorder(self.mask))
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
-  def _expand(self, new_shape: tuple[sint, ...]) -> View:
+  @_memo_move(tuple)
+  def expand(self, new_shape: tuple[sint, ...]) -> View:
     new_shape = tuple(_norm(s) for s in new_shape)
     if len(new_shape) != len(self.shape):
       raise ValueError(f"cannot expand shape {_shape_str(self.shape)} to {_shape_str(new_shape)}: wrong number of dims")
@@ -236,8 +244,8 @@ class View:
     strides = tuple(st if _eq(s, ns) else 0 for st, s, ns in zip(self.strides, self.shape, new_shape))
     return View.create(new_shape, strides, self.offset, mask)
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
-  def _pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+  @_memo_move(_pairs)
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
     arg = tuple((_norm(b), _norm(e)) for b, e in arg)
     if len(arg) != len(self.shape):
       raise ValueError(f"cannot pad shape {_shape_str(self.shape)} by {stable_repr(arg)}: wrong number of dims")
@@ -251,8 +259,8 @@ class View:
     mask = tuple((_add(mb, b), _add(me, b)) for (mb, me), (b, _) in zip(old_mask, arg))
     return View.create(new_shape, self.strides, offset, mask)
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
-  def _shrink(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+  @_memo_move(_pairs)
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> View:
     arg = tuple((_norm(b), _norm(e)) for b, e in arg)
     if len(arg) != len(self.shape):
       raise ValueError(f"cannot shrink shape {_shape_str(self.shape)} to {stable_repr(arg)}: wrong number of dims")
@@ -274,9 +282,9 @@ class View:
       mask = tuple(ms)
     return View.create(new_shape, self.strides, offset, mask)
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
-  def _stride(self, muls: tuple[int, ...]) -> View:
-    muls = tuple(muls)
+  @_memo_move(tuple)
+  def stride(self, muls: tuple[int, ...]) -> View:
+    """Take every muls[k]-th element of dim k; a negative mul walks the dim backwards (-1 = flip)."""
     if len(muls) != len(self.shape): raise ValueError(f"cannot stride shape {_shape_str(self.shape)} by {muls}: wrong number of dims")
     if not all(type(m) is int and m != 0 for m in muls):
       raise ValueError(f"cannot stride shape {_shape_str(self.shape)} by {muls}: multipliers must be nonzero ints")
@@ -298,15 +306,16 @@ class View:
     return View.create(tuple(new_shape), tuple(strides), offset, tuple(mask) if keep_mask else None)
 
   def flip(self, axes: tuple[int, ...]) -> View:
-    return self.stride(tuple(-1 if i in axes else 1 for i in range(len(self.shape))))
+    """Reverse the dims in `axes` (a stride of -1 there); axes are not checked here, ShapeTracker.flip does that."""
+    return self.stride(tuple(-1 if k in axes else 1 for k in range(self.ndim)))
 
   # *** composition ***
-  @functools.lru_cache(maxsize=None)  # noqa: B019
+  @_memo
   def __add__(self, vm1: View) -> View | None:
     """`vm1` applied on top of self (vm1's flat index addresses self's shape) as one view, or None."""
     return _compose(self, vm1)
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
+  @_memo
   def minify(self) -> View:
     """The same flat-order function with adjacent dims merged wherever strides and mask allow."""
     dims = [(s, st, b, e) for s, st, (b, e) in zip(self.shape, self.strides, self.mask or tuple((0, s) for s in self.shape))
@@ -333,7 +342,7 @@ class View:
     xs = list(self.shape) + list(self.strides) + [self.offset] + [x for m in (self.mask or ()) for x in m]
     return dedup(v for x in xs for v in _vars_of(x))
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
+  @_memo
   def unbind(self) -> tuple[View, dict[UOp, int]]:
     """Replace every BIND by its Variable; returns the values it had."""
     if self._ints: return self, {}
@@ -353,7 +362,7 @@ class View:
                        None if self.mask is None else tuple((ub(b), ub(e)) for b, e in self.mask)), var_vals
 
 
-@functools.lru_cache(maxsize=None)
+@_memo
 def _create(shape: tuple, strides: tuple | None, offset: Any, mask: tuple | None) -> View:
   # the scheduler's common case: plain ints everywhere (bool is excluded by `type(...) is int`)
   if type(offset) is int and all(type(s) is int for s in shape) and (strides is None or all(type(s) is int for s in strides)) and \
@@ -534,6 +543,21 @@ def _compose(vm2: View, vm1: View) -> View | None:
 def _ranges(shape: tuple[sint, ...]) -> tuple[UOp, ...]:
   return tuple(UOp(Ops.RANGE, _IDX, (UOp.const(_IDX, 0), s if isinstance(s, UOp) else UOp.const(_IDX, s)), i) for i, s in enumerate(shape))
 
+def _on_outer_view(view_op: Callable[[View, Any], View | None]) -> Callable[[ShapeTracker, Any], ShapeTracker]:
+  """The ShapeTracker method of a View movement op (it keeps the View op's name, parameter and docstring)."""
+  @functools.wraps(view_op)
+  def op(self: ShapeTracker, arg: Any) -> ShapeTracker:
+    views = self.views
+    if (moved := view_op(views[-1], arg)) is None:  # only a reshape one view cannot express: stack a fresh view on top
+      return ShapeTracker(views + (View.create(arg),))
+    return ShapeTracker(views[:-1] + (moved,))
+  return op
+
+@_memo
+def _one_view(shape: tuple[sint, ...]) -> ShapeTracker:
+  """The shared contiguous tracker of a shape."""
+  return ShapeTracker((View.create(shape),))
+
 @dataclass(frozen=True, eq=False)
 class ShapeTracker:
   """A stack of views, the last one outermost; movement ops change the last view."""
@@ -551,10 +575,7 @@ class ShapeTracker:
   def __repr__(self) -> str: return self.stable_repr()
 
   @staticmethod
-  @functools.lru_cache(maxsize=None)
-  def _from_shape(shape: tuple[sint, ...]) -> ShapeTracker: return ShapeTracker((View.create(shape),))
-  @staticmethod
-  def from_shape(shape: tuple[sint, ...]) -> ShapeTracker: return ShapeTracker._from_shape(tuple(shape))
+  def from_shape(shape: tuple[sint, ...]) -> ShapeTracker: return _one_view(tuple(shape))
 
   @property
   def shape(self) -> tuple[sint, ...]: return self.views[-1].shape
@@ -562,13 +583,20 @@ class ShapeTracker:
   def ndim(self) -> int: return len(self.views[-1].shape)
   @property
   def size(self) -> sint: return self.views[-1].size
-  @property
-  def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
+  # derived on first use, not at construction: movement ops build many trackers nobody asks about
+  @functools.cached_property
+  def _single(self) -> View | None:
+    """The only view, when there is one: most questions are then local to it."""
+    return self.views[0] if len(self.views) == 1 else None
+  @functools.cached_property
+  def contiguous(self) -> bool:
+    """One view that is the identity on the buffer."""
+    return (only := self._single) is not None and only.contiguous
   @property
   def consecutive(self) -> bool:
     """One unmasked view walking the buffer in order from some offset (contiguous up to the offset)."""
-    v = self.views[-1]
-    return len(self.views) == 1 and v.mask is None and _tuple_eq(v.strides, strides_for_shape(v.shape))
+    if (only := self._single) is None or only.mask is not None: return False
+    return _tuple_eq(only.strides, strides_for_shape(only.shape))
 
   def reduce(self, axis: tuple[int, ...]) -> tuple[sint, ...]:
     for a in axis:
@@ -580,7 +608,7 @@ class ShapeTracker:
   def to_indexed_uops(self, idxs: list[UOp] | tuple[UOp, ...] | None = None) -> tuple[UOp, UOp]:
     """(buffer index, validity) at loop indices `idxs` (RANGEs over the shape by default), simplified."""
     return self._indexed(None if idxs is None else tuple(idxs))
-  @functools.lru_cache(maxsize=None)  # noqa: B019
+  @_memo
   def _indexed(self, idxs: tuple[UOp, ...] | None) -> tuple[UOp, UOp]:
     if idxs is None: idxs = _ranges(self.shape)
     idt = idxs[0].dtype if idxs else _IDX
@@ -633,8 +661,7 @@ class ShapeTracker:
 
   def real_strides(self, ignore_valid: bool = False) -> tuple[sint | None, ...]:
     """Per dim, the buffer stride of that loop index, or None if it is not a plain stride (masked or non-linear)."""
-    v = self.views[-1]
-    if len(self.views) == 1:
+    if (v := self._single) is not None:
       if v.mask is None or ignore_valid: return v.strides
       return tuple(None if not (type(b) is int and b == 0 and _eq(e, s)) else st for st, s, (b, e) in zip(v.strides, v.shape, v.mask))
     idxs = _ranges(self.shape)
@@ -658,8 +685,7 @@ class ShapeTracker:
   def axis_is_masked(self, axis: int) -> bool:
     if not (type(axis) is int and 0 <= axis < len(self.shape)):
       raise ValueError(f"axis {axis} is out of range for shape {_shape_str(self.shape)}")
-    v = self.views[-1]
-    if len(self.views) == 1:
+    if (v := self._single) is not None:
       if v.mask is None: return False
       b, e = v.mask[axis]
       return not (type(b) is int and b == 0 and _eq(e, v.shape[axis]))
@@ -670,11 +696,10 @@ class ShapeTracker:
   # *** composition and simplification ***
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """`other` applied on top of self: other's index space starts from self's shape."""
-    ret = self
-    for v in other.views: ret = ShapeTracker(ret.views + (v,)).simplify()
-    return ret
+    # push other's views one at a time, innermost first, merging after each push
+    return functools.reduce(lambda st, v: ShapeTracker(st.views + (v,)).simplify(), other.views, self)
 
-  @functools.lru_cache(maxsize=None)  # noqa: B019
+  @_memo
   def simplify(self) -> ShapeTracker:
     """Merge adjacent views wherever one view expresses the pair exactly."""
     views = list(self.views)
@@ -688,24 +713,19 @@ class ShapeTracker:
           break
     return self if len(views) == len(self.views) else ShapeTracker(tuple(views))
 
-  # *** movement ops ***
-  def _replace_last(self, v: View) -> ShapeTracker: return ShapeTracker(self.views[:-1] + (v,))
-  def reshape(self, new_shape: tuple[sint, ...]) -> ShapeTracker:
-    new_shape = tuple(new_shape)
-    if (v := self.views[-1].reshape(new_shape)) is not None: return self._replace_last(v)
-    return ShapeTracker(self.views + (View.create(new_shape),))  # one view cannot express it: push a new one
-  def permute(self, order: tuple[int, ...]) -> ShapeTracker: return self._replace_last(self.views[-1].permute(tuple(order)))
-  def expand(self, new_shape: tuple[sint, ...]) -> ShapeTracker: return self._replace_last(self.views[-1].expand(tuple(new_shape)))
-  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> ShapeTracker:
-    return self._replace_last(self.views[-1].pad(tuple(tuple(x) for x in arg)))
-  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> ShapeTracker:
-    return self._replace_last(self.views[-1].shrink(tuple(tuple(x) for x in arg)))
-  def stride(self, muls: tuple[int, ...]) -> ShapeTracker: return self._replace_last(self.views[-1].stride(tuple(muls)))
+  # *** movement ops: a tracker's op is its outermost view's op (same argument, same errors) ***
+  reshape = _on_outer_view(View.reshape)
+  permute = _on_outer_view(View.permute)
+  expand = _on_outer_view(View.expand)
+  pad = _on_outer_view(View.pad)
+  shrink = _on_outer_view(View.shrink)
+  stride = _on_outer_view(View.stride)
+  _flip_unchecked = _on_outer_view(View.flip)
   def flip(self, axes: tuple[int, ...]) -> ShapeTracker:
     axes = tuple(axes)
     if not all(type(a) is int and 0 <= a < len(self.shape) for a in axes) or len(set(axes)) != len(axes):
       raise ValueError(f"cannot flip shape {_shape_str(self.shape)} on axes {axes}: axes must be distinct dims")
-    return self.stride(tuple(-1 if i in axes else 1 for i in range(len(self.shape))))
+    return self._flip_unchecked(axes)
 
   # *** symbolic ***
   def vars(self) -> list[UOp]:
@@ -729,8 +749,6 @@ class ShapeTracker:
 
 def clear_caches() -> None:
   """Forget every memoized view/tracker result (benchmarks measure cold paths with it; results never change)."""
-  for fn in (_create, _strides_for_shape, ShapeTracker._from_shape, View._reshape, View._permute, View._expand, View._pad,
-             View._shrink, View._stride, View.__add__, View.minify, View.unbind, ShapeTracker._indexed, ShapeTracker.simplify):
-    fn.cache_clear()
+  for table in _MEMOS: table.cache_clear()
 
 __all__ = ["View", "ShapeTracker", "strides_for_shape", "clear_caches"]

@@ -54,6 +54,19 @@ def stable_repr(x: Any) -> str:
   if hasattr(x, "stable_repr"): return x.stable_repr()
   raise TypeError(f"argument of type {type(x).__name__} has no stable representation: {x!r}")
 
+_FIELDS = ("op", "dtype", "src", "arg")  # a node's identity, in constructor order
+
+def _infix(op: Ops, negate_rhs: bool = False) -> tuple[Callable, Callable]:
+  """The operator pair (self OP x, x OP self) of a UOp, where x is a UOp or a python scalar (a constant of self's dtype).
+  With negate_rhs the right operand is negated first: subtraction is built as addition of the negation."""
+  if negate_rhs:
+    def left(self, x): return self.alu(op, -self.ufix(x))
+    def right(self, x): return self.ufix(x).alu(op, -self)
+  else:
+    def left(self, x): return self.alu(op, self.ufix(x))
+    def right(self, x): return self.ufix(x).alu(op, self)
+  return left, right
+
 class UOp(metaclass=_UOpMeta):
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
   op: Ops
@@ -66,14 +79,15 @@ class UOp(metaclass=_UOpMeta):
     object.__setattr__(self, "src", src)
     object.__setattr__(self, "arg", arg)
   def __setattr__(self, name, value):
-    if name in ("op", "dtype", "src", "arg"): raise AttributeError(f"UOp is immutable: cannot set {name}")
+    if name in _FIELDS: raise AttributeError(f"UOp is immutable: cannot set {name}")
     object.__setattr__(self, name, value)
   def __delattr__(self, name):
-    if name in ("op", "dtype", "src", "arg"): raise AttributeError(f"UOp is immutable: cannot delete {name}")
+    if name in _FIELDS: raise AttributeError(f"UOp is immutable: cannot delete {name}")
     object.__delattr__(self, name)
   def __reduce__(self): raise TypeError("UOps are not picklable by design: use replay's canonical encoding")
   def replace(self, **kwargs) -> UOp:
-    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
+    """This node with some of its fields changed (keywords other than the four fields are ignored)."""
+    return UOp(*(kwargs[f] if f in kwargs else getattr(self, f) for f in _FIELDS))
 
   # *** identity ***
   @cached_property
@@ -147,8 +161,11 @@ class UOp(metaclass=_UOpMeta):
   def cast(self, dtype: DType) -> UOp:
     if self.dtype == dtype: return self
     if self.op is Ops.CONST: return UOp.const(dtype, self.arg)
-    return UOp(Ops.CAST, dtype, (self,))
-  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+    return self._only_src(Ops.CAST, dtype=dtype)
+  def bitcast(self, dtype: DType) -> UOp: return self._only_src(Ops.BITCAST, dtype=dtype)
+  def _only_src(self, op: Ops, arg: Any = None, dtype: DType | None = None) -> UOp:
+    """A node of `op` over self alone, of self's dtype unless one is given."""
+    return UOp(op, self.dtype if dtype is None else dtype, (self,), arg)
   def alu(self, op: Ops, *src: UOp) -> UOp:
     srcs = (self,) + src
     out_dtype = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
@@ -166,19 +183,19 @@ class UOp(metaclass=_UOpMeta):
     xx = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x))
     yy = y if isinstance(y, UOp) else xx.const_like(y)
     return self.alu(Ops.WHERE, xx, yy)
-  def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
+  def sink(self, *srcs: UOp) -> UOp: return UOp.sink_of(self, *srcs)
   @staticmethod
   def sink_of(*srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, srcs)
   @staticmethod
   def store(*srcs: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, srcs)
-  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp: return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, tuple(axis)))
+  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp: return self._only_src(Ops.REDUCE_AXIS, (op, tuple(axis)))
   @property
   def axis_arg(self) -> tuple[int, ...]:
     if self.op is not Ops.REDUCE_AXIS: raise ValueError(f"axis_arg of {self.op}")
     return self.arg[1]
   def view(self, st) -> UOp:
     """Wrap in a VIEW carrying ShapeTracker `st`."""
-    return UOp(Ops.VIEW, self.dtype, (self,), st)
+    return self._only_src(Ops.VIEW, st)
   @property
   def st(self):
     """The ShapeTracker a node's value has: a VIEW's own, a buffer op's VIEW source, an elementwise
@@ -211,29 +228,20 @@ class UOp(metaclass=_UOpMeta):
     raise ValueError(f"{self.op} has no buffer")
 
   # *** symbolic integers ***
-  def __add__(self, x): return self.alu(Ops.ADD, self.ufix(x))
-  def __radd__(self, x): return self.ufix(x).alu(Ops.ADD, self)
-  def __sub__(self, x): return self.alu(Ops.ADD, -self.ufix(x))
-  def __rsub__(self, x): return self.ufix(x).alu(Ops.ADD, -self)
-  def __mul__(self, x): return self.alu(Ops.MUL, self.ufix(x))
-  def __rmul__(self, x): return self.ufix(x).alu(Ops.MUL, self)
-  def __floordiv__(self, x): return self.alu(Ops.IDIV, self.ufix(x))
-  def __rfloordiv__(self, x): return self.ufix(x).alu(Ops.IDIV, self)
-  def __mod__(self, x): return self.alu(Ops.MOD, self.ufix(x))
-  def __rmod__(self, x): return self.ufix(x).alu(Ops.MOD, self)
+  __add__, __radd__ = _infix(Ops.ADD)
+  __sub__, __rsub__ = _infix(Ops.ADD, negate_rhs=True)
+  __mul__, __rmul__ = _infix(Ops.MUL)
+  __floordiv__, __rfloordiv__ = _infix(Ops.IDIV)
+  __mod__, __rmod__ = _infix(Ops.MOD)
+  __lt__, __gt__ = _infix(Ops.CMPLT)  # x > y is y < x: one comparison op
+  # no reflected forms for these: a python scalar on the left stays a TypeError
+  __and__, __or__, __xor__, ne, maximum = (_infix(o)[0] for o in (Ops.AND, Ops.OR, Ops.XOR, Ops.CMPNE, Ops.MAX))
   # integer negation is x*-1 so that the simplifier sees one canonical form of subtraction
   def __neg__(self): return self*-1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)
-  def __lt__(self, x): return self.alu(Ops.CMPLT, self.ufix(x))
-  def __gt__(self, x): return self.ufix(x).alu(Ops.CMPLT, self)
   def __ge__(self, x): return (self < x).logical_not()
   def __le__(self, x): return (self > x).logical_not()
-  def __and__(self, x): return self.alu(Ops.AND, self.ufix(x))
-  def __or__(self, x): return self.alu(Ops.OR, self.ufix(x))
-  def __xor__(self, x): return self.alu(Ops.XOR, self.ufix(x))
-  def ne(self, x): return self.alu(Ops.CMPNE, self.ufix(x))
   def eq(self, x): return self.ne(x).logical_not()
   def logical_not(self): return self.alu(Ops.CMPNE, self.const_like(True))
-  def maximum(self, x): return self.alu(Ops.MAX, self.ufix(x))
   def minimum(self, x): return -((-self).maximum(-self.ufix(x)))
   # equality and hashing are object identity (inherited from object, in C): nodes are interned
   def __bool__(self): raise TypeError(f"the truth value of symbolic {self!r} is unknown: use resolve()")
@@ -390,7 +398,8 @@ def resolve(x: Any, default: bool = True) -> bool:
   """The truth of a (possibly symbolic) comparison if it is decided by value ranges, else `default`."""
   if not isinstance(x, UOp): return bool(x)
   if x.dtype != dtypes.bool: raise ValueError(f"resolve needs a boolean expression, got {x!r}")
-  return bool(x.vmin) if x.vmin == x.vmax else default
+  lo, hi = x._min_max  # a bool's range is (False, True) unless decided
+  return default if lo != hi else bool(lo)
 
 def sint_eq(a: sint, b: sint) -> bool:
   """Structural equality of two shape entries (symbolic entries compare by identity after interning)."""

@@ -18,6 +18,7 @@ seconds.
 """
 from __future__ import annotations
 import functools, hashlib, os, sys, tempfile, warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
@@ -119,9 +120,12 @@ def _bucket(nbytes: int) -> int:
   step = 1 << max(n.bit_length() - 3, 0)
   return (n + step - 1) // step * step
 
+@dataclass(eq=False, repr=False, slots=True, weakref_slot=True)
 class CLBuffer:
-  __slots__ = ("buf", "nbytes", "bucket", "__weakref__")
-  def __init__(self, buf, nbytes: int, bucket: int): self.buf, self.nbytes, self.bucket = buf, nbytes, bucket
+  """A device allocation: the cl.Buffer, the bytes asked for and the (larger) size bucket it was taken from."""
+  buf: Any
+  nbytes: int
+  bucket: int
   def __repr__(self): return f"<CLBuffer {self.nbytes} bytes (bucket {self.bucket})>"
 
 class Allocator:
