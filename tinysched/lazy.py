@@ -25,37 +25,71 @@ class Metadata:
 
 METADATA: contextvars.ContextVar[Metadata | None] = contextvars.ContextVar("METADATA", default=None)
 
+# Interning: the live LazyBuffer of every cached node, by its identity key (see _node_key)
 _lazycache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+def _node_key(device: str, st: ShapeTracker, dtype: DType, op: Ops | None, arg: Any, srcs: tuple[LazyBuffer, ...],
+              base: LazyBuffer | None) -> tuple:
+  """What makes two LazyBuffers the same node.
+
+  A view is its ShapeTracker over its base. A base is where it lives, what it computes and from what. Sources and
+  bases enter as weak references (hashed and compared, never iterated): once a scheduled buffer drops its sources
+  they die, and building the same op again makes a new buffer instead of aliasing the old one. A float arg is keyed
+  by its repr, so that -0.0 and 0.0 stay apart and a nan finds itself."""
+  if base is not None: return (st, weakref.ref(base))
+  return (device, st, dtype, op, (float, repr(arg)) if isinstance(arg, float) else arg, tuple(map(weakref.ref, srcs)))
 
 def create_lazybuffer(device: str, st: ShapeTracker, dtype: DType, op: Ops | None = None, arg: Any = None,
                       srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None, enable_cache: bool = True) -> LazyBuffer:
-  if st.size == 0 and op is not Ops.EMPTY: op, arg, srcs, base = Ops.CONST, 0, (), None
-  if op is Ops.CONST: arg, enable_cache = (dtypes.as_const(arg, dtype) if not isinstance(arg, UOp) else arg), True
-  # sources enter the key as weak references (looked up only, never iterated): once a scheduled buffer drops
-  # its sources they die, and building the same op again makes a new buffer instead of aliasing the old one
-  key_arg = (float, repr(arg)) if isinstance(arg, float) else arg
-  cache_key = (device, st, dtype, op, key_arg, tuple(weakref.ref(x) for x in srcs)) if base is None else (st, weakref.ref(base))
-  if enable_cache and (rret := _lazycache.get(cache_key)) is not None: return rret
-  ret = LazyBuffer(device, st, dtype, op, arg, srcs, base=base, metadata=METADATA.get())
-  if enable_cache: _lazycache[cache_key] = ret
-  return ret
+  """The LazyBuffer for a node: the live one when an equal node exists (and caching is on), else a new one.
+
+  Two rules come first: a node of no elements is the constant 0 (there is nothing to compute), and constants are
+  always interned, with their value in the dtype's python type."""
+  if op is not Ops.EMPTY and st.size == 0: op, arg, srcs, base = Ops.CONST, 0, (), None
+  if op is Ops.CONST:
+    enable_cache = True
+    if not isinstance(arg, UOp): arg = dtypes.as_const(arg, dtype)
+  def build() -> LazyBuffer: return LazyBuffer(device, st, dtype, op, arg, srcs, base=base, metadata=METADATA.get())
+  if not enable_cache: return build()
+  key = _node_key(device, st, dtype, op, arg, srcs, base)
+  if (node := _lazycache.get(key)) is None: node = _lazycache[key] = build()
+  return node
+
+def _storage(device: str, dtype: DType, size: sint, op: Ops | None, arg: Any, srcs: tuple[LazyBuffer, ...]) -> Buffer:
+  """The device memory a base writes: its target's for an assign, a window into its source's for a BUFFER_VIEW
+  (arg[1] is the element offset in the source's dtype), else a new Buffer of its own."""
+  if op is Ops.ASSIGN: return srcs[0].base.buffer
+  n = _max_size(size)
+  if op is not Ops.BUFFER_VIEW: return Buffer(device, n, dtype)
+  src = srcs[0]
+  return Buffer(device, n, dtype, base=src.base.buffer, offset=arg[1] * src.dtype.itemsize)
+
+def _scalar(device: str, dtype: DType, val: ConstType | UOp) -> LazyBuffer:
+  """The 0-d constant node of val; views of it make every other constant."""
+  return create_lazybuffer(device, ShapeTracker.from_shape(()), dtype, Ops.CONST, val)
+
+def _movement(name: str):
+  """The LazyBuffer method for ShapeTracker movement `name`: the same base seen through the moved ShapeTracker."""
+  st_move = getattr(ShapeTracker, name)
+  def move(self: LazyBuffer, arg) -> LazyBuffer:
+    new_st = st_move(self.st, arg)
+    return self._view(new_st)
+  move.__name__, move.__qualname__ = name, f"LazyBuffer.{name}"
+  return move
 
 class LazyBuffer:
+  """A node of the lazy graph: a base (an op over sources, with the Buffer it will fill) or a view of a base."""
   def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Ops | None = None, arg: Any = None,
                srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None, metadata: Metadata | None = None):
-    self.device, self.st, self.dtype, self.shape, self.size, self.metadata = device, st, dtype, st.shape, st.size, metadata
-    self._base: LazyBuffer | None = None
-    if base is None:
-      # a base: it owns a buffer and (until it is scheduled) an op
-      self.op, self.arg, self.srcs = op, arg, srcs
-      if op is Ops.ASSIGN: self.buffer = srcs[0].base.buffer  # assign writes into its target's memory
-      elif op is Ops.BUFFER_VIEW:
-        self.buffer = Buffer(device, _max_size(self.size), dtype, base=srcs[0].base.buffer, offset=arg[1] * srcs[0].dtype.itemsize)
-      else: self.buffer = Buffer(device, _max_size(self.size), dtype)
-      self.forced_realize = False
-    else:
+    self.device, self.st, self.dtype, self.metadata = device, st, dtype, metadata
+    self.shape, self.size = st.shape, st.size
+    if base is not None:
       if base.base is not base: raise ValueError("a view's base must be a base LazyBuffer")
-      self._base = base
+      self._base: LazyBuffer | None = base
+      return
+    # a base: it owns a buffer and, until it is scheduled (which deletes srcs), an op
+    self._base, self.op, self.arg, self.srcs, self.forced_realize = None, op, arg, srcs, False
+    self.buffer = _storage(device, dtype, self.size, op, arg, srcs)
 
   def __repr__(self) -> str:
     return f"<LB {self.device} {self.shape} {self.dtype!r} op={self.base.op if hasattr(self.base, 'op') else 'realized'}>"
@@ -84,49 +118,63 @@ class LazyBuffer:
     return ret
   def const_like(self, b: ConstType | UOp) -> LazyBuffer: return self.const_with_shape(b, self.shape)
   def const_with_shape(self, val: ConstType | UOp, shape: tuple[sint, ...]) -> LazyBuffer:
-    return LazyBuffer.metaop(Ops.CONST, (), self.dtype, self.device, arg=val).reshape((1,)*len(shape)).expand(shape)
+    """val everywhere in `shape`: the scalar constant reshaped to all-ones dims, then expanded."""
+    ones = tuple(1 for _ in shape)
+    return _scalar(self.device, self.dtype, val).reshape(ones).expand(shape)
+
+  def _const_view(self, unmasked: bool) -> bool:
+    """Whether this views an unscheduled CONST of a concrete value (not a bound Variable's UOp): the nodes that
+    creation-time folding can compute with. `unmasked`: no view has a mask, so no element is padding's 0."""
+    b = self.base
+    if b.op is not Ops.CONST or b.realized is not None or isinstance(b.arg, UOp): return False
+    return not unmasked or not any(v.mask is not None for v in self.st.views)
   @property
-  def is_unrealized_const(self) -> bool: return self.base.realized is None and getattr(self.base, "op", None) is Ops.CONST \
-    and not isinstance(self.base.arg, UOp)
+  def is_unrealized_const(self) -> bool: return self._const_view(unmasked=False)
   @property
-  def is_unrealized_unmasked_const(self) -> bool: return self.is_unrealized_const and all(v.mask is None for v in self.st.views)
+  def is_unrealized_unmasked_const(self) -> bool: return self._const_view(unmasked=True)
 
   def contiguous(self) -> LazyBuffer:
-    if not self.st.contiguous or self.size != self.base.size or self.is_unrealized_const:
-      return create_lazybuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, Ops.CONTIGUOUS, None, (self,))
-    self.base.forced_realize = True
-    return self
+    """This data in a buffer of its own layout. A view that is already its whole base in order is the base, which is
+    then marked to be realized; anything else (reordered, masked, a part, or a constant) becomes a CONTIGUOUS node."""
+    if self.st.contiguous and self.size == self.base.size and not self.is_unrealized_const:
+      self.base.forced_realize = True
+      return self
+    return self._over(Ops.CONTIGUOUS)
 
   def cast(self, dtype: DType, bitcast: bool = False) -> LazyBuffer:
-    if self.dtype == dtype: return self
-    if self.is_unrealized_unmasked_const and not bitcast:
+    """A CAST (or BITCAST) node; constants fold to the constant in the new dtype. A cast that does not widen is applied to
+    the base under the same view (it moves fewer bytes when the view expands); a bitcast that changes the item size
+    rescales the last dim and cannot move past a view."""
+    if dtype == self.dtype: return self
+    if not bitcast and self.is_unrealized_unmasked_const:
       return create_lazybuffer(self.device, self.st, dtype, Ops.CONST, dtypes.as_const(self.base.arg, dtype))
-    new_shape = self.shape
-    if bitcast and self.dtype.itemsize != dtype.itemsize:
-      if not all_int(new_shape) or (new_shape[-1]*self.dtype.itemsize) % dtype.itemsize != 0:
-        raise ValueError(f"cannot bitcast {self.dtype} of shape {self.shape} to {dtype}: the last dimension's bytes do not divide")
-      new_shape = new_shape[:-1] + ((new_shape[-1]*self.dtype.itemsize) // dtype.itemsize,)
-    elif getenv("CAST_BEFORE_VIEW", 1) and dtype.itemsize <= self.dtype.itemsize and self is not self.base:
-      # cast before the view: moves fewer bytes when the view expands
+    resizes = bitcast and dtype.itemsize != self.dtype.itemsize
+    if not resizes and self.base is not self and dtype.itemsize <= self.dtype.itemsize and getenv("CAST_BEFORE_VIEW", 1):
       return self.base.cast(dtype, bitcast)._view(self.st)
-    cast_op: Ops = Ops.BITCAST if bitcast else Ops.CAST
-    return create_lazybuffer(self.device, ShapeTracker.from_shape(new_shape), dtype, cast_op, dtype, (self,))
+    return self._over(Ops.BITCAST if bitcast else Ops.CAST, dtype, dtype, self._bitcast_shape(dtype) if resizes else None)
+  def _bitcast_shape(self, dtype: DType) -> tuple[sint, ...]:
+    last_bytes = self.shape[-1] * self.dtype.itemsize
+    if not all_int(self.shape) or last_bytes % dtype.itemsize:
+      raise ValueError(f"cannot bitcast {self.dtype} of shape {self.shape} to {dtype}: the last dimension's bytes do not divide")
+    return (*self.shape[:-1], last_bytes // dtype.itemsize)
 
   def assign(self, x: LazyBuffer) -> LazyBuffer:
+    """Write x into this buffer's memory. The node is the target's shape; a target that is not a plain contiguous view
+    keeps its ShapeTracker in the arg, and the store goes through it."""
     if self.size != x.size: raise ValueError(f"assign size mismatch: target {self.shape} vs value {x.shape}")
-    return LazyBuffer.metaop(Ops.ASSIGN, self.shape, self.dtype, self.device, arg=() if self.st.contiguous else (self.st,),
-                             src=(self.base, x), enable_cache=True)
+    through = () if self.st.contiguous else (self.st,)
+    return create_lazybuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, Ops.ASSIGN, through, (self.base, x))
 
   def copy_to_device(self, device: str) -> LazyBuffer:
-    if self.device == device: return self
-    # a constant is rebuilt on the other device
-    if self.is_unrealized_const: return LazyBuffer.metaop(Ops.CONST, (), self.dtype, device, arg=self.base.arg)._view(self.st)
-    # copy the smaller of view and base, then re-apply the view on the other side
-    if resolve(prod(self.st.shape) < prod(self.base.st.shape), False): return self.contiguous()._copy(device)
-    return self.base._copy(device)._view(self.st)
-  def _copy(self, device: str) -> LazyBuffer:
-    return create_lazybuffer(device, ShapeTracker.from_shape(self.shape), self.dtype, Ops.COPY, self.buffer.nbytes, (self,),
-                             enable_cache=False)
+    """This data on another device. A constant is made again there; otherwise the smaller of the view (made contiguous)
+    and its base is copied, and in the base's case the view is applied again on the other side."""
+    if device == self.device: return self
+    if self.is_unrealized_const: return _scalar(device, self.dtype, self.base.arg)._view(self.st)
+    view_is_smaller = resolve(prod(self.st.shape) < prod(self.base.st.shape), False)
+    src = self.contiguous() if view_is_smaller else self.base
+    # a COPY is never interned, every copy is its own transfer (arg: the bytes moved)
+    moved = LazyBuffer.metaop(Ops.COPY, src.shape, src.dtype, device, arg=src.buffer.nbytes, src=(src,))
+    return moved if view_is_smaller else moved._view(self.st)
 
   # *** elementwise ***
   def alu(self, op: Ops, *in_srcs: LazyBuffer) -> LazyBuffer:
@@ -166,52 +214,84 @@ class LazyBuffer:
 
   # *** reduce ***
   def _reduce_op(self, op: Ops, axis: tuple[int, ...]) -> LazyBuffer:
-    axis = tuple(sorted(x for x in axis if resolve(sym_ne(self.shape[x], 1))))
-    if len(axis) == 0: return self
-    return create_lazybuffer(self.device, ShapeTracker.from_shape(self.st.reduce(axis)), self.dtype, Ops.REDUCE_AXIS, (op, axis), (self,))
+    """One REDUCE_AXIS node (dims kept) over the axes of `axis` whose size is not 1, ascending; with none, nothing to do."""
+    live = tuple(sorted(a for a in axis if resolve(sym_ne(self.shape[a], 1))))
+    return self._over(Ops.REDUCE_AXIS, (op, live), shape=self.st.reduce(live)) if live else self
 
   def r(self, op: Ops, axis: tuple[int, ...]) -> LazyBuffer:
-    new_shape = self.st.reduce(axis)
-    # a reduce of zero elements is its identity
-    if self.size == 0 and 0 not in new_shape:
-      return self.const_with_shape(reduce_identity(op, self.dtype), new_shape)
-    # a reduce over an unmasked constant is a constant
-    if self.is_unrealized_unmasked_const and all_int(self.shape):
-      n = prod(self.shape[i] for i in axis)
-      if op is Ops.ADD: return self.const_with_shape(exec_alu(Ops.MUL, self.dtype, [self.base.arg, n]), new_shape)
-      if op is Ops.MUL: return self.const_with_shape(exec_alu(Ops.MUL, self.dtype, [self.base.arg**n, 1]), new_shape)
-      if op is Ops.MAX: return self.const_with_shape(self.base.arg, new_shape)
-    # split a large reduce into two kernels so the first one can run in parallel; not an arange (a sum of masked
-    # constants) that FUSE_ARANGE will inline: codegen folds it to a closed form, and two stages would not fold
-    if not getenv("SPLIT_REDUCEOP", 1) or not all_int(self.shape) or 0 in self.shape or (FUSE_ARANGE and self.is_unrealized_const) or \
-        prod(self.shape) // prod(new_shape) < getenv("REDUCEOP_SPLIT_THRESHOLD", 32768):
-      return self._reduce_op(op, axis)
-    biggest = min(256, 2**getenv("REDUCEOP_SPLIT_SIZE", 22) // prod(new_shape))
+    """Reduce over axis with op, dims kept. Folded at creation: a reduce of no elements is op's identity and a reduce of
+    a constant is a constant. A big reduce runs as two stages (see _split_point), anything else as one REDUCE_AXIS."""
+    out_shape = self.st.reduce(axis)
+    if self.size == 0 and 0 not in out_shape: return self.const_with_shape(reduce_identity(op, self.dtype), out_shape)
+    if self.is_unrealized_unmasked_const and all_int(self.shape) and (value := self._reduced_const(op, axis)) is not None:
+      return self.const_with_shape(value, out_shape)
+    if (point := self._split_point(axis, out_shape)) is None: return self._reduce_op(op, axis)
+    # axis a is viewed as (f, rest) and f moved last: stage one reduces `axis` (of which a is now the rest) for each
+    # of the f slices, stage two reduces the f partial results
+    a, f = point
+    split_shape = (*self.shape[:a], f, self.shape[a] // f, *self.shape[a + 1:])
+    f_last = (*range(a), *range(a + 1, len(split_shape)), a)
+    partial = self.reshape(split_shape).permute(f_last)._reduce_op(op, axis)
+    return partial._reduce_op(op, (len(out_shape),)).reshape(out_shape)
+
+  def _reduced_const(self, op: Ops, axis: tuple[int, ...]) -> ConstType | None:
+    """This constant c reduced over n = (elements per output) copies: c*n for a sum, c**n for a product, c for a max.
+    The products go through exec_alu so they wrap like the dtype does."""
+    c, n = self.base.arg, prod(self.shape[i] for i in axis)
+    if op is Ops.MAX: return c
+    if op is Ops.ADD: return exec_alu(Ops.MUL, self.dtype, [c, n])
+    if op is Ops.MUL: return exec_alu(Ops.MUL, self.dtype, [c**n, 1])
+    return None
+
+  def _split_point(self, axis: tuple[int, ...], out_shape: tuple[sint, ...]) -> tuple[int, int] | None:
+    """Where to split a big reduce into two kernels, so the first one runs in parallel: (axis, factor), or None.
+
+    Not split: with SPLIT_REDUCEOP=0, symbolic or empty shapes, fewer than REDUCEOP_SPLIT_THRESHOLD (32768) inputs per
+    output, or an arange (a sum of masked constants) that FUSE_ARANGE will inline: codegen folds it to a closed form,
+    which two stages would not. Else the first axis, in `axis` order, that is not broadcast (stride 0: nothing to gain)
+    and has a divisor in [8, cap], with cap = min(256, 2**REDUCEOP_SPLIT_SIZE // outputs); the factor is the largest one."""
+    if not getenv("SPLIT_REDUCEOP", 1) or not all_int(self.shape) or 0 in self.shape: return None
+    if FUSE_ARANGE and self.is_unrealized_const: return None
+    outputs = prod(out_shape)
+    if prod(self.shape) // outputs < getenv("REDUCEOP_SPLIT_THRESHOLD", 32768): return None
+    cap = min(256, 2**getenv("REDUCEOP_SPLIT_SIZE", 22) // outputs)
     strides = self.st.views[-1].strides
-    candidates = [(i, d) for i in axis for d in range(biggest, 7, -1) if self.shape[i] % d == 0 and strides[i] != 0]
-    if not candidates: return self._reduce_op(op, axis)
-    dim, divisor = candidates[0]
-    split_shape = self.shape[:dim] + (divisor, self.shape[dim] // divisor) + self.shape[dim+1:]
-    order = tuple(x for x in range(len(split_shape)) if x != dim) + (dim,)
-    first = self.reshape(split_shape).permute(order)._reduce_op(op, axis)
-    return first._reduce_op(op, (len(new_shape),)).reshape(new_shape)
+    for ax in axis:
+      if strides[ax] == 0: continue
+      if (f := next((f for f in range(cap, 7, -1) if self.shape[ax] % f == 0), None)) is not None: return ax, f
+    return None
 
   # *** movement: views over the same base ***
   def _view(self, new_st: ShapeTracker) -> LazyBuffer:
-    if self.st.size == 0 or (new_st.views[-1].mask is not None and any(_is_zero(e - b) for b, e in new_st.views[-1].mask)):
-      return self.const_with_shape(0, new_st.shape)
-    if new_st.contiguous and self.base.shape == new_st.shape: return self.base
-    return create_lazybuffer(self.device, new_st, self.dtype, base=self.base)
-  def reshape(self, arg: tuple[sint, ...]) -> LazyBuffer: return self._view(self.st.reshape(arg))
-  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer: return self._view(self.st.pad(arg))
-  def expand(self, arg: tuple[sint, ...]) -> LazyBuffer: return self._view(self.st.expand(arg))
-  def permute(self, arg: tuple[int, ...]) -> LazyBuffer: return self._view(self.st.permute(arg))
-  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer: return self._view(self.st.shrink(arg))
-  def stride(self, arg: tuple[int, ...]) -> LazyBuffer: return self._view(self.st.stride(arg))
+    """The base seen through new_st. Nothing to see (an empty source, or a mask that leaves no valid element: all
+    padding) is the constant 0; the identity view is the base itself."""
+    if _sees_nothing(self.st, new_st): return self.const_with_shape(0, new_st.shape)
+    base = self.base
+    identity = new_st.contiguous and base.shape == new_st.shape
+    return base if identity else create_lazybuffer(self.device, new_st, self.dtype, base=base)
+  reshape = _movement("reshape")
+  pad = _movement("pad")
+  expand = _movement("expand")
+  permute = _movement("permute")
+  shrink = _movement("shrink")
+  stride = _movement("stride")
 
-def _is_zero(x: sint) -> bool: return (x == 0) if isinstance(x, int) else (x.vmax == 0)
+  def _over(self, op: Ops, arg: Any = None, dtype: DType | None = None, shape: tuple[sint, ...] | None = None) -> LazyBuffer:
+    """A new base computing op over this node alone (by default in its dtype and shape), laid out contiguously."""
+    st = ShapeTracker.from_shape(self.shape if shape is None else shape)
+    return create_lazybuffer(self.device, st, self.dtype if dtype is None else dtype, op, arg, (self,))
+
+def _upper(x: sint) -> sint:
+  """The largest value of a size: itself, or for a symbolic one the most its Variables allow."""
+  return x if isinstance(x, int) else x.vmax
+def _sees_nothing(src: ShapeTracker, new: ShapeTracker) -> bool:
+  """Whether a view `new` of data laid out by `src` shows no element of it: src is empty, or new's mask is all padding
+  (some dim's valid range [lo, hi) is empty)."""
+  if src.size == 0: return True
+  mask = new.views[-1].mask
+  return mask is not None and any(_upper(hi - lo) == 0 for lo, hi in mask)
 def _max_size(size: sint) -> int:
   """Buffers of symbolic size are allocated for the largest value their Variables allow."""
-  return size if isinstance(size, int) else int(size.vmax)
+  return int(_upper(size))
 
 __all__ = ["LazyBuffer", "Metadata", "METADATA", "create_lazybuffer", "Device"]

@@ -5,19 +5,17 @@ step is one schedule. The learning rate is a realized 1-element Tensor (`opt.lr`
 `opt.lr.assign(Tensor([new_lr]))` (or setting a float) does not change the kernels.
 """
 from __future__ import annotations
-from tinysched.tensor import Tensor
 import numpy as np
+from tinysched.tensor import Tensor
 from tinysched.dtype import DType, dtypes
 
 class Optimizer:
   def __init__(self, params: list[Tensor], lr: float):
-    # like tinygrad: parameters whose requires_grad is unset become trainable
-    for x in params:
-      if x.requires_grad is None: x.requires_grad = True
-    self.params: list[Tensor] = _dedup_tensors([x for x in params if x.requires_grad])
-    if not self.params: raise ValueError("optimizer needs at least one parameter that requires grad")
-    self.device = self.params[0].device
-    self.buffers: list[Tensor] = _dedup_tensors([x for x in params if not x.requires_grad])  # realized with the step, not updated
+    trainable, frozen = _split_trainable(params)
+    if not trainable: raise ValueError("optimizer needs at least one parameter that requires grad")
+    self.params: list[Tensor] = trainable
+    self.device = trainable[0].device
+    self.buffers: list[Tensor] = frozen  # realized with the step, not updated
     self.lr: Tensor | float = _state_buffer((1,), dtypes.float32, self.device, lr)
   def _lr(self) -> Tensor:
     """The learning rate as a 0-d Tensor (a view of the realized buffer, or a constant if the user set a float)."""
@@ -40,62 +38,84 @@ class OptimizerGroup(Optimizer):
   """Several optimizers stepped together (e.g. different learning rates per parameter group)."""
   def __init__(self, *optimizers: Optimizer):
     self.optimizers = optimizers
-    self.params, self.buffers = [x for o in optimizers for x in o.params], [x for o in optimizers for x in o.buffers]
+    self.params: list[Tensor] = []
+    self.buffers: list[Tensor] = []
+    for o in optimizers:
+      self.params += o.params
+      self.buffers += o.buffers
   def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
   def zero_grad(self) -> None:
     for o in self.optimizers: o.zero_grad()
-  def _step(self) -> list[Tensor]: return [x for o in self.optimizers for x in o._step()]
+  def _step(self) -> list[Tensor]:
+    states: list[Tensor] = []
+    for o in self.optimizers: states.extend(o._step())
+    return states
 
 class SGD(Optimizer):
   """SGD with optional momentum (torch's form: b = momentum*b + g), Nesterov momentum and L2 weight decay."""
   def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
     super().__init__(params, lr)
     if nesterov and momentum <= 0: raise ValueError("nesterov momentum needs momentum > 0")
-    self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
-    self.b = [_state_buffer(t.shape, t.dtype, t.device) for t in self.params] if momentum else []
+    self.wd, self.momentum, self.nesterov = weight_decay, momentum, nesterov
+    self.b: list[Tensor] = []  # with momentum: one buffer per parameter, in its dtype
+    if momentum: self.b = [_state_buffer(p.shape, p.dtype, p.device) for p in self.params]
   def _step(self) -> list[Tensor]:
     lr = self._lr()
-    for i, t in enumerate(self.params):
-      assert t.grad is not None
-      g = t.grad + self.wd * t.detach() if self.wd else t.grad
-      if self.momentum:
-        self.b[i].assign((self.momentum * self.b[i] + g).cast(self.b[i].dtype))
-        g = (g + self.momentum * self.b[i]) if self.nesterov else self.b[i]
-      t.assign((t.detach() - g * lr).cast(t.dtype))
+    for i, p in enumerate(self.params):
+      direction = self._direction(i, p)
+      p.assign((p.detach() - direction * lr).cast(p.dtype))
     return self.b
+  def _direction(self, i: int, p: Tensor) -> Tensor:
+    """Where parameter i moves (before the learning rate): its gradient plus L2 decay, through the momentum buffer
+    (updated here) when there is one, and with Nesterov's look-ahead when asked."""
+    assert p.grad is not None
+    g = p.grad + self.wd * p.detach() if self.wd else p.grad
+    if not self.momentum: return g
+    buf = self.b[i]
+    buf.assign((self.momentum * buf + g).cast(buf.dtype))
+    return g + self.momentum * buf if self.nesterov else buf
 
 class LAMB(Optimizer):
   """LAMB (layer-wise trust ratio on top of Adam); with adam=True it is AdamW (decoupled weight decay), like tinygrad.
 
   m and v live in float32 whatever the parameter dtype; b1_t/b2_t hold b1^t and b2^t for the bias correction.
+  Per parameter p with gradient g, at step t:
+    m = b1*m + (1-b1)*g,  v = b2*v + (1-b2)*g^2          (the moment estimates, updated in place)
+    u = (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd*p    (the Adam direction with decoupled decay)
+    p -= lr * r * u,  r = ||p|| / ||u|| (1 where either norm is 0) for LAMB, r = 1 for Adam
   """
   def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                weight_decay: float = 0.0, adam: bool = False):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-    self.b1_t, self.b2_t = (_state_buffer((1,), dtypes.float32, self.device, 1.0) for _ in (b1, b2))
-    self.m = [_state_buffer(t.shape, dtypes.float32, t.device) for t in self.params]
-    self.v = [_state_buffer(t.shape, dtypes.float32, t.device) for t in self.params]
+    self.b1_t, self.b2_t = self._power(), self._power()
+    self.m, self.v = self._moment(), self._moment()
+  def _power(self) -> Tensor: return _state_buffer((1,), dtypes.float32, self.device, 1.0)  # b^t, from t = 0
+  def _moment(self) -> list[Tensor]: return [_state_buffer(p.shape, dtypes.float32, p.device) for p in self.params]
   def _step(self) -> list[Tensor]:
-    self.b1_t.assign(self.b1_t * self.b1)
-    self.b2_t.assign(self.b2_t * self.b2)
+    for power, beta in ((self.b1_t, self.b1), (self.b2_t, self.b2)): power.assign(power * beta)
     lr = self._lr()
-    b1_t, b2_t = self.b1_t.reshape(()), self.b2_t.reshape(())
-    for i, t in enumerate(self.params):
-      assert t.grad is not None
-      g = t.grad.float()
-      self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
-      self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
-      m_hat = self.m[i] / (1.0 - b1_t)
-      v_hat = self.v[i] / (1.0 - b2_t)
-      up = (m_hat / (v_hat.sqrt() + self.eps)) + self.wd * t.detach().float()
-      if not self.adam:
-        r1 = t.detach().float().square().sum().sqrt()
-        r2 = up.square().sum().sqrt()
-        r: Tensor | float = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      else: r = 1.0
-      t.assign((t.detach() - lr * r * up).cast(t.dtype))
+    c1, c2 = (1.0 - self.b1_t.reshape(())), (1.0 - self.b2_t.reshape(()))  # bias corrections 1 - b^t
+    for p, m, v in zip(self.params, self.m, self.v):
+      assert p.grad is not None
+      g = p.grad.float()
+      _ema(m, self.b1, g)
+      _ema(v, self.b2, g * g)
+      u = self._adam_direction(p, m / c1, v / c2)
+      ratio: Tensor | float = 1.0 if self.adam else _trust_ratio(p, u)
+      p.assign((p.detach() - lr * ratio * u).cast(p.dtype))
     return [self.b1_t, self.b2_t] + self.m + self.v
+  def _adam_direction(self, p: Tensor, m_hat: Tensor, v_hat: Tensor) -> Tensor:
+    return (m_hat / (v_hat.sqrt() + self.eps)) + self.wd * p.detach().float()
+
+def _ema(state: Tensor, beta: float, x: Tensor) -> None:
+  """state = beta * state + (1 - beta) * x, in place."""
+  state.assign(beta * state + (1.0 - beta) * x)
+
+def _trust_ratio(p: Tensor, u: Tensor) -> Tensor:
+  """LAMB's layer-wise scale ||p|| / ||u||: 1 where either norm is 0 (a fresh zero layer, or no update)."""
+  p_norm, u_norm = p.detach().float().square().sum().sqrt(), u.square().sum().sqrt()
+  return (p_norm > 0).where((u_norm > 0).where(p_norm / u_norm, 1.0), 1.0)
 
 def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
   """Adam with decoupled weight decay: p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), the same as torch.optim.AdamW."""
@@ -108,6 +128,13 @@ def _state_buffer(shape: tuple, dtype: DType, device: str, fill: float = 0.0) ->
 
   Not `Tensor.zeros(...).contiguous()`: the lazy graph shares equal nodes, so two of those would alias one buffer."""
   return Tensor(np.full(shape, fill, dtype=dtype.np), device=device, requires_grad=False)
+
+def _split_trainable(params: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+  """(trainable, frozen), each without repeats, in first-seen order. Like tinygrad, a parameter whose requires_grad
+  is unset becomes trainable."""
+  for p in params:
+    if p.requires_grad is None: p.requires_grad = True
+  return _dedup_tensors([p for p in params if p.requires_grad]), _dedup_tensors([p for p in params if not p.requires_grad])
 
 def _dedup_tensors(ts: list[Tensor]) -> list[Tensor]:
   # Tensor.__eq__ is elementwise, so dedup by identity
