@@ -34,16 +34,16 @@ def _accept_process(captures_dir: str) -> Iterator[None]:
   - one accept per repository at a time, through an flock in the git directory that the kernel releases whenever the
     process dies, SIGKILL included. Whoever holds it may therefore remove `.replay-accept-*` folders left by a killed
     run (their model processes die with it: replay.suite arms a parent-death signal)."""
-  from replay.commits import repo_root, git, CommitsError
+  from replay.commits import repo_root, CommitsError
+  from replay.git import common_dir, GitError
   def on_signal(signum: int, frame) -> None: raise KeyboardInterrupt(signal.Signals(signum).name)
   old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
   lock = None
   try:
     try:
       root = repo_root()
-      gitdir = Path(git(["rev-parse", "--git-common-dir"], root))
-      lock = open((gitdir if gitdir.is_absolute() else root / gitdir) / "replay-accept.lock", "w")
-    except (CommitsError, OSError): root = None  # run_accept reports a missing repository itself
+      lock = open(common_dir(root) / "replay-accept.lock", "w")
+    except (CommitsError, GitError, OSError): root = None  # run_accept reports a missing repository itself
     if lock is not None:
       import fcntl
       try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
