@@ -29,6 +29,8 @@ def report_options(leave_out: tuple[str, ...] = (), **helps: str):
   """Decorator: the report files (--report-md, --report-json, --junit) and -v/--verbose, the same names and kinds in
   every command. `leave_out` names parameters a command has no use for; `helps` words a help text for one command
   (the gate's files are the check's, and its Markdown report may be read instead)."""
+  if unknown := sorted({*leave_out, *helps} - {param for param, _, _ in REPORT_OPTIONS}):
+    raise TypeError(f"report_options: no report option {unknown}")  # a misspelt name would otherwise be ignored
   def decorate(f):
     for param, names, text in reversed(REPORT_OPTIONS):
       if param in leave_out: continue
