@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
-from replay.cli_common import _fail, exec_options, report_options, _exec_device, run_exec
+from replay.cli_common import _fail, exec_options, report_options, write_reports, _exec_device, run_exec
+from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd
 
 DEFAULT_GLOB = "captures/*.db"
 
@@ -41,7 +42,7 @@ def main() -> None:
 @click.option("--shard", help="replay only shard I of N (I/N), split deterministically by capture key")
 @click.option("--slower-threshold", type=float, default=0.10, show_default=True, help="flag kernels slower by more than this fraction")
 @exec_options
-@report_options
+@report_options()
 def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, timeout, perf_gate, report_md, report_json, junit,
               verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
@@ -54,9 +55,7 @@ def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_thr
 def _emit(rep, report_md, report_json, junit, verbose) -> None:
   from replay import report as R
   click.echo(R.terminal(rep, verbose=verbose))
-  if report_md: Path(report_md).write_text(R.markdown(rep))
-  if report_json: R.write_json(rep, report_json)
-  if junit: Path(junit).write_text(R.junit(rep))
+  write_reports(rep, report_md, report_json, junit)
   sys.exit(rep.exit_code())
 
 @main.command("diff")
@@ -65,7 +64,7 @@ def _emit(rep, report_md, report_json, junit, verbose) -> None:
 @click.option("--level", type=click.Choice(LEVELS))
 @click.option("--label")
 @exec_options
-@report_options
+@report_options()
 def diff_cmd(old_db, new_db, level, label, exec_mode, device, timeout, perf_gate, report_md, report_json, junit, verbose) -> None:
   """Compare two capture stores produced by different code (--exec: run the paired kernels old vs new vs the reference)."""
   from replay.compare import compare
@@ -147,8 +146,7 @@ def report_grp() -> None:
 @report_grp.command("merge")
 @click.argument("reports", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="merged JSON report")
-@click.option("--report-md", type=click.Path(dir_okay=False))
-@click.option("--junit", type=click.Path(dir_okay=False))
+@report_options(leave_out=("report_json", "verbose"))  # the merged JSON report is -o
 def report_merge_cmd(reports, output, report_md, junit) -> None:
   """Combine shard JSON reports (replay check --shard I/N --report-json ...) into one."""
   from replay import report as R
@@ -157,13 +155,10 @@ def report_merge_cmd(reports, output, report_md, junit) -> None:
     try: reps.append(R.from_json(json.loads(Path(p).read_text())))
     except (OSError, ValueError, KeyError, TypeError) as e: _fail(f"{p}: not a replay JSON report ({e})")
   rep = R.merge(reps)
-  R.write_json(rep, output)
-  if report_md: Path(report_md).write_text(R.markdown(rep))
-  if junit: Path(junit).write_text(R.junit(rep))
+  write_reports(rep, report_md, output, junit)
   click.echo(R.terminal(rep))
   sys.exit(rep.exit_code())
 
-from replay.cli_ci import register as _register_ci  # noqa: E402 (the CI commands live in their own module)
-_register_ci(main)
+for _ci in (commits_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
 
 if __name__ == "__main__": main()

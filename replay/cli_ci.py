@@ -1,4 +1,4 @@
-"""CI commands of the `replay` CLI: commits, accept, gate (registered on the main group by replay/cli.py).
+"""CI commands of the `replay` CLI: commits, accept, gate (replay/cli.py adds them to the main group).
 
 Same exit codes as every replay command: 0 nothing changed / passed; 1 changes or mismatches (gate: failed
 on changes); 2 errors, incompatible captures, interrupted runs or bad usage. Every failure says what to do next.
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 import click
 from replay.store import LEVELS
-from replay.cli_common import _fail, _exec_device, run_exec
+from replay.cli_common import _fail, _exec_device, report_options, run_exec, write_reports
 
 def _models(s: str | None) -> list[str] | None:
   names = [m.strip() for m in (s or "").split(",") if m.strip()]
@@ -20,12 +20,6 @@ def _levels(s: str) -> tuple[str, ...]:
   if bad := [x for x in lv if x not in LEVELS]: _fail(f"unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
   return lv
 
-def _write_reports(rep, report_md: str | None, report_json: str | None, junit: str | None) -> None:
-  from replay import report as R
-  if report_md: Path(report_md).write_text(R.markdown(rep))
-  if report_json: R.write_json(rep, report_json)
-  if junit: Path(junit).write_text(R.junit(rep))
-
 @contextlib.contextmanager
 def _accept_process(captures_dir: str) -> Iterator[None]:
   """What `replay accept` needs around run_accept so that no way of stopping it leaves anything behind:
@@ -34,16 +28,16 @@ def _accept_process(captures_dir: str) -> Iterator[None]:
   - one accept per repository at a time, through an flock in the git directory that the kernel releases whenever the
     process dies, SIGKILL included. Whoever holds it may therefore remove `.replay-accept-*` folders left by a killed
     run (their model processes die with it: replay.suite arms a parent-death signal)."""
-  from replay.commits import repo_root, git, CommitsError
+  from replay.commits import repo_root, CommitsError
+  from replay.git import common_dir, GitError
   def on_signal(signum: int, frame) -> None: raise KeyboardInterrupt(signal.Signals(signum).name)
   old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
   lock = None
   try:
     try:
       root = repo_root()
-      gitdir = Path(git(["rev-parse", "--git-common-dir"], root))
-      lock = open((gitdir if gitdir.is_absolute() else root / gitdir) / "replay-accept.lock", "w")
-    except (CommitsError, OSError): root = None  # run_accept reports a missing repository itself
+      lock = open(common_dir(root) / "replay-accept.lock", "w")
+    except (CommitsError, GitError, OSError): root = None  # run_accept reports a missing repository itself
     if lock is not None:
       import fcntl
       try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -56,131 +50,124 @@ def _accept_process(captures_dir: str) -> Iterator[None]:
     if lock is not None: lock.close()
     for sig, h in old.items(): signal.signal(sig, h)
 
-def register(main: click.Group) -> None:
-  """Add the CI commands to `main`."""
+@click.command("commits")
+@click.argument("base")
+@click.argument("head", default="HEAD")
+@click.option("--models", help="comma-separated model names (default: HEAD's whole suite)")
+@click.option("--level", type=click.Choice(LEVELS), help="compare only this capture level")
+@click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
+@click.option("--full", is_flag=True, help="full-size models (default: the quick versions CI runs)")
+@click.option("--keep", is_flag=True, help="keep the worktrees and both capture stores after a completed run (paths are printed)")
+@click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktrees (default: the system temp dir)")
+@click.option("--timeout", type=float, default=None, help="seconds per model and commit before it counts as failed")
+@click.option("--exec", "exec_mode", flag_value="changed", default=None, help="run the changed kernels BASE vs HEAD vs the reference")
+@click.option("--exec-all", "exec_mode", flag_value="all", help="run every paired kernel BASE vs HEAD vs the reference")
+@click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT)")
+@report_options(report_md="write a Markdown report", verbose="print diffs")
+def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout, exec_mode, device, report_md, report_json, junit,
+                verbose) -> None:
+  """Capture the model suite at BASE and at HEAD (default HEAD) in temporary git worktrees, each with its own
+  code, and show what changed in between (same report and exit codes as `replay diff`)."""
+  from replay.commits import run_commits, counts_table, CommitsError
+  from replay import report as R
+  lv = _levels(levels)
+  device = _exec_device(exec_mode, device)
+  try:
+    res = run_commits(base, head, models=_models(models), quick=not full, levels=lv, level=level, keep=keep, tmp_dir=tmp_dir,
+                      timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush(),
+                      after_compare=lambda rep: run_exec(rep, exec_mode, device))
+  except CommitsError as e: _fail(str(e), e.hint)
+  except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (replay.commits.Interrupted): the worktrees are already gone
+    _fail(f"interrupted ({e or 'SIGINT'}); the temporary worktrees were removed", "run `replay commits` again")
+  click.echo(counts_table(res))
+  for n in res.notes: click.echo(f"note: {n}")
+  click.echo(R.terminal(res.report, verbose=verbose))
+  write_reports(res.report, report_md, report_json, junit)
+  if failed := res.failures():
+    for side, r in failed: click.echo(f"replay: {side.name} {side.sha[:8]}: model {r['model']} failed: {r.get('error')}", err=True)
+    _fail(f"{len(failed)} model run(s) failed, so the comparison above is incomplete",
+          "fix the failing model at that commit, or leave it out with --models")
+  sys.exit(res.report.exit_code())
 
-  @main.command("commits")
-  @click.argument("base")
-  @click.argument("head", default="HEAD")
-  @click.option("--models", help="comma-separated model names (default: HEAD's whole suite)")
-  @click.option("--level", type=click.Choice(LEVELS), help="compare only this capture level")
-  @click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
-  @click.option("--full", is_flag=True, help="full-size models (default: the quick versions CI runs)")
-  @click.option("--keep", is_flag=True, help="keep the worktrees and both capture stores after a completed run (paths are printed)")
-  @click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktrees (default: the system temp dir)")
-  @click.option("--timeout", type=float, default=None, help="seconds per model and commit before it counts as failed")
-  @click.option("--exec", "exec_mode", flag_value="changed", default=None, help="run the changed kernels BASE vs HEAD vs the reference")
-  @click.option("--exec-all", "exec_mode", flag_value="all", help="run every paired kernel BASE vs HEAD vs the reference")
-  @click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT)")
-  @click.option("--report-md", type=click.Path(dir_okay=False), help="write a Markdown report")
-  @click.option("--report-json", type=click.Path(dir_okay=False), help="write the JSON report (schema in replay/report.py)")
-  @click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML")
-  @click.option("-v", "--verbose", is_flag=True, help="print diffs")
-  def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout, exec_mode, device, report_md, report_json, junit,
-                  verbose) -> None:
-    """Capture the model suite at BASE and at HEAD (default HEAD) in temporary git worktrees, each with its own
-    code, and show what changed in between (same report and exit codes as `replay diff`)."""
-    from replay.commits import run_commits, counts_table, CommitsError
-    from replay import report as R
-    lv = _levels(levels)
-    device = _exec_device(exec_mode, device)
+@click.command("accept")
+@click.option("--models", help="comma-separated model names (default: the whole suite)")
+@click.option("--dir", "captures_dir", default="captures", show_default=True, help="the baseline folder, relative to the repository root")
+@click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
+@click.option("--timeout", type=float, default=None, help="seconds per model before it counts as failed")
+def accept_cmd(models, captures_dir, levels, timeout) -> None:
+  """Re-capture the suite as the new baseline: show what changed against captures/, then replace
+  captures/<model>.db and captures/README.md, ready to commit."""
+  from replay.commits import run_accept, CommitsError
+  lv = _levels(levels)
+  try:
+    with _accept_process(captures_dir):
+      res = run_accept(_models(models), captures_dir, lv, timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush())
+  except CommitsError as e: _fail(str(e), e.hint)
+  except KeyboardInterrupt as e: _fail(f"interrupted ({e or 'SIGINT'}); the baseline is unchanged", "run `replay accept` again")
+  rel = lambda p: os.path.relpath(p, Path.cwd())
+  for m in res.skipped: click.echo(f"note: {m}: skipped, its old baseline (if any) is kept")
+  for p in res.stale: click.echo(f"note: {rel(p)} is not a model of the suite any more: remove it with `git rm {rel(p)}`")
+  click.echo(f"replaced {len(res.replaced)} store(s) in {rel(res.captures)}; updated {rel(res.readme)}")
+  click.echo("ready to commit:\n  git add " + " ".join(rel(p) for p in [*res.replaced, res.readme]))
+
+@click.command("gate")
+@click.argument("dbs", nargs=-1)
+@click.option("--from-report", "from_report", type=click.Path(dir_okay=False),
+              help="decide on this JSON report (from `replay check` or `replay report merge`) instead of running the check")
+@click.option("--exit-code", type=int, default=None, help="with --from-report: exit status of the command that wrote it (default: the report's)")
+@click.option("--exec/--no-exec", "do_exec", default=True, show_default=True, help="run changed kernels old vs new on the device")
+@click.option("--device", default=None, help="device for --exec")
+@click.option("-j", "--jobs", type=int, default=None, help="parallel replay workers")
+@report_options(leave_out=("verbose",), report_md="Markdown report (written by the check, or read with --from-report)",
+                report_json="where the check writes its JSON report", junit="JUnit XML of the check")
+@click.option("--accept/--no-accept", "accept", default=None,
+              help="override: treat changes as accepted (or not) instead of looking for [replay:accept]")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
+              help="append the decision and the Markdown report here (default: $GITHUB_STEP_SUMMARY when set)")
+def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, report_json, junit, accept, summary_path) -> None:
+  """Gate CI on process replay: run `replay check` (default captures/*.db, with --exec) or read a report, then
+  pass when nothing changed, or when changes are accepted with [replay:accept] in the PR title or head commit
+  message. Errors, incompatible captures and numerical mismatches always fail."""
+  from replay import gate as G
+  if from_report and dbs: _fail("pass either capture stores to check or --from-report, not both")
+  if from_report:
+    report = G.load_report(from_report)
+    code = exit_code if exit_code is not None else int((report or {}).get("exit_code", 2))
+  else:
+    if exit_code is not None: _fail("--exit-code goes with --from-report")
+    if do_exec and not G.exec_available():
+      _fail("the execution check (replay.execcheck) is not available in this installation",
+            "update replay, or gate without it: --no-exec (numerical mismatches are then not detected)")
+    tmp = None
+    if not report_json:
+      tmp = tempfile.NamedTemporaryFile(prefix="replay-gate-", suffix=".json", delete=False)
+      tmp.close()
+      report_json = tmp.name
+    for p in (report_md, report_json, junit):  # a stale report must never decide this run
+      if p: Path(p).unlink(missing_ok=True)
+    root = click.get_current_context().find_root().command
     try:
-      res = run_commits(base, head, models=_models(models), quick=not full, levels=lv, level=level, keep=keep, tmp_dir=tmp_dir,
-                        timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush(),
-                        after_compare=lambda rep: run_exec(rep, exec_mode, device))
-    except CommitsError as e: _fail(str(e), e.hint)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (replay.commits.Interrupted): the worktrees are already gone
-      _fail(f"interrupted ({e or 'SIGINT'}); the temporary worktrees were removed", "run `replay commits` again")
-    click.echo(counts_table(res))
-    for n in res.notes: click.echo(f"note: {n}")
-    click.echo(R.terminal(res.report, verbose=verbose))
-    _write_reports(res.report, report_md, report_json, junit)
-    if failed := res.failures():
-      for side, r in failed: click.echo(f"replay: {side.name} {side.sha[:8]}: model {r['model']} failed: {r.get('error')}", err=True)
-      _fail(f"{len(failed)} model run(s) failed, so the comparison above is incomplete",
-            "fix the failing model at that commit, or leave it out with --models")
-    sys.exit(res.report.exit_code())
-
-  @main.command("accept")
-  @click.option("--models", help="comma-separated model names (default: the whole suite)")
-  @click.option("--dir", "captures_dir", default="captures", show_default=True, help="the baseline folder, relative to the repository root")
-  @click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
-  @click.option("--timeout", type=float, default=None, help="seconds per model before it counts as failed")
-  def accept_cmd(models, captures_dir, levels, timeout) -> None:
-    """Re-capture the suite as the new baseline: show what changed against captures/, then replace
-    captures/<model>.db and captures/README.md, ready to commit."""
-    from replay.commits import run_accept, CommitsError
-    lv = _levels(levels)
-    try:
-      with _accept_process(captures_dir):
-        res = run_accept(_models(models), captures_dir, lv, timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush())
-    except CommitsError as e: _fail(str(e), e.hint)
-    except KeyboardInterrupt as e: _fail(f"interrupted ({e or 'SIGINT'}); the baseline is unchanged", "run `replay accept` again")
-    rel = lambda p: os.path.relpath(p, Path.cwd())
-    for m in res.skipped: click.echo(f"note: {m}: skipped, its old baseline (if any) is kept")
-    for p in res.stale: click.echo(f"note: {rel(p)} is not a model of the suite any more: remove it with `git rm {rel(p)}`")
-    click.echo(f"replaced {len(res.replaced)} store(s) in {rel(res.captures)}; updated {rel(res.readme)}")
-    click.echo("ready to commit:\n  git add " + " ".join(rel(p) for p in [*res.replaced, res.readme]))
-
-  @main.command("gate")
-  @click.argument("dbs", nargs=-1)
-  @click.option("--from-report", "from_report", type=click.Path(dir_okay=False),
-                help="decide on this JSON report (from `replay check` or `replay report merge`) instead of running the check")
-  @click.option("--exit-code", type=int, default=None, help="with --from-report: exit status of the command that wrote it (default: the report's)")
-  @click.option("--exec/--no-exec", "do_exec", default=True, show_default=True, help="run changed kernels old vs new on the device")
-  @click.option("--device", default=None, help="device for --exec")
-  @click.option("-j", "--jobs", type=int, default=None, help="parallel replay workers")
-  @click.option("--report-md", type=click.Path(dir_okay=False), help="Markdown report (written by the check, or read with --from-report)")
-  @click.option("--report-json", type=click.Path(dir_okay=False), help="where the check writes its JSON report")
-  @click.option("--junit", type=click.Path(dir_okay=False), help="JUnit XML of the check")
-  @click.option("--accept/--no-accept", "accept", default=None,
-                help="override: treat changes as accepted (or not) instead of looking for [replay:accept]")
-  @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
-                help="append the decision and the Markdown report here (default: $GITHUB_STEP_SUMMARY when set)")
-  def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, report_json, junit, accept, summary_path) -> None:
-    """Gate CI on process replay: run `replay check` (default captures/*.db, with --exec) or read a report, then
-    pass when nothing changed, or when changes are accepted with [replay:accept] in the PR title or head commit
-    message. Errors, incompatible captures and numerical mismatches always fail."""
-    from replay import gate as G
-    if from_report and dbs: _fail("pass either capture stores to check or --from-report, not both")
-    if from_report:
-      report = G.load_report(from_report)
-      code = exit_code if exit_code is not None else int((report or {}).get("exit_code", 2))
-    else:
-      if exit_code is not None: _fail("--exit-code goes with --from-report")
-      if do_exec and not G.exec_available():
-        _fail("the execution check (replay.execcheck) is not available in this installation",
-              "update replay, or gate without it: --no-exec (numerical mismatches are then not detected)")
-      tmp = None
-      if not report_json:
-        tmp = tempfile.NamedTemporaryFile(prefix="replay-gate-", suffix=".json", delete=False)
-        tmp.close()
-        report_json = tmp.name
-      for p in (report_md, report_json, junit):  # a stale report must never decide this run
-        if p: Path(p).unlink(missing_ok=True)
-      root = click.get_current_context().find_root().command
-      try:
-        # the same command line as `replay check`, in this process
-        root.main(args=G.check_args(dbs, do_exec, device, jobs, report_md, report_json, junit), prog_name="replay", standalone_mode=False)
-        code = 0
-      except SystemExit as e: code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-      except click.ClickException as e:
-        e.show()
-        code = 2
-      except Exception as e:  # noqa: BLE001 (a crash of the check is a gate failure with its reason, not a traceback)
-        click.echo(f"replay check crashed: {type(e).__name__}: {e}", err=True)
-        code = 2
-      report = G.load_report(report_json)
-      if tmp: Path(tmp.name).unlink(missing_ok=True)
-    accepted_by = None
-    if accept is None: accepted_by = G.accept_marker()
-    elif accept: accepted_by = "--accept"
-    passed, reason = G.decide(report, code, accepted_by is not None)
-    if report is None and not G.exec_available():
-      reason += " (replay.execcheck is missing, so `replay check --exec` cannot run: update replay, or set REPLAY_EXEC=0 / --no-exec)"
-    click.echo(f"\nreplay gate: {'PASS' if passed else 'FAIL'}: {reason}")
-    if accepted_by and (report or {}).get("summary", {}).get("changed"): click.echo(f"  {G.MARKER} found in {accepted_by}")
-    md = G.report_markdown(report, report_md)
-    if where := G.write_step_summary(G.summary_markdown(passed, reason, md, accepted_by), summary_path):
-      click.echo(f"  summary written to {where}")
-    sys.exit(0 if passed else G.failure_exit(report, code))
+      # the same command line as `replay check`, in this process
+      root.main(args=G.check_args(dbs, do_exec, device, jobs, report_md, report_json, junit), prog_name="replay", standalone_mode=False)
+      code = 0
+    except SystemExit as e: code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except click.ClickException as e:
+      e.show()
+      code = 2
+    except Exception as e:  # noqa: BLE001 (a crash of the check is a gate failure with its reason, not a traceback)
+      click.echo(f"replay check crashed: {type(e).__name__}: {e}", err=True)
+      code = 2
+    report = G.load_report(report_json)
+    if tmp: Path(tmp.name).unlink(missing_ok=True)
+  accepted_by = None
+  if accept is None: accepted_by = G.accept_marker()
+  elif accept: accepted_by = "--accept"
+  passed, reason = G.decide(report, code, accepted_by is not None)
+  if report is None and not G.exec_available():
+    reason += " (replay.execcheck is missing, so `replay check --exec` cannot run: update replay, or set REPLAY_EXEC=0 / --no-exec)"
+  click.echo(f"\nreplay gate: {'PASS' if passed else 'FAIL'}: {reason}")
+  if accepted_by and (report or {}).get("summary", {}).get("changed"): click.echo(f"  {G.MARKER} found in {accepted_by}")
+  md = G.report_markdown(report, report_md)
+  if where := G.write_step_summary(G.summary_markdown(passed, reason, md, accepted_by), summary_path):
+    click.echo(f"  summary written to {where}")
+  sys.exit(0 if passed else G.failure_exit(report, code))

@@ -19,15 +19,33 @@ def exec_options(f):
     f = opt(f)
   return f
 
-def report_options(f):
-  """The report files and verbosity, shared by check, diff and the CI commands."""
-  for opt in reversed([
-      click.option("--report-md", type=click.Path(dir_okay=False), help="write a Markdown report (PR comment / job summary)"),
-      click.option("--report-json", type=click.Path(dir_okay=False), help="write the JSON report (schema in replay/report.py)"),
-      click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML"),
-      click.option("-v", "--verbose", is_flag=True, help="print diffs and tracebacks")]):
-    f = opt(f)
-  return f
+# the report options of every command that writes a report: (parameter, option names, help)
+REPORT_OPTIONS = (("report_md", ("--report-md",), "write a Markdown report (PR comment / job summary)"),
+                  ("report_json", ("--report-json",), "write the JSON report (schema in replay/report.py)"),
+                  ("junit", ("--junit",), "write JUnit XML"),
+                  ("verbose", ("-v", "--verbose"), "print diffs and tracebacks"))
+
+def report_options(leave_out: tuple[str, ...] = (), **helps: str):
+  """Decorator: the report files (--report-md, --report-json, --junit) and -v/--verbose, the same names and kinds in
+  every command. `leave_out` names parameters a command has no use for; `helps` words a help text for one command
+  (the gate's files are the check's, and its Markdown report may be read instead)."""
+  if unknown := sorted({*leave_out, *helps} - {param for param, _, _ in REPORT_OPTIONS}):
+    raise TypeError(f"report_options: no report option {unknown}")  # a misspelt name would otherwise be ignored
+  def decorate(f):
+    for param, names, text in reversed(REPORT_OPTIONS):
+      if param in leave_out: continue
+      kind = {"is_flag": True} if param == "verbose" else {"type": click.Path(dir_okay=False)}
+      f = click.option(*names, param, help=helps.get(param, text), **kind)(f)
+    return f
+  return decorate
+
+def write_reports(rep, report_md: str | None, report_json: str | None, junit: str | None) -> None:
+  """Write the report files the options asked for."""
+  from pathlib import Path
+  from replay import report as R
+  if report_md: Path(report_md).write_text(R.markdown(rep))
+  if report_json: R.write_json(rep, report_json)
+  if junit: Path(junit).write_text(R.junit(rep))
 
 def _exec_device(exec_mode, device):
   """The execution check's device, checked before any replay runs (a bad name fails at the start, exit 2)."""

@@ -17,6 +17,7 @@ import contextlib, json, os, shutil, signal, sqlite3, subprocess, sys, tempfile,
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
+from replay import git as G
 from replay.store import LEVELS, Store, StoreError, compact
 from replay.suite import run_model
 
@@ -61,31 +62,29 @@ def signals_deferred() -> Iterator[None]:
   finally:
     for s, h in old.items(): signal.signal(s, h)
 
-def git(args: list[str], cwd: Path | str, check: bool = True) -> str:
-  r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-  if check and r.returncode != 0:
-    raise CommitsError(f"`git {' '.join(args)}` failed in {cwd}: {r.stderr.strip() or r.stdout.strip()}")
-  return r.stdout.strip() if r.returncode == 0 else ""
-
 def repo_root(cwd: Path | str | None = None) -> Path:
   cwd = Path(cwd or os.getcwd())
-  r = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True)
-  if r.returncode != 0:
+  try: root = G.toplevel(cwd)
+  except G.GitError as e: raise CommitsError(str(e), "check that git is installed and on PATH and that the folder exists") from None
+  if root is None:
     raise CommitsError(f"{cwd} is not inside a git repository", "run this from a checkout of the project (git clone ...)")
-  return Path(r.stdout.strip())
+  return root
 
 def resolve(root: Path, ref: str) -> str:
-  r = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=root, capture_output=True, text=True)
-  if r.returncode != 0 or not r.stdout.strip():
+  if (sha := G.commit_of(root, ref)) is None:
     raise CommitsError(f"{ref!r} is not a commit of {root}",
                        "pass a commit, branch or tag (e.g. `replay commits main HEAD`); `git fetch` it first if it is remote")
-  return r.stdout.strip()
+  return sha
+
+def _ask(args: list[str], root: Path) -> str:
+  """A git query whose failure only costs information: its answer, or "" (no time limit, as every git call here)."""
+  return G.query(args, root, timeout=None) or ""
 
 def head_state(root: Path, exclude: str | None = None) -> tuple[str | None, bool]:
   """(HEAD commit, dirty flag) of a checkout; tracked changes only, optionally ignoring one folder."""
-  sha = git(["rev-parse", "HEAD"], root, check=False) or None
+  sha = _ask(["rev-parse", "HEAD"], root) or None
   spec = ["--", ".", f":(exclude){exclude}"] if exclude else []
-  dirty = bool(git(["status", "--porcelain", "--untracked-files=no", *spec], root, check=False))
+  dirty = bool(_ask(["status", "--porcelain", "--untracked-files=no", *spec], root))
   return sha, dirty
 
 @contextlib.contextmanager
@@ -123,8 +122,8 @@ def add_runner(tree: Path, checkout: Path) -> list[str]:
       raise CommitsError(f"{rel} is missing both in {tree.name}'s commit and in the current checkout {checkout}",
                          "run this from a checkout that has the model suite (tinysched/models/suite.py)")
     # the suite imports its model modules: bring the models folder's files git knows (not ignored weights or caches)
-    files = [checkout / f for f in git(["ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", MODELS_DIR], checkout,
-                                        check=False).split("\0") if f] if rel.startswith(MODELS_DIR) else [checkout / rel]
+    files = [checkout / f for f in _ask(["ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", MODELS_DIR], checkout
+                                        ).split("\0") if f] if rel.startswith(MODELS_DIR) else [checkout / rel]
     for src in sorted(p for p in files if p.is_file()):
       dst = tree / src.relative_to(checkout)
       if dst.exists(): continue
@@ -143,13 +142,14 @@ class Worktrees:
   def add(self, name: str, sha: str) -> Path:
     path = self.tmp / name
     self.paths.append(path)  # recorded first: a `worktree add` interrupted halfway is removed as well
-    git(["worktree", "add", "--detach", "--quiet", str(path), sha], self.root)
+    try: G.add_worktree(self.root, path, sha)
+    except G.GitError as e: raise CommitsError(str(e)) from None
     return path
   def remove(self) -> None:
     with signals_deferred():
-      for p in self.paths: subprocess.run(["git", "worktree", "remove", "--force", str(p)], cwd=self.root, capture_output=True)
-      shutil.rmtree(self.tmp, ignore_errors=True)
-      subprocess.run(["git", "worktree", "prune"], cwd=self.root, capture_output=True)
+      for p in self.paths: G.remove_worktree(self.root, p)
+      shutil.rmtree(self.tmp, ignore_errors=True)  # what `worktree remove` left, then git forgets those worktrees
+      G.prune_worktrees(self.root)
   def __enter__(self) -> Worktrees: return self
   def __exit__(self, *exc) -> None:
     if not self.keep: self.remove()
@@ -213,7 +213,7 @@ def run_commits(base_ref: str, head_ref: str, models: list[str] | None = None, q
   root = repo_root(cwd)
   base = Side("BASE", base_ref, resolve(root, base_ref))
   head = Side("HEAD", head_ref, resolve(root, head_ref))
-  for s in (base, head): s.subject = git(["log", "-1", "--format=%s", s.sha], root, check=False)
+  for s in (base, head): s.subject = _ask(["log", "-1", "--format=%s", s.sha], root)
   notes: list[str] = []
   with interruptible(), Worktrees(root, tmp_dir) as wt:
     log(f"replay commits: BASE {base.sha[:8]} {base.subject!r} -> HEAD {head.sha[:8]} {head.subject!r}")

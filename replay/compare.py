@@ -7,9 +7,11 @@ A capture present on one side only is reported as `changed` with a note, because
 from __future__ import annotations
 import time
 from replay.check import Report
-from replay.runner import Result, decode_output
+from tinysched import capture_hook
+from tinysched.schedule import clear_caches
+from replay.encode import key_of
+from replay.runner import Result, decode_output, describe_change, replay_output
 from replay.store import Store
-from replay import diff as D
 
 def _index(store: Store) -> dict[tuple, dict]:
   out: dict[tuple, dict] = {}
@@ -47,9 +49,7 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
         r.signature = f"{k[0]}: {r.reason}"
       elif o["output_key"] != n["output_key"]:
         r.outcome = "changed"
-        try:
-          a, b = decode_output(k[0], old.blob(o["output_key"])), decode_output(k[0], new.blob(n["output_key"]))
-          _describe(r, a, b)
+        try: _describe(r, old, o, new, n)
         except Exception as e:  # an unreadable side is itself a finding
           r.outcome, r.reason = "incompatible", f"cannot decode: {e}"
       rep.results.append(r)
@@ -58,20 +58,20 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
   rep.elapsed = time.perf_counter() - t0
   return rep
 
-def _describe(r: Result, a, b) -> None:
-  if r.level == "kernel":
-    r.changes = D.structural_diff(a, b); r.change_count = len(r.changes)
-    r.text_diff = D.text_diff(a.pretty(), b.pretty(), "old", "new")
-    r.signature = D.signature("kernel", r.changes)
-  elif r.level == "schedule":
-    r.kernel_list = D.kernel_list_diff(a, b)
-    r.text_diff = D.text_diff("\n\n".join(x.pretty() for x in a), "\n\n".join(x.pretty() for x in b), "old", "new")
-    changes: list[dict] = []
-    if len(a) == len(b):
-      for i, (x, y) in enumerate(zip(a, b)):
-        if x is not y: changes += [{**c, "path": f"kernel[{i}].{c['path']}"} for c in D.structural_diff(x, y)]
-    r.changes, r.change_count = changes[:50], len(changes)
-    r.signature = D.signature("schedule", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], r.kernel_list)
-  else:
-    r.text_diff = D.text_diff(a, b, "old", "new")
-    r.signature = "program: source changed"
+def _describe(r: Result, old: Store, o: dict, new: Store, n: dict) -> None:
+  """The diffs of a changed pair, described as `replay check` describes a changed capture (runner.describe_change).
+  Its rule attribution re-runs the kernel with the current code, so it only names rules when the current code is
+  the code that made the new capture (it reproduces the new output); otherwise they would explain another change."""
+  a, b = decode_output(r.level, old.blob(o["output_key"])), decode_output(r.level, new.blob(n["output_key"]))
+  data = new.blob(n["input_key"])
+  hook, capture_hook.HOOK = capture_hook.HOOK, None  # the re-runs must not capture themselves
+  # the rule trace needs a real rewrite: a kernel AST memoized by an earlier pair with the same structure would hide it
+  if r.level == "kernel": clear_caches()
+  try:
+    describe_change(new, r, b, data, a)
+    if r.rules and not _reproduces(r.level, data, n["output_key"]): r.rules = []
+  finally: capture_hook.HOOK = hook
+
+def _reproduces(level: str, data: bytes, output_key: str) -> bool:
+  try: return key_of(replay_output(level, data)[1]) == output_key
+  except Exception: return False  # noqa: BLE001 (the current code cannot even run it: certainly not the new side's code)

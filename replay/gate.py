@@ -16,9 +16,10 @@ pull_request.title, or head_commit.message on a push) and the head commit messag
 of the PR's head commit when the event names it).
 """
 from __future__ import annotations
-import json, os, subprocess
+import json, os
 from pathlib import Path
 from typing import Mapping
+from replay.git import query
 from replay.verdicts import FAIL_VERDICTS as ALWAYS_FAIL_VERDICTS
 
 MARKER = "[replay:accept]"
@@ -83,10 +84,8 @@ def load_report(path: str | os.PathLike | None) -> dict | None:
   return doc if isinstance(doc, dict) else None
 
 def _git_message(cwd: str | None, rev: str = "HEAD") -> str:
-  try:
-    r = subprocess.run(["git", "log", "-1", "--format=%B", rev], cwd=cwd, capture_output=True, text=True, timeout=30)
-    return r.stdout if r.returncode == 0 else ""
-  except (OSError, subprocess.SubprocessError): return ""
+  """The message of commit `rev`, or "" when git cannot tell (outside a repository, an unknown commit, git missing)."""
+  return query(["log", "-1", "--format=%B", rev], cwd, timeout=30) or ""
 
 def accept_sources(env: Mapping[str, str] | None = None, cwd: str | None = None) -> list[tuple[str, str]]:
   """(where, text) of every place the accept marker may be: PR title, push head commit, head commit message."""

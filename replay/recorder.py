@@ -11,7 +11,7 @@ queued, and written in batches: every `FLUSH_EVERY` captures, when capture stops
 on KeyboardInterrupt.
 """
 from __future__ import annotations
-import atexit, contextlib, datetime, json, os, platform, signal, socket, subprocess, sys, threading
+import atexit, contextlib, datetime, json, os, platform, signal, socket, sys, threading
 from pathlib import Path
 from typing import Any, Iterator
 from tinysched import capture_hook
@@ -20,16 +20,11 @@ from tinysched.uop import UOp
 from replay.encode import bound_values, encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
 from replay.store import Store, StoreError, graph_row, dumps, LEVELS, pause_point
 from replay.program import opts_to_json, target_to_json, launch_json
+from replay.git import query as _git  # metadata: None when git cannot tell, within 10s
 
 FLUSH_EVERY = 512
 SCHEDULE_FLUSH_EVERY = 16
 ENV_FLAGS = ("TINYSCHED_DEVICE", "FUSE_ARANGE", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_THRESHOLD", "REDUCEOP_SPLIT_SIZE", "CAST_BEFORE_VIEW", "NOOPT")
-
-def _git(args: list[str], cwd: Path) -> str | None:
-  try:
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-    return r.stdout.strip() if r.returncode == 0 else None
-  except (OSError, subprocess.SubprocessError): return None
 
 def run_info(label: str, levels: tuple[str, ...]) -> dict[str, Any]:
   import numpy, tinysched

@@ -278,12 +278,15 @@ def _opt_cases():
   bcast = _kernels((Tensor.empty(16, 1).expand(16, 32) * Tensor.empty(1, 32).expand(16, 32)).sum(1))[0]
   yield "broadcast_sum", bcast, [(), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4)), (Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, 0))]
 
+OPT_CASES = ["matmul", "conv", "softmax_max", "softmax_expsum", "softmax_div", "colsum", "sum_split", "pad_flip", "prod", "broadcast_sum"]
+
 @needs_cl
-@pytest.mark.parametrize("name", ["matmul", "conv", "softmax_max", "softmax_expsum", "softmax_div", "colsum", "sum_split", "pad_flip", "prod",
-                                  "broadcast_sum"])
+@pytest.mark.parametrize("name", OPT_CASES)
 def test_optimized_equals_unoptimized(name):
-  for n, si, optsets in _opt_cases():
-    if n != name: continue
-    arrays = _random_inputs(si.ast, [b.size for b in si.bufs], seed=3)
-    for opts in optsets:
-      _run_both(si.ast, arrays, opts=tuple(opts), tol=2e-4)
+  cases = {n: (si, optsets) for n, si, optsets in _opt_cases()}
+  # each name is a case and each case has its test: a renamed or added case cannot pass by running nothing
+  assert list(cases) == OPT_CASES
+  si, optsets = cases[name]
+  arrays = _random_inputs(si.ast, [b.size for b in si.bufs], seed=3)
+  for opts in optsets:
+    _run_both(si.ast, arrays, opts=tuple(opts), tol=2e-4)

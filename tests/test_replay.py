@@ -161,6 +161,30 @@ def test_diff_two_stores(db, tmp_path, monkeypatch):
   assert only and all(x.db == (str(db) if x.reason == "only in the old capture" else str(part)) for x in only)
   assert {x.reason for x in only} == {"only in the old capture", "only in the new capture"}
 
+def test_diff_names_the_rule_behind_a_change(tmp_path, monkeypatch):
+  """`replay diff` describes a change as `replay check` does, with the rules that built the changed nodes, as long
+  as the current code is the code that made the new store; other code cannot explain that store's change."""
+  from replay.compare import compare
+  def capture(path):  # the same kernels under two labels: each pair is described, not just the first of its kind
+    for label in ("one", "two"):
+      S.clear_caches()
+      with replay.capture(path, label=label): workload()
+  old, new, last_pass = tmp_path / "old.db", tmp_path / "new.db", S.append_bufs
+  capture(old)
+  monkeypatch.setattr(S, "append_bufs", last_pass + swap_commutative)  # the last pass: the nodes it makes reach the AST
+  capture(new)
+  S.clear_caches()
+  changed = [x for x in compare(str(old), str(new), level="kernel").results if x.outcome == "changed"]
+  assert len(changed) >= 4 and {x.label for x in changed} == {"one", "two"}
+  assert all(x.pair and x.changes and x.text_diff for x in changed)
+  assert all(x.rules == ["swap_commutative"] for x in changed)
+  other_way = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
+                               lambda x: x.replace(src=x.src[::-1]) if x.src[0].key > x.src[1].key else None, "swap_other_way")])
+  monkeypatch.setattr(S, "append_bufs", last_pass + other_way)
+  S.clear_caches()
+  again = [x for x in compare(str(old), str(new), level="kernel").results if x.outcome == "changed"]
+  assert [x.input_key for x in again] == [x.input_key for x in changed] and all(x.rules == [] for x in again)
+
 def test_shards_partition_and_merge(db, tmp_path):
   whole = check([str(db)], jobs=1)
   parts = [check([str(db)], jobs=1, shard=(i, 3)) for i in range(3)]
@@ -172,9 +196,13 @@ def test_shards_partition_and_merge(db, tmp_path):
   r = invoke("report", "merge", *paths, "-o", tmp_path / "m.json")
   assert r.exit_code == 0, r.output
   merged = json.loads((tmp_path / "m.json").read_text())
-  full = R.to_json(whole)
-  strip = lambda d: [{k: v for k, v in x.items()} for x in d["results"]]
-  assert strip(merged) == strip(full) and merged["summary"] == full["summary"]
+  full = json.loads(json.dumps(R.to_json(whole)))  # through JSON as the merged one went (tuples become lists)
+  # the merged report is the whole run's, except what depends on how it ran: the time taken and the worker count
+  run_dependent = {"elapsed_s", "workers"}
+  assert run_dependent <= merged.keys() & full.keys()
+  strip = lambda d: {k: v for k, v in d.items() if k not in run_dependent}
+  assert strip(merged) == strip(full)
+  assert merged["results"] and merged["sources"] == [str(db)]
 
 def test_bad_usage_exit_2(tmp_path):
   assert invoke("check", tmp_path / "missing.db").exit_code == 2
