@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from replay.check import Report
 from tinysched import capture_hook
-from tinysched.schedule import clear_caches
 from replay.encode import key_of
 from replay.runner import Result, decode_output, describe_change, replay_output
 from replay.store import Store
@@ -65,8 +64,6 @@ def _describe(r: Result, old: Store, o: dict, new: Store, n: dict) -> None:
   a, b = decode_output(r.level, old.blob(o["output_key"])), decode_output(r.level, new.blob(n["output_key"]))
   data = new.blob(n["input_key"])
   hook, capture_hook.HOOK = capture_hook.HOOK, None  # the re-runs must not capture themselves
-  # the rule trace needs a real rewrite: a kernel AST memoized by an earlier pair with the same structure would hide it
-  if r.level == "kernel": clear_caches()
   try:
     describe_change(new, r, b, data, a)
     if r.rules and not _reproduces(r.level, data, n["output_key"]): r.rules = []
