@@ -267,3 +267,13 @@ def test_bound_variable_constant_feeding_a_reduce():
     np.testing.assert_equal(Tensor(v).reshape(1, 1).expand(4, 3).sum(0).numpy(), [4 * val] * 3)
     np.testing.assert_equal((Tensor.arange(4) == Tensor(v).reshape(1).expand(4)).numpy(), np.arange(4) == val)
   assert len(asts[0]) == 1 and asts[0] == asts[1]
+
+@pytest.mark.parametrize("r, c", [(1, 1), (1, 5), (5, 1), (3, 4), (6, 6), (7, 3)])
+def test_tril_triu_masks_cost_no_kernel(r, c):
+  # the triangle is a view of one padded constant (VALID conditions in the consumer), as in tinygrad 0.10.0: a
+  # causal mask adds no kernel to attention
+  a = rng(r, c)
+  x = Tensor(a).realize()
+  for d in range(-r - 1, c + 2):
+    np.testing.assert_array_equal(run(x.tril(d), 1), np.tril(a, d))
+    np.testing.assert_array_equal(run(x.triu(d), 1), np.triu(a, d))

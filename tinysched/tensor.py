@@ -591,8 +591,20 @@ class Tensor:
   def masked_fill(self, mask: Tensor, value) -> Tensor: return mask.where(value, self)
   @staticmethod
   def _tri(r: sint, c: sint, diagonal: int = 0, **kwargs) -> Tensor:
-    """bool (r, c): True where col - row >= diagonal."""
-    return Tensor.arange(r, **kwargs).unsqueeze(-1) + diagonal <= Tensor.arange(c, **kwargs)
+    """bool (r, c): True where col - row >= diagonal.
+
+    Concrete shapes: a view of one padded constant, so the mask is VALID conditions inside the kernel that uses it and
+    costs no kernel of its own. Repeat a vector u of length m = r + c row after row, and read that as rows of m - 1
+    starting at element r - 1: element (i, j) is u[(i*(m-1) + j + r-1) mod m] = u[j - i + r - 1] (j - i + r - 1 lies in
+    [0, m - 1), so nothing wraps). u[t] = (t >= diagonal + r - 1) is one run of ones padded on the left.
+    Symbolic shapes compare two aranges instead."""
+    if not (isinstance(r, int) and isinstance(c, int)) or r == 0 or c == 0:
+      return Tensor.arange(r, **kwargs).unsqueeze(-1) + diagonal <= Tensor.arange(c, **kwargs)
+    m = r + c
+    zeros = min(max(diagonal + r - 1, 0), m)
+    u = Tensor.ones(m - zeros, dtype=dtypes.bool, **kwargs).pad(((zeros, 0),))
+    rows = u.reshape(1, m).expand(r, m).reshape(r * m).shrink(((r - 1, r - 1 + r * (m - 1)),)).reshape(r, m - 1)
+    return rows.shrink(((0, r), (0, c)))
   def _triangle(self, diagonal: int, upper: bool) -> Tensor:
     """Zero what lies off one side of the diagonal'th diagonal of the last two dims: below it (upper) or above it.
     Both use one mask: the lower part keeps what the mask one diagonal further up does not select."""
