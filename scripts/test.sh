@@ -13,8 +13,9 @@ echo "test.sh: 1/3 the whole suite on the NUMPY reference interpreter" >&2
 python -m pytest tests -q -n 2 -p no:cacheprovider "$@"
 if python -c "from tinysched.runtime.opencl import opencl_available as a; raise SystemExit(0 if a() else 1)"; then
   echo "test.sh: 2/3 the Tensor, scheduler, interpreter and exec-check tests again on OpenCL" >&2
-  TINYSCHED_DEVICE=OPENCL python -m pytest tests/test_tensor_ops.py tests/test_autograd.py tests/test_nn.py tests/test_optim.py \
-    tests/test_schedule.py tests/test_execcheck.py tests/test_interpreter.py tests/test_index_range.py -q -n 2 -p no:cacheprovider
+  TINYSCHED_DEVICE=OPENCL python -m pytest tests/tinysched/test_tensor_ops.py tests/tinysched/test_autograd.py tests/tinysched/test_nn.py \
+    tests/tinysched/test_optim.py tests/tinysched/test_schedule.py tests/replay/test_execcheck.py tests/tinysched/test_interpreter.py \
+    tests/tinysched/test_index_range.py -q -n 2 -p no:cacheprovider
 else
   echo "test.sh: 2/3 skipped: no OpenCL platform" >&2
 fi

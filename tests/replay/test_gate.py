@@ -11,7 +11,7 @@ import tinysched.schedule as S
 from tinysched import Tensor, Ops
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ACCEPT_TITLE = "Refactor view pushing [replay:accept]"
 
 # *** decide(): the rules on synthetic reports ***

@@ -1,25 +1,15 @@
 """Execution check: old and new kernels run on the same seeded inputs; equivalent vs mismatch, with statistics."""
-import sqlite3
 import numpy as np
-import pytest
 from click.testing import CliRunner
-import replay
 from replay.check import check
 from replay.cli import main as cli
 from replay.execcheck import exec_report, compare, seeded_fill
-from tinysched import Tensor, UOp, Ops, dtypes
+from tinysched import UOp, Ops, dtypes
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 from tinysched.shape import View, ShapeTracker
-from tests.test_replay import workload, patch_ast, plant_no_fusion, swap_commutative, double_consts
+from tests.replay.changes import patch_ast, plant_no_fusion, swap_commutative, double_consts
 
-DEVICE = "NUMPY"  # the logic under test; tests/test_opencl.py runs kernels on OpenCL
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-  p = tmp_path_factory.mktemp("exec") / "base.db"
-  with replay.capture(p, label="unit"): workload()
-  c = sqlite3.connect(p); c.execute("PRAGMA journal_mode=DELETE"); c.close()
-  return p
+DEVICE = "NUMPY"  # the logic under test; tests/tinysched/test_opencl.py runs kernels on OpenCL
 
 def shift_loads(ast: UOp) -> UOp:
   """A planted index bug: every load of input buffer 1 reads one element further."""
@@ -66,7 +56,7 @@ def test_constant_change_is_a_mismatch_with_statistics(db, monkeypatch):
   assert bad
   e = bad[0].exec
   assert e["max_abs_err"] > 0 and e["n_diff"] > 0 and e["first_diff"]
-  assert e["where"] == "old vs new"  # (on NUMPY each side is its own per-kernel reference: tests/test_exec_plants.py has the OpenCL cases)
+  assert e["where"] == "old vs new"  # (on NUMPY each side is its own per-kernel reference: tests/replay/test_exec_plants.py has the OpenCL cases)
   assert rep.exit_code() == 1
 
 def test_index_offset_change_is_a_mismatch(db, monkeypatch):

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from replay.cli import main as cli
 import replay.commits as C
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # a fast stand-in for the real model suite: the real one is slower than these tests may be
 FAKE_SUITE = '''"""Test model suite: a few small Tensor ops (and a model that only sleeps, for interrupt tests)."""
@@ -38,7 +38,7 @@ def available(name: str):
 # the planted scheduler change: one more rule in views_down (a constant operand of ADD goes first)
 PLANTED = '''
 
-# planted by tests/test_commits.py: a constant operand of ADD goes first
+# planted by tests/replay/test_commits.py: a constant operand of ADD goes first
 views_down = views_down + PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x.replace(src=x.src[::-1])
   if x.src[1].op is Ops.WHERE and x.src[0].op is not Ops.WHERE else None, "planted_const_first")], name="planted")
 '''

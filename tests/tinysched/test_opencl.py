@@ -13,7 +13,7 @@ from tinysched.device import Device, Buffer, DeviceError
 from tinysched.realize import run_schedule
 from tinysched.memory import plan_memory
 from tinysched.codegen import Opt, OptOps, to_program, UnsupportedDTypeError
-from tests.test_codegen import HAS_CL, _elementwise_ast, _random_inputs, _run_both, _view, _glob, _assert_same
+from tests.tinysched.kernels import HAS_CL, _elementwise_ast, _random_inputs, _run_both, _view, _glob, _assert_same
 
 pytestmark = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
 

@@ -14,7 +14,7 @@ from tinysched.shape import ShapeTracker
 from tinysched.schedule import full_ast_rewrite
 from tinysched import capture_hook
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 def workload(seed: int = 0):
   Tensor.manual_seed(seed)
@@ -125,7 +125,7 @@ def test_capture_context_manager_and_schema(tmp_path):
 CAPTURE_SCRIPT = textwrap.dedent("""
   import os, sys
   sys.path.insert(0, {root!r})
-  from tests.test_capture import workload
+  from tests.replay.test_capture import workload
   workload()
 """)
 
@@ -163,7 +163,7 @@ KILL_SCRIPT = textwrap.dedent("""
   sys.path.insert(0, {root!r})
   import replay.recorder as rc
   rc.FLUSH_EVERY = 1   # commit every capture, so the test knows what was committed before the kill
-  from tests.test_capture import workload
+  from tests.replay.test_capture import workload
   workload()
   print("committed", flush=True)
   from tinysched import Tensor

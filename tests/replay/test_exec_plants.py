@@ -1,4 +1,4 @@
-"""The execution check must be able to fail: each bug it exists to catch is planted (tests/plants/sitecustomize.py, loaded
+"""The execution check must be able to fail: each bug it exists to catch is planted (tests/replay/plants/sitecustomize.py, loaded
 by every process of the `replay` CLI, its exec workers included, as a user's change would be) and shown caught, with the
 verdict, the exit code and the gate's decision with and without [replay:accept]. Runs on OpenCL (PoCL here)."""
 import json, os, subprocess, sys
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from replay.gate import decide
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLANTS = Path(__file__).resolve().parent / "plants"
 
 def _opencl() -> bool:

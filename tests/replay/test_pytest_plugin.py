@@ -10,7 +10,7 @@ import replay
 from replay.cli import main as cli
 from tinysched import Tensor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 def workload(shift: float):
   Tensor.manual_seed(7)

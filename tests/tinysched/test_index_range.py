@@ -24,7 +24,7 @@ from tinysched.rewrite import PatternMatcher
 from tinysched.codegen import Kernel, GENERIC_GPU, GENERIC_CPU, to_program, default_opts
 from tinysched.codegen import lowerer
 from tinysched.codegen.lowerer import lower
-from tests.test_codegen import HAS_CL, _kernels, _glob
+from tests.tinysched.kernels import HAS_CL, _kernels, _glob
 
 needs_cl = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
 

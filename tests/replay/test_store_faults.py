@@ -14,7 +14,7 @@ from replay.encode import key_of
 from replay.store import Store
 from tinysched import Tensor
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "decoder_corpus"
 ENV = {**os.environ, "TINYSCHED_DEVICE": "NUMPY", "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 for k in [k for k in ENV if k.startswith(("TINYSCHED_CAPTURE", "REPLAY_PAUSE"))]: del ENV[k]
@@ -25,7 +25,7 @@ def workload():
   ((x * 2).sum(1) + 1).realize()
   (x - x.max(1, keepdim=True)).exp().realize()
 
-CAPTURE = "import sys; sys.path.insert(0, %r); from tests.test_store_faults import workload; workload()" % str(ROOT)
+CAPTURE = "import sys; sys.path.insert(0, %r); from tests.replay.test_store_faults import workload; workload()" % str(ROOT)
 
 def capture_proc(db: Path, pause: str | None = None, **env) -> subprocess.Popen:
   e = {**ENV, "TINYSCHED_CAPTURE": str(db), "TINYSCHED_CAPTURE_LABEL": "t", **env}
@@ -70,7 +70,7 @@ WRITERS = textwrap.dedent("""
   import json, os, sys, traceback
   sys.path.insert(0, {root!r})
   import replay, replay.recorder as rc
-  from tests.test_store_faults import workload
+  from tests.replay.test_store_faults import workload
   tmp, rounds, writers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
   def child(db, label, gate):
     try:
@@ -399,7 +399,7 @@ KILLED_WRITER = textwrap.dedent("""
   sys.path.insert(0, {root!r})
   import replay.recorder as rc
   rc.FLUSH_EVERY = 1   # every capture committed (into the WAL) before the kill
-  from tests.test_store_faults import workload
+  from tests.replay.test_store_faults import workload
   workload()
   print("committed", flush=True)
   time.sleep(600)
@@ -489,7 +489,7 @@ LOSES_LAST_BATCH = textwrap.dedent("""
   sys.path.insert(0, {root!r})
   import replay.recorder as rc
   rc.FLUSH_EVERY = 10**9  # everything waits for the flush at exit
-  from tests.test_store_faults import workload
+  from tests.replay.test_store_faults import workload
   workload()
   c = sqlite3.connect(sys.argv[1]); c.execute("DROP TABLE captures"); c.commit(); c.close()  # the flush at exit cannot write
 """)

@@ -238,7 +238,7 @@ def test_two_processes_give_identical_asts(tmp_path):
   outs = []
   for seed in ("1", "2"):
     r = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT], capture_output=True, text=True, env={"PYTHONHASHSEED": seed, "PATH": ""},
-                       cwd=str(__import__("pathlib").Path(__file__).parent.parent))
+                       cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     assert r.returncode == 0, r.stderr
     outs.append(r.stdout)
   assert outs[0] == outs[1]

@@ -13,7 +13,7 @@ from tinysched.rewrite import PatternMatcher
 from tinysched.codegen import Kernel, GENERIC_GPU, to_program
 from tinysched.codegen import lowerer
 from tinysched.codegen.kernel import KernelError
-from tests.test_codegen import HAS_CL
+from tests.tinysched.kernels import HAS_CL
 
 needs_cl = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
 DEVICES = ["NUMPY", pytest.param("OPENCL", marks=needs_cl)]
