@@ -3,3 +3,6 @@ import os, sys
 # (the OpenCL run sets TINYSCHED_DEVICE=OPENCL explicitly).
 os.environ.setdefault("TINYSCHED_DEVICE", "NUMPY")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the scheduler raises the recursion limit when it is first imported (its fusion walk recurses along chains of
+# buffers); importing it here, before any test, keeps that out of hypothesis' per-test recursion-limit check
+import tinysched.schedule  # noqa: E402,F401

@@ -67,13 +67,15 @@ def current_flags() -> dict[str, Any]:
 
 _TENSOR_MEMO = KernelMemo()
 TENSOR_MEMO_SIZE = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
+TENSOR_SCHEDULES = 256   # whole schedules (each holds its big graph alive)
 
 def tensor_memo() -> KernelMemo:
   """The memo `Tensor.realize` schedules with, kept across calls so repeated steps rewrite nothing. It is checked
   against the rules on every use: after any change to a rule or the view algebra, it starts empty."""
   global _TENSOR_MEMO
   fp = rules_fingerprint()
-  if _TENSOR_MEMO.fingerprint != fp or len(_TENSOR_MEMO.entries) >= TENSOR_MEMO_SIZE: _TENSOR_MEMO = KernelMemo(fp)
+  if _TENSOR_MEMO.fingerprint != fp or len(_TENSOR_MEMO.entries) >= TENSOR_MEMO_SIZE or len(_TENSOR_MEMO.schedules) >= TENSOR_SCHEDULES:
+    _TENSOR_MEMO = KernelMemo(fp)
   return _TENSOR_MEMO
 
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None],
@@ -91,6 +93,10 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   flags (default: `current_flags()`); `memo`: reuse kernel ASTs across calls (default: a fresh one per call)."""
   flags = current_flags() if flags is None else flags
   memo = KernelMemo() if memo is None else memo
+  # the same big graph again (a training or decode loop re-building the same step): the same schedule. Not while
+  # capturing, where every kernel's full_ast_rewrite must reach the capture hook.
+  key = (big_graph, tuple(var_vals.items()), tuple(sorted(flags.items())))
+  if capture_hook.HOOK is None and (hit := memo.schedules.get(key)) is not None: return list(hit[0]), dict(hit[1])
   facts = gather_facts(big_graph, var_vals)
   stores: dict[UOp, UOp] = {}
   graph_rewrite(big_graph, store_rules, stores)                       # plan_stores: fills `stores` as rules fire
@@ -103,7 +109,9 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
     ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
     facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
     kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
-  return run_order(kernels), facts.var_vals
+  ordered = run_order(kernels)
+  memo.schedules[key] = (ordered, dict(facts.var_vals))
+  return ordered, facts.var_vals
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST)

@@ -122,3 +122,16 @@ def test_the_tensor_memo_sees_a_patched_view_algebra(monkeypatch):
   monkeypatch.setattr(ShapeTracker, "simplify", lambda self: orig(self))
   assert S.tensor_memo() is not memo and not S.tensor_memo().entries
   assert _asts(_graph()) == before
+
+def test_a_repeated_step_reuses_its_schedule_but_capture_still_sees_every_kernel(tmp_path):
+  def asts_of(t): return [si.ast for si in t.schedule()]
+  first = asts_of(_graph())
+  memo = S.tensor_memo()
+  hit = memo.schedules[next(reversed(memo.schedules))][0]
+  again = asts_of(_graph())
+  assert S.tensor_memo() is memo and [k.ast for k in memo.schedules[next(reversed(memo.schedules))][0]] == again == first
+  assert memo.schedules[next(reversed(memo.schedules))][0] is hit  # the stored schedule was reused, not rebuilt
+  db = tmp_path / "c.db"
+  with replay.capture(db, label="again"): assert asts_of(_graph()) == first  # capturing: scheduled for real
+  c = sqlite3.connect(db)
+  assert c.execute("select count(*) from captures where level='kernel'").fetchone()[0] >= 1

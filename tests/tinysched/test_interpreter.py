@@ -14,6 +14,8 @@ from tinysched.device import Device
 from tinysched.shape import View, ShapeTracker, clear_caches
 from tinysched.runtime import interpreter as I
 from tinysched.runtime.interpreter import exec_ast, view_positions, resolve_views
+from tests.tinysched import movements
+from tests.tinysched.movements import movement_op, reshape_target
 
 def _glob(i: int, dt) -> UOp: return UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), i)
 def _kernels(t: Tensor) -> list:
@@ -41,54 +43,14 @@ def stats():
 
 MAX_ELEMS = 800
 
-def np_apply(a: np.ndarray, op: str, arg) -> np.ndarray:
-  if op == "reshape": return a.reshape(arg)
-  if op == "permute": return a.transpose(arg)
-  if op == "expand": return np.broadcast_to(a, arg)
-  if op == "pad": return np.pad(a, arg, constant_values=-1)  # -1 marks positions that must read as invalid
-  if op == "shrink": return a[tuple(slice(b, e) for b, e in arg)]
-  if op == "stride": return a[tuple(slice(None, None, m) for m in arg)]
-  if op == "flip": return np.flip(a, arg) if arg else a
-  raise ValueError(op)
-
-@st.composite
-def _reshape_to(draw, shape):
-  n = math.prod(shape)
-  if n == 0: return shape
-  out, rem = [], n
-  for _ in range(draw(st.integers(0, 3))):
-    d = draw(st.sampled_from([d for d in range(1, rem + 1) if rem % d == 0]))
-    out.append(d)
-    rem //= d
-  out.append(rem)
-  return tuple(draw(st.permutations(out)))
-
-@st.composite
-def _op(draw, shape, kind=None):
-  kinds = ["reshape", "reshape", "permute", "pad", "shrink", "flip", "stride"] + (["expand"] if 1 in shape else [])
-  if kind is None: kind = draw(st.sampled_from(kinds))
-  if kind == "reshape": return kind, draw(_reshape_to(shape))
-  if kind == "permute": return kind, tuple(draw(st.permutations(range(len(shape)))))
-  if kind == "pad":
-    arg = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
-    return (kind, arg) if math.prod(s + b + e for s, (b, e) in zip(shape, arg)) <= MAX_ELEMS else ("flip", ())
-  if kind == "shrink":
-    arg = []
-    for s in shape:
-      b = draw(st.integers(0, s))
-      arg.append((b, draw(st.integers(b, s))))
-    return kind, tuple(arg)
-  if kind == "flip": return kind, tuple(i for i in range(len(shape)) if draw(st.booleans()))
-  if kind == "stride": return kind, tuple(draw(st.sampled_from([1, -1, 2, -2, 3])) for _ in shape)
-  new = tuple(draw(st.integers(1, 4)) if s == 1 else s for s in shape)
-  return ("expand", new) if math.prod(new) <= MAX_ELEMS else ("flip", ())
+def np_apply(a: np.ndarray, op: str, arg) -> np.ndarray: return movements.np_apply(a, op, arg, fill=-1)  # -1: must read as invalid
 
 @st.composite
 def chains(draw):
   shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
   t, a = ShapeTracker.from_shape(shape), np.arange(math.prod(shape)).reshape(shape)
   for _ in range(draw(st.integers(1, 7))):
-    op, arg = draw(_op(a.shape))
+    op, arg = draw(movement_op(a.shape, max_elems=MAX_ELEMS, min_dims=1))
     t, a = getattr(t, op)(arg), np_apply(a, op, arg)
     assert t.shape == a.shape
   return t, a
@@ -98,13 +60,13 @@ def multiview_chains(draw):
   # permute/pad/stride/shrink then a reshape: the reshapes one view often cannot express (a stack of views)
   shape = tuple(draw(st.lists(st.integers(2, 5), min_size=2, max_size=3)))
   t, a = ShapeTracker.from_shape(shape), np.arange(math.prod(shape)).reshape(shape)
-  op, arg = draw(_op(a.shape, draw(st.sampled_from(["permute", "pad", "stride", "shrink"]))))
+  op, arg = draw(movement_op(a.shape, draw(st.sampled_from(["permute", "pad", "stride", "shrink"])), max_elems=MAX_ELEMS, min_dims=1))
   ops = [(op, arg)]
-  ops.append(("reshape", draw(_reshape_to(np_apply(a, op, arg).shape))))
+  ops.append(("reshape", draw(reshape_target(np_apply(a, op, arg).shape, min_dims=1))))
   for op, arg in ops:
     t, a = getattr(t, op)(arg), np_apply(a, op, arg)
   for _ in range(draw(st.integers(0, 4))):
-    op, arg = draw(_op(a.shape))
+    op, arg = draw(movement_op(a.shape, max_elems=MAX_ELEMS, min_dims=1))
     t, a = getattr(t, op)(arg), np_apply(a, op, arg)
   return t, a
 
@@ -137,7 +99,7 @@ def op_lists(draw):
   shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
   a, ops = np.zeros(shape, np.int8), []
   for _ in range(draw(st.integers(1, 5))):
-    op, arg = draw(_op(a.shape))
+    op, arg = draw(movement_op(a.shape, max_elems=MAX_ELEMS, min_dims=1))
     a = np_apply(a, op, arg)
     ops.append((op, arg))
   return shape, ops

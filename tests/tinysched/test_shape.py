@@ -7,21 +7,12 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp, Variable, stable_repr, sym_infer
 from tinysched.shape import View, ShapeTracker, strides_for_shape
 from tinysched.symeval import eval_np
+from tests.tinysched.movements import np_apply, reshape_target, movement_op
 
 def c(x: int) -> UOp: return UOp.const(dtypes.int32, x)
 def rng(n, i: int) -> UOp: return UOp(Ops.RANGE, dtypes.int32, (c(0), n if isinstance(n, UOp) else c(n)), i)
 
 # *** reference: apply movement ops to numpy and evaluate trackers with eval_np ***
-
-def np_apply(a: np.ndarray, op: str, arg) -> np.ndarray:
-  if op == "reshape": return a.reshape(arg)
-  if op == "permute": return a.transpose(arg)
-  if op == "expand": return np.broadcast_to(a, arg)
-  if op == "pad": return np.pad(a, arg)  # zeros, like masked reads
-  if op == "shrink": return a[tuple(slice(b, e) for b, e in arg)]
-  if op == "stride": return a[tuple(slice(None, None, m) for m in arg)]
-  if op == "flip": return np.flip(a, arg) if arg else a
-  raise ValueError(op)
 
 def st_apply(t: ShapeTracker, op: str, arg) -> ShapeTracker: return getattr(t, op)(arg)
 
@@ -39,50 +30,6 @@ def st_eval(t: ShapeTracker, buf: np.ndarray, var_vals: dict | None = None) -> n
     assert iv[vv].max() < t.real_size() <= len(buf), "real_size does not cover every valid index"
   return np.where(vv, buf[np.where(vv, iv, 0)], 0)
 
-def divisors(n: int) -> list[int]: return [d for d in range(1, n + 1) if n % d == 0]
-
-@st.composite
-def reshape_target(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
-  n = math.prod(shape)
-  k = draw(st.integers(0 if n == 1 else 1, 4))
-  if n == 0:
-    out = [draw(st.integers(1, 3)) for _ in range(max(k, 1))]
-    out[draw(st.integers(0, len(out) - 1))] = 0
-    return tuple(out)
-  out, rem = [], n
-  for _ in range(max(k - 1, 0)):
-    d = draw(st.sampled_from(divisors(rem)))
-    out.append(d)
-    rem //= d
-  if k: out.append(rem)
-  order = draw(st.permutations(range(len(out))))
-  return tuple(out[i] for i in order)
-
-MAX_ELEMS = 600
-
-@st.composite
-def movement_op(draw, shape: tuple[int, ...], kind: str | None = None):
-  nd = len(shape)
-  kinds = ["reshape", "reshape", "permute", "pad", "shrink", "flip", "stride"] + (["expand"] if 1 in shape else [])
-  if kind is None: kind = draw(st.sampled_from(kinds))
-  if nd == 0 and kind != "reshape": kind = "reshape"
-  if kind == "reshape": return kind, draw(reshape_target(shape))
-  if kind == "permute": return kind, tuple(draw(st.permutations(range(nd))))
-  if kind == "pad":
-    arg = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
-    if math.prod(s + b + e for s, (b, e) in zip(shape, arg)) > MAX_ELEMS: return "flip", ()
-    return kind, arg
-  if kind == "shrink":
-    arg = []
-    for s in shape:
-      b = draw(st.integers(0, s))
-      arg.append((b, draw(st.integers(b, s))))
-    return kind, tuple(arg)
-  if kind == "flip": return kind, tuple(i for i in range(nd) if draw(st.booleans()))
-  if kind == "stride": return kind, tuple(draw(st.sampled_from([1, 1, -1, 2, -2, 3, -3])) for _ in shape)
-  new = tuple(draw(st.integers(1, 4)) if s == 1 else s for s in shape)
-  if math.prod(new) > MAX_ELEMS: return "flip", ()
-  return "expand", new
 
 @st.composite
 def chain(draw, shape: tuple[int, ...] | None = None, min_ops: int = 1, max_ops: int = 7):

@@ -212,13 +212,15 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   return new[pre], order
 
 def rules_fingerprint() -> tuple[int, ...]:
-  """The identity of everything `rewrite_kernel` runs: this module's functions and matchers, the node helpers, the
-  rewrite engine and the view algebra. Any monkeypatch of one of them (a rule change in a running process) changes
-  it. Object ids: meaningful in this process only, and never part of an output."""
+  """The identity of everything the scheduler runs: the functions and matchers of schedule.py and of every pass
+  module, the rewrite engine and the view algebra. Any monkeypatch of one of them (a rule change in a running
+  process) changes it. Object ids: meaningful in this process only, and never part of an output."""
+  import sys
   from tinysched import rewrite, shape
-  from tinysched.scheduling import bigraph
-  objs = [*globals().values(), *vars(bigraph).values(), *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(),
-          *vars(shape.ShapeTracker).values(), *vars(shape.View).values()]
+  from tinysched.scheduling import bigraph, stores, fusion, order
+  facade = vars(sys.modules["tinysched.schedule"]).values() if "tinysched.schedule" in sys.modules else ()
+  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(order).values(), *facade,
+          *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values()]
   return tuple(id(o) for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property)))
 
 class KernelMemo:
@@ -228,6 +230,7 @@ class KernelMemo:
   def __init__(self, fingerprint: tuple[int, ...] = ()) -> None:
     self.fingerprint = fingerprint
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
+    self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
 
   def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
     canon, order = canonical_form(pre)
