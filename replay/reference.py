@@ -99,8 +99,10 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
   with np.errstate(all="ignore"):
     for u in topo:
       op = u.op
-      if op in (Ops.SINK, Ops.DEFINE_VAR, Ops.BUFFER): continue
+      if op in (Ops.SINK, Ops.BUFFER): continue
       if op is Ops.CONST: vals[u] = np.array(u.arg, dtype=_np(u.dtype))
+      elif op is Ops.DEFINE_VAR:  # a Variable used as a value (under a BIND it is only a name)
+        if u in var_vals: vals[u] = np.array(var_vals[u], dtype=_np(u.dtype))
       elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
       elif op is Ops.VALID: vals[u] = _view(u.src[0].arg, None, var_vals)[1]
       elif op is Ops.VIEW:

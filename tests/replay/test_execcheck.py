@@ -1,6 +1,7 @@
 """Execution check: old and new kernels run on the same seeded inputs; equivalent vs mismatch, with statistics."""
 import numpy as np
 from click.testing import CliRunner
+import replay
 from replay.check import check
 from replay.cli import main as cli
 from replay.execcheck import exec_report, compare, seeded_fill
@@ -131,3 +132,15 @@ def test_program_inputs_do_not_depend_on_the_host():
   there = replace(GENERIC_CPU, name="pthread-haswell-AMD EPYC", vendor="AuthenticAMD", driver_version="6.0", compute_units=64)
   assert target_to_json(here) == target_to_json(there)
   assert target_to_json(here) != target_to_json(replace(here, max_work_group_size=1024))  # a real codegen difference still counts
+
+def test_a_variable_used_as_a_value_is_evaluated_by_the_graph_reference(tmp_path):
+  # Tensor(bound Variable) broadcast into a reduce: the schedule-level reference reads the Variable's value (it raised
+  # KeyError before, so every such capture was 'failed')
+  from tinysched import Tensor, Variable
+  db = tmp_path / "v.db"
+  with replay.capture(db, label="var"):
+    v = Variable("token", 0, 3).bind(2)
+    Tensor(v).reshape(1, 1).expand(4, 3).sum(0).realize()
+  rep = check([str(db)], jobs=1, level="schedule")
+  exec_report(rep, mode="all", device=DEVICE, timing_runs=1)
+  assert [r.exec["verdict"] for r in rep.results] == ["equivalent"], [r.exec for r in rep.results]
