@@ -26,10 +26,10 @@ from tinysched.rewrite import graph_rewrite
 from tinysched.lazy import LazyBuffer, Metadata
 from tinysched.helpers import dedup, FUSE_ARANGE
 from tinysched import capture_hook
-from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed
+from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed, value_of
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
-from tinysched.scheduling.fusion import group_stores
-from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint
+from tinysched.scheduling.fusion import group_stores, is_arange
+from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, well_formed
 from tinysched.scheduling.order import run_order
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))  # fusion walks chains of buffers recursively
@@ -97,14 +97,19 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   # capturing, where every kernel's full_ast_rewrite must reach the capture hook.
   key = (big_graph, tuple(var_vals.items()), tuple(sorted(flags.items())))
   if capture_hook.HOOK is None and (hit := memo.schedules.get(key)) is not None: return list(hit[0]), dict(hit[1])
-  facts = gather_facts(big_graph, var_vals)
-  stores: dict[UOp, UOp] = {}
-  graph_rewrite(big_graph, store_rules, stores)                       # plan_stores: fills `stores` as rules fire
-  groups = group_stores(facts, stores, bool(flags.get("FUSE_ARANGE", FUSE_ARANGE.default)))
-  graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
+  fuse_arange = bool(flags.get("FUSE_ARANGE", FUSE_ARANGE.default))
+  keep: frozenset = frozenset()
+  while True:
+    facts = gather_facts(big_graph, var_vals)
+    stores: dict[UOp, UOp] = {}
+    graph_rewrite(big_graph, store_rules, stores)                       # plan_stores: fills `stores` as rules fire
+    groups = group_stores(facts, stores, fuse_arange, keep) if keep else group_stores(facts, stores, fuse_arange)
+    graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
+    pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
+    if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
+    keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
   kernels: list[ScheduleItem] = []
-  for group in groups:
-    pre = UOp.sink_of(*(stores[b] for b in group))
+  for pre in pres:
     computes = tuple(dedup(x.buf_uop for x in pre.toposort() if x.op is Ops.STORE or computed(x)))
     ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
     facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
@@ -112,6 +117,14 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   ordered = run_order(kernels)
   memo.schedules[key] = (ordered, dict(facts.var_vals))
   return ordered, facts.var_vals
+
+def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
+  """FUSE_ARANGE: the inlined aranges inside kernels whose AST is not well formed (rewritten without capture)."""
+  bad: dict[UOp, None] = {}
+  for pre in pres:
+    fused = [x.src[0] for x in pre.toposort() if computed(x) and is_arange(value_of(x))]
+    if fused and not well_formed(memo.rewrite(pre, facts.assign_targets)[0]): bad.update(dict.fromkeys(fused))
+  return frozenset(bad)
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST)

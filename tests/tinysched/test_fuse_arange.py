@@ -148,3 +148,32 @@ def test_kernel_accepts_nested_reduce():
   with Context(FUSE_ARANGE=1): ks = _kernels(emb(idx))
   k = Kernel(ks[0].ast)
   assert k.nested and k.n_red == 2 and sorted(k.red_axes.values()) == [(0,), (1,)]
+
+# *** an arange that cannot be inlined stays stored ***
+
+def _bilinear(x: np.ndarray, size) -> Tensor: return Tensor(x).interpolate(size, mode="linear")
+
+def test_an_arange_whose_reader_would_be_malformed_stays_stored():
+  # interpolate's two gathers reduce one dim at two sizes: inlining their aranges gives a kernel no backend can run
+  # (views (..., 5, 3) and (..., 5, 5) in one kernel); the scheduler sees it and keeps those aranges stored
+  x = np.random.default_rng(0).random((1, 2, 4, 5)).astype(np.float32)
+  with Context(FUSE_ARANGE=0): want = _bilinear(x, (7, 3)).numpy()
+  with Context(FUSE_ARANGE=1):
+    from tinysched.scheduling.kernel_ast import well_formed
+    assert all(well_formed(si.ast) for si in _kernels(_bilinear(x, (7, 3))))
+    np.testing.assert_allclose(_bilinear(x, (7, 3)).numpy(), want, rtol=1e-6, atol=1e-6)
+
+def test_without_the_fallback_the_kernel_is_malformed(monkeypatch):
+  # the check above can fail: with the fallback planted away, the malformed kernel reaches the backend
+  import tinysched.schedule as S
+  from tinysched.scheduling.kernel_ast import well_formed
+  monkeypatch.setattr(S, "_misfused_aranges", lambda pres, facts, memo: frozenset())
+  x = np.random.default_rng(0).random((1, 2, 4, 5)).astype(np.float32)
+  with Context(FUSE_ARANGE=1): assert not all(well_formed(si.ast) for si in _kernels(_bilinear(x, (7, 3))))
+
+def test_well_formed_accepts_the_embedding_gather():
+  from tinysched.scheduling.kernel_ast import well_formed
+  emb = nn.Embedding(300, 8)
+  emb.weight.realize()
+  with Context(FUSE_ARANGE=1): ks = _kernels(emb(Tensor([[3, 299, 0]])))
+  assert len(ks) == 1 and well_formed(ks[0].ast)

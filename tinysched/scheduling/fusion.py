@@ -119,14 +119,19 @@ class _Fusion:
     if all(self.op_of(rd).op in (Ops.COPY, Ops.BUFFER_VIEW) for rd in readers): return
     for b in mine: self.stores.pop(b, None)
 
-def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool) -> list[list[UOp]]:
-  """Adds the reduces' stores to `stores` and returns the stored BUFFERs grouped by kernel, in `stores` order."""
+def is_arange(op: UOp) -> bool:
+  """A sum of masked constants (arange, cumsum of a constant): the reduce FUSE_ARANGE recomputes in its readers."""
+  return op.op is Ops.REDUCE_AXIS and op.arg[0] is Ops.ADD and under_views(op.src[0]).op is Ops.WHERE
+
+def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool, keep_stored: frozenset = frozenset()) -> list[list[UOp]]:
+  """Adds the reduces' stores to `stores` and returns the stored BUFFERs grouped by kernel, in `stores` order.
+  `keep_stored`: aranges FUSE_ARANGE must not inline (their readers' kernels would not be well formed)."""
   f = _Fusion(facts, stores)
   aranges: list[UOp] = []
   for r, node in facts.writer.items():
     if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS or r in stores: continue
     f.group_reduce(r, r_op)
-    if fuse_arange and r_op.arg[0] is Ops.ADD and under_views(r_op.src[0]).op is Ops.WHERE: aranges.append(r)
+    if fuse_arange and is_arange(r_op) and r not in keep_stored: aranges.append(r)
   for r in aranges: f.inline_arange(r)
   kernels: dict[UOp, list[UOp]] = {}
   for b in stores: kernels.setdefault(f.kernel_of.get(b, b), []).append(b)

@@ -196,6 +196,14 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
     if store.src and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])  # outputs take the first numbers
   return graph_rewrite(sink, number_rules, parts), parts
 
+def well_formed(ast: UOp) -> bool:
+  """Every index VIEW of the kernel has one rank, and in each dimension one size other than 1: the shape every
+  loop of the kernel runs over. An arange inlined into a kernel that reduces the same dimension at another size
+  (interpolate's two gathers) breaks it, and no code generator can run such a kernel."""
+  shapes = [u.arg.shape for u in ast.toposort() if u.op is Ops.VIEW and not u.src]
+  if len({len(s) for s in shapes}) > 1: return False
+  return all(len({d for d in dim if not (isinstance(d, int) and d == 1)}) <= 1 for dim in zip(*shapes))
+
 # *** a memo for schedules with repeated layers ***
 
 def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
