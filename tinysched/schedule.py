@@ -119,11 +119,14 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   return ordered, facts.var_vals
 
 def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
-  """FUSE_ARANGE: the inlined aranges inside kernels whose AST is not well formed (rewritten without capture)."""
+  """FUSE_ARANGE: the inlined aranges inside kernels whose AST cannot be built (the view push fails: a reshape of the
+  inlined reduce's output) or is not well formed. Rewritten without capture: only the final kernels are captured."""
   bad: dict[UOp, None] = {}
   for pre in pres:
-    fused = [x.src[0] for x in pre.toposort() if computed(x) and is_arange(value_of(x))]
-    if fused and not well_formed(memo.rewrite(pre, facts.assign_targets)[0]): bad.update(dict.fromkeys(fused))
+    if not (fused := [x.src[0] for x in pre.toposort() if computed(x) and is_arange(value_of(x))]): continue
+    try: ok = well_formed(memo.rewrite(pre, facts.assign_targets)[0])
+    except (ScheduleError, ValueError): ok = False
+    if not ok: bad.update(dict.fromkeys(fused))
   return frozenset(bad)
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:

@@ -177,3 +177,9 @@ def test_well_formed_accepts_the_embedding_gather():
   emb.weight.realize()
   with Context(FUSE_ARANGE=1): ks = _kernels(emb(Tensor([[3, 299, 0]])))
   assert len(ks) == 1 and well_formed(ks[0].ast)
+
+def test_an_arange_read_through_a_reshape_into_a_reduce():
+  # the inlined arange's output is reshaped under the consumer's reduce: the view push cannot express it, so the
+  # arange stays stored (this crashed the exec check's own calibration under FUSE_ARANGE=1)
+  with Context(FUSE_ARANGE=1): got = (Tensor.arange(64).reshape(8, 8).float().sum(1) + 1).numpy()
+  np.testing.assert_array_equal(got, np.arange(64).reshape(8, 8).sum(1) + 1)
