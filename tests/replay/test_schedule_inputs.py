@@ -8,7 +8,9 @@ from replay.check import check
 from replay.encode import IncompatibleCapture, decode_schedule_input, encode_schedule_input
 import replay.encode as E
 from tinysched import Tensor, nn
-from tinysched.helpers import Context
+from tinysched.helpers import Context, FUSE_ARANGE
+
+OTHER = 1 - FUSE_ARANGE.default  # the non-default value of the one scheduler flag
 from tinysched.ops import Ops
 from tinysched.rewrite import PatternMatcher, UPat
 import tinysched.schedule as S
@@ -70,7 +72,7 @@ def test_flags_are_recorded_with_the_schedule_and_replayed(tmp_path, monkeypatch
   monkeypatch.delenv("FUSE_ARANGE", raising=False)
   db = tmp_path / "f.db"
   with replay.capture(db, label="flags"):
-    with Context(FUSE_ARANGE=1): on = _embedding().numpy()
+    with Context(FUSE_ARANGE=OTHER): on = _embedding().numpy()
     off = _embedding().numpy()
   np.testing.assert_array_equal(on, off)
   c = sqlite3.connect(db)
@@ -78,11 +80,11 @@ def test_flags_are_recorded_with_the_schedule_and_replayed(tmp_path, monkeypatch
   from replay.store import Store
   st = Store(db, readonly=True)
   flags = sorted(str(decode_schedule_input(st.blob(k))[2]) for (k,) in c.execute("select input_key from captures where level='schedule'"))
-  assert "{'FUSE_ARANGE': 1}" in flags and "{}" in flags, flags
+  assert f"{{'FUSE_ARANGE': {OTHER}}}" in flags and "{}" in flags, flags
   assert rows
   # replayed here, where FUSE_ARANGE is off, and where it is on: both sides run with the captured flags
   assert check([str(db)]).counts()["changed"] == 0
-  monkeypatch.setenv("FUSE_ARANGE", "1")
+  monkeypatch.setenv("FUSE_ARANGE", str(OTHER))
   assert check([str(db)]).counts()["changed"] == 0
 
 def test_flags_not_recorded_is_caught(tmp_path, monkeypatch):
@@ -93,7 +95,7 @@ def test_flags_not_recorded_is_caught(tmp_path, monkeypatch):
   monkeypatch.setattr(REC, "encode_schedule_input", lambda g, vv, stats=None, flags=None: orig(g, vv, stats))
   db = tmp_path / "lost.db"
   with replay.capture(db, label="flags"):
-    with Context(FUSE_ARANGE=1): _embedding().numpy()
+    with Context(FUSE_ARANGE=OTHER): _embedding().numpy()
   assert check([str(db)]).counts()["changed"] >= 1
 
 def test_default_flags_keep_the_old_key(monkeypatch):
@@ -102,8 +104,8 @@ def test_default_flags_keep_the_old_key(monkeypatch):
   big = S.build_big_graph([g.lazydata.base])
   assert encode_schedule_input(big.sink, big.var_vals) == encode_schedule_input(big.sink, big.var_vals, flags={})
   assert S.current_flags() == {}
-  with Context(FUSE_ARANGE=1): assert S.current_flags() == {"FUSE_ARANGE": 1}
-  with Context(FUSE_ARANGE=0): assert S.current_flags() == {}
+  with Context(FUSE_ARANGE=OTHER): assert S.current_flags() == {"FUSE_ARANGE": OTHER}
+  with Context(FUSE_ARANGE=FUSE_ARANGE.default): assert S.current_flags() == {}
 
 @pytest.mark.parametrize("flags, says", [({"NOPE": 1}, "unknown scheduler flag"), ({"FUSE_ARANGE": "1"}, "not a small"),
                                          ({"FUSE_ARANGE": -1}, "not a small"), ([1], "not an object")])

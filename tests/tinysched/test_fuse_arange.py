@@ -1,6 +1,6 @@
 """FUSE_ARANGE (scheduler switch from tinygrad 0.10.0) and nested reduces that fold in the code generator.
 
-With FUSE_ARANGE on, an arange (a sum of masked constants) is not stored: it is recomputed inside the kernels that read it,
+With FUSE_ARANGE on (the default here; tinygrad 0.10.0 defaults it off), an arange (a sum of masked constants) is not stored: it is recomputed inside the kernels that read it,
 where `reduce_masked_const_to_count` folds it to `v` and `reduce_masked_point_to_load` turns an embedding's compare
 `v == id` into one guarded load of the weight: no loop over the vocabulary.
 """
@@ -27,16 +27,16 @@ def _arange_consumer(device=None) -> Tensor:
 
 # *** the flag ***
 
-def test_flag_default_off_env_and_context(monkeypatch):
+def test_flag_default_on_env_and_context(monkeypatch):
   monkeypatch.delenv("FUSE_ARANGE", raising=False)
+  assert FUSE_ARANGE  # on by default here (tinygrad 0.10.0 defaults it off): embeddings must not loop over the vocabulary
+  monkeypatch.setenv("FUSE_ARANGE", "0")
   assert not FUSE_ARANGE
-  monkeypatch.setenv("FUSE_ARANGE", "1")
-  assert FUSE_ARANGE
-  with Context(FUSE_ARANGE=0):
-    assert not FUSE_ARANGE
-    with Context(FUSE_ARANGE=1): assert FUSE_ARANGE
-    assert not FUSE_ARANGE
-  assert FUSE_ARANGE
+  with Context(FUSE_ARANGE=1):
+    assert FUSE_ARANGE
+    with Context(FUSE_ARANGE=0): assert not FUSE_ARANGE
+    assert FUSE_ARANGE
+  assert not FUSE_ARANGE
 
 @pytest.mark.parametrize("flag,n", [(0, 2), (1, 1)])
 def test_arange_consumer_kernel_count(flag, n):
