@@ -118,13 +118,26 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   memo.schedules[key] = (ordered, dict(facts.var_vals))
   return ordered, facts.var_vals
 
+def _runnable(ast: UOp) -> bool:
+  """A kernel holding an inlined arange can run: it is well formed, and every reduce nested in another has a closed
+  form (codegen gives an inner reduce no loop of its own). Asks the code generator's first passes, the ones that
+  decide this; schedules are built for it, so the scheduler may ask what it accepts."""
+  if not well_formed(ast): return False
+  from tinysched.codegen.kernel import Kernel, KernelError
+  from tinysched.codegen.lowerer import LOWERING_PASSES, run_passes
+  from tinysched.codegen.target import GENERIC_GPU
+  upto = [p.name for p in LOWERING_PASSES].index("closed_form_reduces") + 1
+  try: run_passes(Kernel(ast), GENERIC_GPU, LOWERING_PASSES[:upto])
+  except KernelError: return False
+  return True
+
 def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   """FUSE_ARANGE: the inlined aranges inside kernels whose AST cannot be built (the view push fails: a reshape of the
-  inlined reduce's output) or is not well formed. Rewritten without capture: only the final kernels are captured."""
+  inlined reduce's output) or cannot run (`_runnable`). Rewritten without capture: only the final kernels are captured."""
   bad: dict[UOp, None] = {}
   for pre in pres:
     if not (fused := [x.src[0] for x in pre.toposort() if computed(x) and is_arange(value_of(x))]): continue
-    try: ok = well_formed(memo.rewrite(pre, facts.assign_targets)[0])
+    try: ok = _runnable(memo.rewrite(pre, facts.assign_targets)[0])
     except (ScheduleError, ValueError): ok = False
     if not ok: bad.update(dict.fromkeys(fused))
   return frozenset(bad)

@@ -183,3 +183,31 @@ def test_an_arange_read_through_a_reshape_into_a_reduce():
   # arange stays stored (this crashed the exec check's own calibration under FUSE_ARANGE=1)
   with Context(FUSE_ARANGE=1): got = (Tensor.arange(64).reshape(8, 8).float().sum(1) + 1).numpy()
   np.testing.assert_array_equal(got, np.arange(64).reshape(8, 8).sum(1) + 1)
+
+def _strided_setitem() -> Tensor:
+  t = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+  t[0:2, 1::2] = -1.0  # a strided slice assign: its arange ends up under a reduce that keeps its loop
+  return t
+
+def _lowers(t: Tensor) -> bool:
+  from tinysched.codegen.kernel import KernelError
+  try:
+    for si in t.schedule():
+      if si.ast.op is Ops.SINK: to_program(si.ast, None, GENERIC_GPU)
+  except KernelError: return False
+  return True
+
+def test_an_arange_codegen_cannot_fold_stays_stored():
+  # inlined under a reduce that keeps its loop, the arange would be a nested reduce that needs a loop of its own, which
+  # codegen refuses: the scheduler asks codegen's first passes and keeps such an arange stored (OpenCL-only failure
+  # before: the NUMPY interpreter loops over anything)
+  assert _lowers(_strided_setitem())
+  want = np.arange(12, dtype=np.float32).reshape(3, 4)
+  want[0:2, 1::2] = -1.0
+  np.testing.assert_array_equal(_strided_setitem().numpy(), want)
+
+def test_without_the_codegen_question_the_kernel_cannot_be_lowered(monkeypatch):
+  import tinysched.schedule as S
+  from tinysched.scheduling.kernel_ast import well_formed
+  monkeypatch.setattr(S, "_runnable", well_formed)  # the check as it was: shapes only
+  assert not _lowers(_strided_setitem())
