@@ -1,5 +1,7 @@
 """What the replay tests capture and the changes they plant in the scheduler (shared by test_replay and test_execcheck;
 the `db` fixture in conftest.py captures `workload`)."""
+import sqlite3
+import replay
 from tinysched import Tensor, Variable, UOp, Ops
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 import tinysched.schedule as S
@@ -38,3 +40,10 @@ def double_consts(ast: UOp) -> UOp:
   pm = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg * 2) if isinstance(c.arg, float) and c.arg not in (0.0,)
                         and not c.arg != c.arg else None)], name="double")
   return graph_rewrite(ast, pm)
+
+def capture_store(path, run, label: str):
+  """A store holding what `run()` makes the scheduler and codegen do, at every level, in rollback-journal mode (a plain
+  file to copy and hash)."""
+  with replay.capture(path, label=label): run()
+  c = sqlite3.connect(path); c.execute("PRAGMA journal_mode=DELETE"); c.close()
+  return path

@@ -1,13 +1,13 @@
 """The CI gate: decide() on reports, accept-marker detection, `replay gate` on real capture stores, ci/replay-gate, the workflow."""
 from __future__ import annotations
-import json, os, sqlite3, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-import replay
 from replay.cli import main as cli
 from replay import gate as G
 import tinysched.schedule as S
+from tests.replay.changes import capture_store
 from tinysched import Tensor, Ops
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 
@@ -93,11 +93,7 @@ def workload():
   (x - x.max(1, keepdim=True)).exp().realize()
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-  p = tmp_path_factory.mktemp("gate") / "base.db"
-  with replay.capture(p, label="gate"): workload()
-  c = sqlite3.connect(p); c.execute("PRAGMA journal_mode=DELETE"); c.close()
-  return p
+def db(tmp_path_factory): return capture_store(tmp_path_factory.mktemp("gate") / "base.db", workload, "gate")
 
 @pytest.fixture
 def ci_env(monkeypatch, tmp_path):
