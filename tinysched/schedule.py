@@ -129,6 +129,8 @@ def _runnable(ast: UOp) -> bool:
   upto = [p.name for p in LOWERING_PASSES].index("closed_form_reduces") + 1
   try: run_passes(Kernel(ast), GENERIC_GPU, LOWERING_PASSES[:upto])
   except KernelError: return False
+  except Exception:  # noqa: BLE001 (whatever else stops lowering: storing the arange is the seed's schedule, always safe)
+    return False
   return True
 
 def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
@@ -137,7 +139,9 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   bad: dict[UOp, None] = {}
   for pre in pres:
     if not (fused := [x.src[0] for x in pre.toposort() if computed(x) and is_arange(value_of(x))]): continue
-    try: ok = _runnable(memo.rewrite(pre, facts.assign_targets)[0])
+    try:
+      ast = memo.rewrite(pre, facts.assign_targets)[0]
+      if (ok := memo.runnable.get(ast)) is None: ok = memo.runnable[ast] = _runnable(ast)
     except (ScheduleError, ValueError): ok = False
     if not ok: bad.update(dict.fromkeys(fused))
   return frozenset(bad)

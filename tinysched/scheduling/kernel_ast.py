@@ -239,6 +239,7 @@ class KernelMemo:
     self.fingerprint = fingerprint
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
     self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
+    self.runnable: dict[UOp, bool] = {}  # FUSE_ARANGE: may codegen lower this kernel (schedule.py _runnable)
 
   def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
     canon, order = canonical_form(pre)
