@@ -215,7 +215,9 @@ def _unlaunchable(t, device: str, items: list) -> str | None:
     local = launch.get("local") or []
     if local and (int(np.prod(local)) > t.max_work_group_size or any(a > b for a, b in zip(local, t.max_work_item_sizes))):
       return f"{name} was generated for a work-group of {list(local)}, more than {device} allows ({t.max_work_group_size}, {list(t.max_work_item_sizes)})"
-    if "half" in src and not t.has_fp16: return f"{name} uses half precision, which {device} ({t.name}) lacks"
+    # the renderer enables these extensions exactly when a kernel uses half / double
+    if "cl_khr_fp16" in src and not t.has_fp16: return f"{name} uses half precision, which {device} ({t.name}) lacks"
+    if "cl_khr_fp64" in src and not t.has_fp64: return f"{name} uses double precision, which {device} ({t.name}) lacks"
   return None
 
 def _launch_source(be, name: str, src: str, launch: dict, args: list, names: dict[str, int]) -> float:

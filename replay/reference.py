@@ -220,8 +220,9 @@ def uncertain_outputs(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int]
         elif op in (Ops.IDIV, Ops.MOD) and D.is_float(u.src[0].dtype):
           q = np.asarray(srcs[0], np.float64) / np.asarray(srcs[1], np.float64)
           d = d | _near(q, np.round(q), u.src[0].dtype)
-        elif op is Ops.WHERE and u.src[0] in doubt:  # only the branch taken matters, unless the condition is in doubt
-          d = doubt[u.src[0]] | np.where(vals[u.src[0]], doubt.get(u.src[1], False), doubt.get(u.src[2], False))
+        elif op is Ops.WHERE:  # the condition's doubt, and only the doubt of the branch taken
+          c, t, f = u.src
+          d = doubt.get(c, False) | np.where(vals[c], doubt.get(t, False), doubt.get(f, False))
       else: raise Unsupported(f"the reference cannot evaluate {op} nodes")
       if np.any(d): doubt[u] = d
   return out

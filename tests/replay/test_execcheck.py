@@ -120,7 +120,11 @@ def test_stored_source_for_a_bigger_work_group_is_skipped_not_failed():
   small = Target(name="small-gpu", max_work_group_size=256, max_work_item_sizes=(256, 256, 64), has_fp16=False)
   item = ("src", "k", "__kernel void k() {}", {"local": [1024], "global": [4096], "vars": [], "dtypes": []})
   assert "work-group of [1024]" in _unlaunchable(small, "GPU", [item])  # a CPU capture replayed next to a GPU
-  assert _unlaunchable(small, "GPU", [("src", "k", "half x;", {"local": [64]})]).endswith("lacks")
+  fp16, fp64 = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n", "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+  assert _unlaunchable(small, "GPU", [("src", "k", fp16 + "half x;", {"local": [64]})]).endswith("lacks")
+  assert "double" in _unlaunchable(small, "GPU", [("src", "k", fp64 + "double x;", {"local": [64]})])
+  # a name that merely contains "half" is not half precision
+  assert _unlaunchable(small, "GPU", [("src", "k", "float half_width;", {"local": [64]})]) is None
   assert _unlaunchable(small, "GPU", [("src", "k", "float x;", {"local": [64]})]) is None
 
 def test_program_inputs_do_not_depend_on_the_host():
@@ -144,3 +148,19 @@ def test_a_variable_used_as_a_value_is_evaluated_by_the_graph_reference(tmp_path
   rep = check([str(db)], jobs=1, level="schedule")
   exec_report(rep, mode="all", device=DEVICE, timing_runs=1)
   assert [r.exec["verdict"] for r in rep.results] == ["equivalent"], [r.exec for r in rep.results]
+
+
+def test_undecidable_elements_follow_only_the_branch_taken():
+  # WHERE(certain condition, tie-dependent value, plain value): where the plain branch is taken the element is decided;
+  # marking it undecidable would leave a device error there unjudged
+  from replay.reference import uncertain_outputs
+  from tinysched import Tensor
+  x = np.random.default_rng(0).random(16).astype(np.float32)
+  a, b = Tensor(x).realize(), Tensor(x.copy()).realize()
+  data = {id(a.lazydata.base.buffer): x, id(b.lazydata.base.buffer): x.copy()}
+  def doubt(t):
+    si = [s for s in t.schedule() if s.ast.op is Ops.SINK][-1]
+    bufs = [data.get(id(buf), np.zeros(buf.size, np.float32)) for buf in si.bufs]
+    return uncertain_outputs(si.ast, bufs, {})[0]
+  assert not doubt((a > 100).where((a == b).float(), a)).any()  # the tie a == b is never used
+  assert doubt((a < 100).where((a == b).float(), a)).all()      # the tie decides every element
