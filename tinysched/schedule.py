@@ -29,7 +29,7 @@ from tinysched import capture_hook
 from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed, value_of
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
 from tinysched.scheduling.fusion import group_stores, is_arange
-from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, well_formed
+from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, same_rules, well_formed
 from tinysched.scheduling.order import run_order
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))  # fusion walks chains of buffers recursively
@@ -74,8 +74,9 @@ def tensor_memo() -> KernelMemo:
   against the rules on every use: after any change to a rule or the view algebra, it starts empty."""
   global _TENSOR_MEMO
   fp = rules_fingerprint()
-  if _TENSOR_MEMO.fingerprint != fp or len(_TENSOR_MEMO.entries) >= TENSOR_MEMO_SIZE or len(_TENSOR_MEMO.schedules) >= TENSOR_SCHEDULES:
-    _TENSOR_MEMO = KernelMemo(fp)
+  if not same_rules(_TENSOR_MEMO.fingerprint, fp) or len(_TENSOR_MEMO.entries) >= TENSOR_MEMO_SIZE: _TENSOR_MEMO = KernelMemo(fp)
+  # a decode loop with a moving bound Variable adds a schedule per step: drop those, keep the kernel ASTs
+  elif len(_TENSOR_MEMO.schedules) >= TENSOR_SCHEDULES: _TENSOR_MEMO.schedules.clear()
   return _TENSOR_MEMO
 
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None],
@@ -99,10 +100,12 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   if capture_hook.HOOK is None and (hit := memo.schedules.get(key)) is not None: return list(hit[0]), dict(hit[1])
   fuse_arange = bool(flags.get("FUSE_ARANGE", FUSE_ARANGE.default))
   keep: frozenset = frozenset()
+  facts = gather_facts(big_graph, var_vals)
+  planned: dict[UOp, UOp] = {}
+  graph_rewrite(big_graph, store_rules, planned)                        # plan_stores: fills `planned` as rules fire
   while True:
-    facts = gather_facts(big_graph, var_vals)
-    stores: dict[UOp, UOp] = {}
-    graph_rewrite(big_graph, store_rules, stores)                       # plan_stores: fills `stores` as rules fire
+    stores = dict(planned)
+    # (keep_stored only when there is one: a patched group_stores with the 3-argument signature keeps working)
     groups = group_stores(facts, stores, fuse_arange, keep) if keep else group_stores(facts, stores, fuse_arange)
     graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
     pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
@@ -128,9 +131,7 @@ def _runnable(ast: UOp) -> bool:
   from tinysched.codegen.target import GENERIC_GPU
   upto = [p.name for p in LOWERING_PASSES].index("closed_form_reduces") + 1
   try: run_passes(Kernel(ast), GENERIC_GPU, LOWERING_PASSES[:upto])
-  except KernelError: return False
-  except Exception:  # noqa: BLE001 (whatever else stops lowering: storing the arange is the seed's schedule, always safe)
-    return False
+  except KernelError: return False  # anything else is a codegen bug: let it show, never hide it behind another schedule
   return True
 
 def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:

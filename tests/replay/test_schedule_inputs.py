@@ -138,3 +138,25 @@ def test_a_repeated_step_reuses_its_schedule_but_capture_still_sees_every_kernel
   with replay.capture(db, label="again"): assert asts_of(_graph()) == first  # capturing: scheduled for real
   c = sqlite3.connect(db)
   assert c.execute("select count(*) from captures where level='kernel'").fetchone()[0] >= 1
+
+def test_many_schedules_drop_only_the_schedules(monkeypatch):
+  monkeypatch.setattr(S, "TENSOR_SCHEDULES", 1)
+  _asts(_graph())
+  memo = S.tensor_memo()
+  entries = dict(memo.entries)
+  _asts(_graph() + 1)  # another graph: a second schedule goes over the limit
+  assert S.tensor_memo() is memo and len(memo.schedules) <= 1 and all(k in memo.entries for k in entries)
+
+def test_the_tensor_memo_sees_a_patched_codegen_pass(monkeypatch):
+  # FUSE_ARANGE asks codegen's first passes whether a kernel can be lowered: they are rules of the schedule too
+  from tinysched.codegen import lowerer
+  _asts(_graph())
+  memo = S.tensor_memo()
+  monkeypatch.setattr(lowerer, "LOWERING_PASSES", tuple(list(lowerer.LOWERING_PASSES)))  # a new tuple, same passes
+  assert S.tensor_memo() is not memo
+
+def test_the_fingerprint_holds_its_rules_alive():
+  # ids alone could be reused by a later patch once the patched object is freed; holding the objects prevents that
+  from tinysched.scheduling.kernel_ast import rules_fingerprint, same_rules
+  fp = rules_fingerprint()
+  assert same_rules(fp, rules_fingerprint()) and KA.views_down in fp

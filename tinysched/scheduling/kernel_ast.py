@@ -219,17 +219,22 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
     else: new[u] = u
   return new[pre], order
 
-def rules_fingerprint() -> tuple[int, ...]:
-  """The identity of everything the scheduler runs: the functions and matchers of schedule.py and of every pass
-  module, the rewrite engine and the view algebra. Any monkeypatch of one of them (a rule change in a running
-  process) changes it. Object ids: meaningful in this process only, and never part of an output."""
+def rules_fingerprint() -> tuple:
+  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module, the rewrite
+  engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`). Any monkeypatch of
+  one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
+  (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's."""
   import sys
   from tinysched import rewrite, shape
   from tinysched.scheduling import bigraph, stores, fusion, order
+  from tinysched.codegen import kernel, lowerer, folds
   facade = vars(sys.modules["tinysched.schedule"]).values() if "tinysched.schedule" in sys.modules else ()
   objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(order).values(), *facade,
-          *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values()]
-  return tuple(id(o) for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property)))
+          *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values(),
+          *vars(kernel).values(), *vars(kernel.Kernel).values(), *vars(lowerer).values(), *vars(folds).values()]
+  return tuple(o for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
+
+def same_rules(a: tuple, b: tuple) -> bool: return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 class KernelMemo:
   """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh
