@@ -457,3 +457,16 @@ def test_integer_reduces_wrap_in_their_dtype(monkeypatch):
     out = np.zeros(1, np.int8)
     exec_ast(_sum_ast(x.size, dtypes.int8), [out, x], {})
     assert out[0] == np.int8((100 * 1000) % 256 - 256 if (100 * 1000) % 256 > 127 else (100 * 1000) % 256)
+
+
+def test_closed_form_sum_of_no_terms_is_positive_zero():
+  # a masked-constant sum counted in closed form: a row with no valid element is the identity +0.0, as a summing loop
+  # gives (and codegen's fold), not count * c = -0.0 for a negative c
+  from tinysched.dtype import dtypes
+  st = ShapeTracker((View.create((2, 3), (0, 0), 0, ((0, 1), (0, 3))),))
+  val = UOp(Ops.VALID, dtypes.bool, (st.to_uop(),)).where(UOp.const(dtypes.float32, -1.0), UOp.const(dtypes.float32, 0.0))
+  red = UOp(Ops.REDUCE_AXIS, dtypes.float32, (val,), (Ops.ADD, (1,)))
+  ast = UOp.sink_of(UOp.store(UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), ShapeTracker.from_shape((2, 1)).to_uop(), red))
+  out = np.full(2, 7.0, np.float32)
+  exec_ast(ast, [out], {})
+  assert out.tolist() == [-3.0, 0.0] and not np.signbit(out[1])

@@ -445,7 +445,7 @@ class _Kernel:
       cval = w.src[1].arg
       if dtypes.is_bool(u.dtype): res = (cnt > 0) & bool(cval)
       elif dtypes.is_int(u.dtype): res = cnt.astype(odt) * odt.type(cval)  # wraps like repeated addition
-      else: res = (cnt.astype(np.float64) * float(cval)).astype(odt)  # exact product, rounded once
+      else: res = (cnt.astype(np.float64) * float(cval) + 0.0).astype(odt)  # exact product, rounded once; no terms is +0.0, as a loop
     else:
       acc_dt = _acc_dtype(u.dtype, self.reference)
       ufunc = _REDUCE_UFUNC[op]
