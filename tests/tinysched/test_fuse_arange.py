@@ -216,3 +216,17 @@ def test_without_the_codegen_question_the_kernel_cannot_be_lowered(monkeypatch):
   from tinysched.scheduling.kernel_ast import well_formed
   monkeypatch.setattr(S, "_runnable", well_formed)  # the check as it was: shapes only
   assert not _lowers(_strided_setitem())
+
+def test_a_load_inside_a_folded_loads_index_is_guarded_too():
+  # the point fold reads W[ids[r]] at r := p; when no r matches, p may lie outside ids: ids[p] must be guarded as well
+  from tinysched.codegen.folds import _guard_loads
+  from tinysched.dtype import dtypes
+  from tinysched.uop import UOp
+  r, p = UOp(Ops.DEFINE_VAR, dtypes.int, (), ("r", 0, 9)), UOp(Ops.DEFINE_VAR, dtypes.int, (), ("p", -5, 20))
+  g0, g1 = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(), (), 1)
+  ids = UOp(Ops.LOAD, dtypes.int32, (UOp(Ops.INDEX, g1.dtype, (g1, r)),))
+  w = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, g0.dtype, (g0, ids)),))
+  guard = UOp(Ops.CMPLT, dtypes.bool, (p, UOp.const(dtypes.int, 10)))
+  out = _guard_loads(w, r, p, guard)
+  loads = [u for u in out.toposort() if u.op is Ops.LOAD]
+  assert len(loads) == 2 and all(len(u.src) == 2 and guard in u.src[1].toposort() for u in loads)

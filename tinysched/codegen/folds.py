@@ -13,7 +13,7 @@ from tinysched.ops import Ops
 from tinysched.symbolic import decompose_sum, build_sum
 from tinysched.uop import UOp, sint
 from tinysched.rewrite import UPat, PatternMatcher, ANY
-from tinysched.codegen.rebuild import substitute, contains, alu
+from tinysched.codegen.rebuild import contains, alu
 
 def _clauses(cond: UOp) -> list[UOp]:
   """The conjuncts of a bool AND tree, in order."""
@@ -146,9 +146,10 @@ def _guard_loads(x: UOp, r: UOp, p: UOp, guard: UOp) -> UOp:
   new: dict[UOp, UOp] = {}
   for u in x.toposort():
     if u.op is Ops.LOAD and contains(u, {r}):
-      idx = substitute(u.src[0].src[1], {r: p})
-      valid = (u.src[1] if len(u.src) > 1 else UOp.const(dtypes.bool, True))
-      valid = UOp(Ops.AND, dtypes.bool, (substitute(valid, {r: p}), guard)).simplify()
+      # from the rebuilt graph: a load inside this load's index (a gather W[ids[r]]) is guarded too
+      idx = new[u.src[0].src[1]]
+      valid = new[u.src[1]] if len(u.src) > 1 else UOp.const(dtypes.bool, True)
+      valid = UOp(Ops.AND, dtypes.bool, (valid, guard)).simplify()
       if valid.op is Ops.CONST: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)),)) \
         if valid.arg else UOp.const(u.dtype, 0)
       else: new[u] = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].dtype, (u.src[0].src[0], idx)), valid))
