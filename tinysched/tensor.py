@@ -9,7 +9,7 @@ import numpy as np
 from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, resolve, smax, sym_ne
-from tinysched.reduce import output_dtype as reduce_output_dtype
+from tinysched.reduce import output_dtype as reduce_output_dtype, acc_dtype as reduce_acc_dtype
 from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
@@ -646,8 +646,7 @@ class Tensor:
     return reduce_output_dtype(self.dtype) if acc_dtype is None else to_dtype(acc_dtype)
   def sum(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     out_dt = self._acc_dtype(acc_dtype)
-    # half sums accumulate in float32 and cast back, like tinygrad
-    acc = dtypes.float32 if out_dt == dtypes.float16 else out_dt
+    acc = reduce_acc_dtype(out_dt)  # half sums accumulate in float32 and cast back
     ret = self.cast(acc)._reduce(F.Sum, axis, keepdim)
     return ret.cast(out_dt) if acc != out_dt else ret
   def prod(self, axis=None, keepdim: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
@@ -667,7 +666,7 @@ class Tensor:
     sq_dev = (self - self.mean(axis=axis, keepdim=True)).square()
     # the count: the sizes of the dims the reduce shrinks (a reduced dim of size 1 adds nothing)
     count = prod(n for n, m in zip(self.shape, self._reduced_shape(axis, keepdim=True)) if resolve(sym_ne(n, m)))
-    dof = smax(0, count - correction) if isinstance(count, UOp) else max(0, count - correction)
+    dof = smax(0, count - correction)
     return sq_dev.sum(axis=axis, keepdim=keepdim).div(dof)
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:

@@ -79,7 +79,7 @@ class _Fusion:
       op = value_of(node)
       if op.op is Ops.ASSIGN and b not in group: return True
       if b in self.stores: continue
-      todo.extend(under_views(s).src[0] for s in op.src if under_views(s).op is Ops.VIEW and under_views(s).src)
+      todo.extend(u.src[0] for s in op.src if (u := under_views(s)).op is Ops.VIEW and u.src)
     return False
 
   def chase(self, r: UOp, path: ShapeTracker) -> UOp:

@@ -187,8 +187,9 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both
   _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
   sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
-  targets = [x.src[0] for x in sink.toposort() if x.op is Ops.ASSIGN]
-  if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in sink.toposort()):
+  topo = sink.toposort()
+  targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
+  if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
     raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
   parts = KernelParts(assigned, {}, {}, {}, set())
   sink = graph_rewrite(sink, finish_rules, parts)
