@@ -149,14 +149,9 @@ def _too_big(graphs: list[UOp]) -> str | None:
   if depth and max(depth.values()) > DETAIL_DEPTH_LIMIT: return f"deeper than {DETAIL_DEPTH_LIMIT} levels"
   return None
 
-def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any = None) -> None:
-  """Diffs of a changed capture. `old`: the decoded stored output (read from the store when not given)."""
-  if old is None:
-    try: old = decode_output(res.level, store.blob(res.stored_key))
-    except IncompatibleCapture as e:
-      res.outcome, res.reason = "incompatible", f"stored output unreadable: {e}"
-      res.signature = f"{res.level}: stored output unreadable"
-      return
+def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any) -> None:
+  """Diffs of a changed capture: `old` is the decoded stored output (the callers have read it: one that cannot be read
+  is `incompatible`, never described)."""
   if res.level in ("kernel", "schedule"):
     graphs = ([old] if res.level == "kernel" else list(old)) + ([new] if res.level == "kernel" else list(new))
     if (why := _too_big(graphs)) is not None:
