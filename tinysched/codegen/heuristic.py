@@ -168,9 +168,14 @@ def _cpu(k: Kernel, t: Target) -> list[Opt]:
   return opts
 
 def default_opts(ast: UOp, target: Target) -> tuple[Opt, ...]:
-  if ast.op is not Ops.SINK: return ()
+  return choose_opts(ast, target)[0]
+
+def choose_opts(ast: UOp, target: Target):
+  """(the heuristic's opts, the kernel lowered with them, or None when there are none): the lowering that proves the
+  opts fit the device is the one to_program renders, so it is not done twice."""
+  if ast.op is not Ops.SINK: return (), None
   try: k = Kernel(ast)
-  except KernelError: return ()
+  except KernelError: return (), None
   from tinysched.codegen.lowerer import reduces_fold
   if reduces_fold(k, target):
     # the reduces become closed forms (arange): the kernel is elementwise, reduce opts would only add idle threads
@@ -182,8 +187,8 @@ def default_opts(ast: UOp, target: Target) -> tuple[Opt, ...]:
   else: opts = _gpu(k, target) if target.is_gpu else _cpu(k, target)
   if opts:
     from tinysched.codegen.lowerer import lower
-    try: lower(Kernel(ast, opts), target)
-    except KernelOptError: return ()  # a device limit (work-group size, local memory): run without opts
-  return tuple(opts)
+    try: return tuple(opts), lower(Kernel(ast, opts), target)
+    except KernelOptError: return (), None  # a device limit (work-group size, local memory): run without opts
+  return (), None
 
-__all__ = ["default_opts"]
+__all__ = ["default_opts", "choose_opts"]

@@ -31,12 +31,12 @@ class Program:
 
 def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GENERIC_GPU) -> Program:
   """Lower and render one kernel AST with explicit opts (None: `default_opts(ast, target)`)."""
+  lw = None
   if opts is None:
-    from tinysched.codegen.heuristic import default_opts
-    opts = default_opts(ast, target)
+    from tinysched.codegen.heuristic import choose_opts
+    opts, lw = choose_opts(ast, target)
   opts = tuple(opts)
-  k = Kernel(ast, opts)
-  lw = lower(k, target)
+  if lw is None: lw = lower(Kernel(ast, opts), target)
   src = render(lw, target)
   prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem)
   if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src, {"program": prg})
