@@ -56,8 +56,8 @@ def _select(store: Store, level: str | None, label: str | None, key: str | None,
   if shard is not None: rows = [r for r in rows if shard_of(f"{r['level']}:{r['input_key']}", shard[1]) == shard[0]]
   return rows
 
-def _work(args: tuple[str, list[dict], bool]) -> list[Result]:
-  path, rows, detail = args
+def _work(args: tuple[str, list[dict], bool, str | None]) -> list[Result]:
+  path, rows, detail, exec_mode = args
   store = Store(path, readonly=True)
   try:
     out: list[Result] = []
@@ -69,17 +69,25 @@ def _work(args: tuple[str, list[dict], bool]) -> list[Result]:
         out.append(Result(**{**m.to_dict(), "run_id": row["run_id"], "seq": row["seq"], "label": row["label"] or "",
                              "metadata": row.get("metadata")}))
         continue
-      r = replay_row(store, row, detail)
+      full: dict | None = {} if exec_mode else None
+      r = replay_row(store, row, detail, full)
+      if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
+        # the execution check's job, from the output just computed; exec_report takes it (never in a report)
+        from replay.execcheck import prebuild
+        r.exec_job = prebuild(store, row, {"output": full.pop("output"), **full})  # type: ignore[attr-defined]
       memo[k] = r
       out.append(r)
     return out
   finally: store.close()
 
 def check(paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None, jobs: int | None = None,
-          shard: tuple[int, int] | None = None, detail: bool = True, progress: Callable[[int, int], None] | None = None) -> Report:
+          shard: tuple[int, int] | None = None, detail: bool = True, progress: Callable[[int, int], None] | None = None,
+          exec_mode: str | None = None) -> Report:
+  """Replay every selected row of `paths` with the current code. `exec_mode` ("changed" or "all", as exec_report will
+  be called): also build the execution check's jobs while the current outputs are at hand."""
   rep = Report(sources=[str(p) for p in paths], shard=f"{shard[0]}/{shard[1]}" if shard else None)
   t0 = time.perf_counter()
-  tasks: list[tuple[str, list[dict], bool]] = []
+  tasks: list[tuple[str, list[dict], bool, str | None]] = []
   for p in paths:
     try: store = Store(p, readonly=True)
     except StoreError as e:
@@ -87,7 +95,7 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
       continue
     try: rows = _select(store, level, label, key, shard)
     finally: store.close()
-    tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))))
+    tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))), exec_mode)
   total = sum(len(t[1]) for t in tasks)
   jobs = max(1, jobs or os.cpu_count() or 1)
   rep.workers = min(jobs, max(1, len(tasks)))
@@ -107,16 +115,16 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
   rep.elapsed = time.perf_counter() - t0
   return rep
 
-def _chunks(path: str, rows: list[dict], detail: bool, size: int) -> list[tuple[str, list[dict], bool]]:
+def _chunks(path: str, rows: list[dict], detail: bool, size: int, exec_mode: str | None = None) -> list[tuple[str, list[dict], bool, str | None]]:
   """About two chunks per worker (each worker warms its caches once), never splitting rows of one input."""
   # rows with the same input go to one chunk so they are replayed once
   rows = sorted(rows, key=lambda r: (r["level"], r["input_key"], r["run_id"], r["seq"]))
   out, cur = [], []
   for r in rows:
     if len(cur) >= size and (cur[-1]["level"], cur[-1]["input_key"]) != (r["level"], r["input_key"]):
-      out.append((path, cur, detail)); cur = []
+      out.append((path, cur, detail, exec_mode)); cur = []
     cur.append(r)
-  if cur: out.append((path, cur, detail))
+  if cur: out.append((path, cur, detail, exec_mode))
   return out
 
 def terminal_progress() -> Callable[[int, int], None] | None:

@@ -48,7 +48,8 @@ def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_thr
   """Replay the stored captures (default captures/*.db) through the current code."""
   from replay.check import check, terminal_progress
   device = _exec_device(exec_mode, device)
-  rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress())
+  rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress(),
+              exec_mode=exec_mode)
   run_exec(rep, exec_mode, device, slower_threshold, timeout, perf_gate)
   _emit(rep, report_md, report_json, junit, verbose)
 

@@ -62,6 +62,7 @@ class _Sides:
   def __init__(self, store, input_key: str, stored_key: str, ex: dict, old_store=None, new_key: str | None = None, new_ex: dict | None = None):
     self.store, self.input_key, self.stored_key, self.ex = store, input_key, stored_key, ex
     self.old_store, self.new_key, self.new_ex = old_store or store, new_key, new_ex
+    self.current: dict | None = None  # the current code's output, when the caller has it (see build_job)
   @property
   def paired(self) -> bool: return self.new_key is not None
   def input(self) -> bytes: return self.store.blob(self.input_key)
@@ -75,6 +76,7 @@ def _kernel_job(src: _Sides, names: dict) -> dict:
   pre, vv, asg = decode_kernel_input(src.input())
   names.update(bound_values(pre, vv))
   if src.paired: new_ast, new_map = decode_output("kernel", src.new_output()), list((src.new_ex or {}).get("bufs") or [])
+  elif src.current is not None: new_ast, new_map = src.current["output"], list(src.current["bufs"])
   else:
     new_ast, ctx = full_ast_rewrite(pre, vv, asg)
     new_map = [b.arg[0] for b in ctx.bufs]
@@ -96,7 +98,7 @@ def _schedule_job(src: _Sides, names: dict) -> dict:
     if not new_maps or len(new_maps) != len(new_asts): return {"skip": "the new capture has no buffer map for its kernels (re-capture it)"}
     new = [["ast", _enc(a), list(m)] for a, m in zip(new_asts, new_maps)]
   else:
-    kernels, vv2 = schedule_graph(graph, vv, flags)
+    kernels, vv2 = (src.current["kernels"], src.current["var_vals"]) if src.current is not None else schedule_graph(graph, vv, flags)
     names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
     new = [["ast", _enc(k.ast), [b.arg[0] for b in k.bufs]] for k in kernels]
   old_asts = decode_output("schedule", src.old_output())
@@ -118,27 +120,50 @@ def _program_job(src: _Sides, names: dict) -> dict:
     new_src, new_launch = src.new_output().decode(), (src.new_ex or {}).get("launch")
     if not new_launch: return {"skip": "the new capture has no launch dimensions for its source (re-capture it)"}
   else:
-    prg = replay_program_full(doc)
+    prg = src.current["program"] if src.current is not None else replay_program_full(doc)
     new_src, new_launch = prg.src, launch_json(prg)
   return {"specs": None, "ast": _enc(ast), "old": [["src", launch["name"], src.old_output().decode(), launch]],
           "new": [["src", new_launch["name"], new_src, new_launch]], "reference": {"kind": "kernels", "side": "ast"},
           "domains": domains([ast], lambda u: u.arg if u.op.name == "DEFINE_GLOBAL" else None)}
 
 def build_job(db: str, level: str, input_key: str, stored_key: str, extra: str | None, var_vals: str | None,
-              old_db: str | None = None, new_key: str | None = None, new_extra: str | None = None) -> dict:
-  """Everything the worker needs, computed here with the current code (or, with old_db/new_key, read from two stores)."""
+              old_db: str | None = None, new_key: str | None = None, new_extra: str | None = None, current: dict | None = None,
+              store=None) -> dict:
+  """Everything the worker needs, computed here with the current code (or, with old_db/new_key, read from two stores).
+  `current`: the current code's output for this input, already computed by the replay (its object under "output",
+  plus what replay.runner.run_input puts in `full`); `store`: `db` already open."""
   from replay.store import Store
   names = json.loads(var_vals or "{}")
   builders = {"kernel": _kernel_job, "schedule": _schedule_job, "program": _program_job}
   if level not in builders: return {"skip": f"no execution check at {level} level"}
-  store = Store(db, readonly=True)
+  own = store is None
+  if own: store = Store(db, readonly=True)
   old_store = Store(old_db, readonly=True) if old_db else None
-  try: job = builders[level](_Sides(store, input_key, stored_key, json.loads(extra or "{}"), old_store, new_key, json.loads(new_extra or "null")), names)
+  try:
+    sides = _Sides(store, input_key, stored_key, json.loads(extra or "{}"), old_store, new_key, json.loads(new_extra or "null"))
+    sides.current = None if new_key else current
+    job = builders[level](sides, names)
   finally:
-    store.close()
+    if own: store.close()
     if old_store is not None: old_store.close()
   if "skip" in job: return job
   return {**job, "level": level, "names": names, "seed": int(input_key[:8], 16)}
+
+def job_key(db: str, level: str, input_key: str, stored_key: str, extra: str | None, var_vals: str | None,
+            old_db: str | None = None, new_key: str | None = None, new_extra: str | None = None) -> tuple:
+  """What makes two captures one job: keys name contents, so a check job is the same in whichever store its rows are;
+  a paired job (replay diff) also depends on the new row and both stores."""
+  return (level, input_key, stored_key, extra, var_vals) + ((db, old_db, new_key, new_extra) if new_key else ())
+
+def build_failure(e: Exception) -> dict:
+  return {"verdict": "failed", "error": f"cannot build the job with the current code: {type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
+
+def prebuild(store, row: dict, current: dict) -> tuple[tuple, dict]:
+  """(job_key, job) for a row `replay check` has just replayed, from the output it computed (see build_job)."""
+  args = (str(store.path), row["level"], row["input_key"], row["output_key"], row.get("extra"), row.get("var_vals"))
+  try: job = build_job(*args, current=current, store=store)
+  except Exception as e: job = build_failure(e)
+  return job_key(*args), job
 
 # *** inside the worker ***
 
@@ -150,15 +175,14 @@ def _program_specs(ast, names: dict[str, int]) -> tuple[dict[int, tuple[int, Any
   """Buffer sizes of a bare kernel AST (program level has no BUFFER nodes): the largest position any of its views
   reaches, evaluated by the reference's view code. Unbound Variables take their largest value."""
   from tinysched.ops import Ops
-  from replay.reference import _positions
+  from replay.reference import reach
   from tinysched.realize import kernel_vars
   vv = {v: names.get(v.arg[0], v.arg[2]) for v in kernel_vars(ast)}
   specs: dict[int, tuple[int, Any]] = {}
   for u in ast.toposort():
     if u.op in (Ops.LOAD, Ops.STORE):
       g = u.src[0]
-      _, idx, valid = _positions(u.src[1].arg, vv)
-      hi = int(idx[valid].max()) + 1 if valid.any() else 1
+      hi = max(reach(u.src[1].arg, vv), 1)
       old = specs.get(g.arg, (0, g.dtype.base))[0]
       specs[g.arg] = (max(old, hi), g.dtype.base)
   return dict(sorted(specs.items())), {v.arg[0]: x for v, x in vv.items()}
@@ -169,14 +193,18 @@ class _Side:
     from replay.encode import decode_graph
     self.device, self.names = device, names
     self.items = [(it[0], decode_graph(it[1].encode())[0], list(it[2])) if it[0] == "ast" else tuple(it) for it in items]
-  def run(self, bufs: dict[int, Any], timed: bool = False, check=None) -> list[float]:
+  def run(self, bufs: dict[int, Any], timed: bool = False, check=None, host: dict[int, np.ndarray] | None = None) -> list[float]:
     """Run every kernel once, in order; returns per-kernel seconds when timed. `check(k, item, before, after)` sees
-    each kernel's buffers (host copies) just before and just after it ran."""
+    each kernel's buffers (host copies) just before and just after it ran. `host`: the contents `bufs` were filled
+    with; with it, a kernel's inputs are read from host copies kept up to date with every kernel's outputs (each
+    output is read back from the device anyway) instead of from the device again."""
     from tinysched.device import Device
     be = Device[self.device]
     times = []
+    mirror = dict(host) if host is not None else None  # never written in place: entries are replaced by fresh reads
     for k, it in enumerate(self.items):
-      before = {i: bufs[i].numpy() for i in self.touched(it)} if check is not None else None
+      before = None if check is None else \
+        {i: mirror[i] if mirror is not None else bufs[i].numpy() for i in self.touched(it)}
       t0 = time.perf_counter()
       t = self.run_one(be, it, bufs, timed)
       if t is None:  # no profiling event: wall time around a synchronize
@@ -185,7 +213,9 @@ class _Side:
       if timed: times.append(t)
       if check is not None:
         be.synchronize()
-        check(k, it, before, {i: bufs[i].numpy() for i in _outputs_of(it, self)})
+        after = {i: bufs[i].numpy() for i in _outputs_of(it, self)}
+        if mirror is not None: mirror.update(after)
+        check(k, it, before, after)
     return times
   def touched(self, it) -> list[int]:
     return sorted(set(it[2])) if it[0] == "ast" else list(range(len(it[3]["dtypes"])))
@@ -264,15 +294,19 @@ class _KernelCheck:
   # (the reference of one kernel: its outputs, and per output the elements a few ULP of input noise can flip)
   """Checks every kernel of a side as it runs: the interpreter evaluates the kernel on a copy of the device buffers as
   they were just before it, and its outputs must match the device's. Errors cannot compound along a kernel list, so the
-  tolerance stays tight however deep the model is. Interpretations are memoized on (kernel, input bytes): a side whose
+  tolerance stays tight however deep the model is. Interpretations are memoized on (kernel, input bits): a side whose
   kernel saw exactly the same inputs as the other side's does not pay twice (the device runs are never shared)."""
-  def __init__(self, specs, names): self.specs, self.names, self.memo, self.findings, self.undecidable = specs, names, {}, [], 0
+  def __init__(self, specs, names):
+    self.specs, self.names, self.findings, self.undecidable = specs, names, [], 0
+    self.memo: dict[tuple, list[tuple[dict[int, np.ndarray], tuple[dict, dict]]]] = {}  # (kernel, buffers) -> [(inputs, reference)]
   def __call__(self, side_name: str, k: int, it, side, before: dict[int, np.ndarray], after: dict[int, np.ndarray]) -> None:
-    import hashlib
-    key = (it[1].key if it[0] == "ast" else hashlib.sha256(it[2].encode()).hexdigest(), tuple(it[2]) if it[0] == "ast" else (),
-           tuple(hashlib.blake2b(before[i].tobytes(), digest_size=16).hexdigest() for i in sorted(before)))
-    if (got := self.memo.get(key)) is None:
-      got = self.memo[key] = self._reference(it, side, before, sorted(after))
+    key = (it[1].key if it[0] == "ast" else it[2], tuple(it[2]) if it[0] == "ast" else ())
+    seen = self.memo.setdefault(key, [])
+    # inputs compared bit for bit (a memcmp, cheaper than hashing them)
+    got = next((r for inp, r in seen if inp.keys() == before.keys() and all(same_bits(inp[i], before[i]) for i in before)), None)
+    if got is None:
+      got = self._reference(it, side, before, sorted(after))
+      seen.append((before, got))
     ref, undecidable = got
     for i in sorted(after):
       c = compare(ref[i], after[i], self.specs[i][1].name, undecidable.get(i))
@@ -345,12 +379,14 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
   got: dict[str, dict[int, np.ndarray]] = {}
   unstable: dict[str, list[int]] = {}
   check = _KernelCheck(specs, names)
+  warm: dict[str, dict[int, Any]] = {}
   for name, side in (("old", old), ("new", new)):
     try:
       bufs = _fresh(device, host, specs)
-      side.run(bufs, check=lambda k, it, before, after, name=name, side=side: check(name, k, it, side, before, after))
+      side.run(bufs, check=lambda k, it, before, after, name=name, side=side: check(name, k, it, side, before, after), host=host)
       got[name] = {i: b.numpy() for i, b in bufs.items()}
-      again = _fresh(device, host, specs)  # the same inputs once more: a side that changes its bits is unstable
+      # the same inputs once more: a side that changes its bits is unstable (this run is also the timing's warm-up)
+      again = warm[name] = _fresh(device, host, specs)
       side.run(again)
       if (flaky := [i for i, b in again.items() if not same_bits(b.numpy(), got[name][i])]): unstable[name] = flaky
     except Exception as e:
@@ -389,7 +425,7 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     res.update(verdict="equivalent", max_abs_err=max((e["max_abs_err"] or 0.0 for e in errs), default=0.0),
                max_rel_err=max((e.get("max_rel_err") or 0.0 for e in errs), default=0.0))
   if timing_runs:
-    try: res.update(_timing(device, old, new, host, specs, timing_runs, slower_threshold))
+    try: res.update(_timing(old, new, warm["old"], warm["new"], specs, timing_runs, slower_threshold))
     except Exception as e: res["timing_error"] = f"{type(e).__name__}: {e}"
   return res
 
@@ -402,9 +438,8 @@ def _kernel_map(old: _Side, new: _Side) -> list[dict]:
   return [{"old": i, "writes": sorted(w), "new": [j for j, x in enumerate(nw) if x & w]}
           for i, w in enumerate(set(_outputs_of(it, old)) for it in old.items)]
 
-def _timing(device: str, old: _Side, new: _Side, host, specs, runs: int, threshold: float) -> dict:
-  bo, bn = _fresh(device, host, specs), _fresh(device, host, specs)
-  old.run(bo, timed=True); new.run(bn, timed=True)  # warm-up
+def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], specs, runs: int, threshold: float) -> dict:
+  """Each side timed on its own buffers, which have been run once already (compiled, caches warm)."""
   so, sn, so2 = [], [], []
   for _ in range(runs):  # interleaved: a machine-wide slowdown hits both sides alike
     so.append(old.run(bo, timed=True)); sn.append(new.run(bn, timed=True)); so2.append(old.run(bo, timed=True))
@@ -560,8 +595,14 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
     finally: s.close()
   from tinysched.device import Device
   runs_source = hasattr(Device[dev], "run_source")
-  jobs, by_key = [], {}
-  for r in chosen:
+  # jobs `replay check` built while it replayed (from the outputs it had just computed, not computed again)
+  prebuilt: dict[tuple, dict] = {}
+  for r in rep.results:
+    if (pj := r.__dict__.pop("exec_job", None)) is not None: prebuilt.setdefault(pj[0], pj[1])
+  jobs: list[dict] = []
+  by_key: dict[tuple, int] = {}
+  job_of: dict[int, int] = {}  # index in chosen -> job id
+  for n, r in enumerate(chosen):
     if r.level == "program" and not runs_source:
       r.exec = {"verdict": "skipped", "reason": f"program-level captures hold OpenCL source: {dev} cannot run it (use --device OPENCL)"}
       continue
@@ -578,25 +619,25 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
     else:
       row, new_row = rows.get((r.db, r.run_id, r.seq, r.level)), None
       if row is None: continue
-    k = (r.db, r.level, r.input_key, r.stored_key, r.new_key if r.pair else None)
-    if k not in by_key:  # the same input and stored output is run once
+    # one job per distinct input, stored output and buffer map, in whichever store it is (keys name contents): its
+    # verdict is reported for every capture that shares it. Paired jobs also depend on the new row and both stores.
+    k = job_key(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"),
+                *((r.pair["old_db"], r.new_key, new_row.get("extra")) if new_row is not None else ()))
+    if k not in by_key:
       by_key[k] = len(jobs)
-      try:
-        if new_row is not None:
-          job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"), old_db=r.pair["old_db"],
-                          new_key=r.new_key, new_extra=new_row.get("extra"))
-        else: job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"))
-      except Exception as e: job = {"verdict": "failed", "error": f"cannot build the job with the current code: {type(e).__name__}: {e}",
-                                    "log": traceback.format_exc()[-4000:]}
+      if (job := prebuilt.get(k)) is None:
+        try: job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"),
+                             *((r.pair["old_db"], r.new_key, new_row.get("extra")) if new_row is not None else ()))
+        except Exception as e: job = build_failure(e)
       jobs.append({"id": len(jobs), **job})
+    job_of[n] = by_key[k]
   runnable = [j for j in jobs if "skip" not in j and "verdict" not in j]
   out = run_jobs(runnable, dev, timing_runs, timeout_s, progress, workers=_workers_for(dev), slower_threshold=slower_threshold)
   for j in jobs:
     if "skip" in j: out[j["id"]] = {"verdict": "skipped", "reason": j["skip"]}
     elif "verdict" in j: out[j["id"]] = {k: v for k, v in j.items() if k != "id"}
-  for r in chosen:
-    k = (r.db, r.level, r.input_key, r.stored_key, r.new_key if r.pair else None)
-    if k in by_key: r.exec = dict(out.get(by_key[k], {"verdict": "failed", "error": "no result"}))
+  for n, r in enumerate(chosen):
+    if n in job_of: r.exec = dict(out.get(job_of[n], {"verdict": "failed", "error": "no result"}))
 
 def _calibrate_main(device: str) -> None:
   """A tiny kernel end to end on `device`: the yardstick for time limits, and a check that the device works."""

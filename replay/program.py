@@ -24,8 +24,6 @@ def launch_json(prg) -> dict:
           "vars": [v.arg[0] for v in prg.vars],
           "var_bits": [8 * v.dtype.itemsize for v in prg.vars], "dtypes": [d.name for d in prg.buf_dtypes]}
 
-def replay_program(doc) -> str: return replay_program_full(doc).src
-
 def replay_program_full(doc):
   """`doc`: a parsed program-input document (replay.encode.parse): one AST root plus "opts" and "target"."""
   from tinysched.codegen.kernel import Opt

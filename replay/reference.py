@@ -67,6 +67,22 @@ def _positions(st, var_vals: dict[UOp, int]) -> tuple[tuple[int, ...], np.ndarra
   idx, valid = I.view_positions(views)
   return shape, np.broadcast_to(np.asarray(idx, dtype=np.int64), shape), np.broadcast_to(np.asarray(valid, dtype=np.bool_), shape)
 
+def reach(st, var_vals: dict[UOp, int]) -> int:
+  """One past the largest buffer position any valid element of `st` reads or writes (0 if none is valid). A single
+  view in closed form (each dim independently at the end of its valid range that its stride's sign favours), a
+  stack of views by evaluating every position."""
+  views = _interp().resolve_views(st, var_vals)
+  if len(views) == 1:
+    shape, strides, off, mask = views[0]
+    top = off
+    for d, (s, st_) in enumerate(zip(shape, strides)):
+      lo, hi = (max(mask[d][0], 0), min(mask[d][1], s)) if mask is not None else (0, s)
+      if lo >= hi: return 0
+      top += st_ * ((hi - 1) if st_ > 0 else lo)
+    return top + 1
+  _, idx, valid = _positions(st, var_vals)
+  return int(idx[valid].max()) + 1 if valid.any() else 0
+
 _UFUNC = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
 
 def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...], dtype) -> np.ndarray:

@@ -59,22 +59,27 @@ def decode_input(level: str, data: bytes) -> Any:
     return d
   raise IncompatibleCapture(f"unknown capture level {level!r}")
 
-def run_input(level: str, inputs: Any) -> tuple[Any, bytes]:
-  """Run the current code on a decoded input: (new output object, its canonical bytes)."""
+def run_input(level: str, inputs: Any, full: dict | None = None) -> tuple[Any, bytes]:
+  """Run the current code on a decoded input: (new output object, its canonical bytes). `full` (a dict) receives what
+  the output alone does not hold and the execution check needs: the buffer maps of kernels, the Variables the
+  scheduler bound, the rendered Program."""
   if level == "kernel":
     from tinysched.schedule import full_ast_rewrite
     pre, var_vals, assigns = inputs
-    ast, _ = full_ast_rewrite(pre, var_vals, assigns)
+    ast, ctx = full_ast_rewrite(pre, var_vals, assigns)
+    if full is not None: full["bufs"] = [b.arg[0] for b in ctx.bufs]
     return ast, encode_graph([ast])
   if level == "schedule":
     from tinysched.schedule import schedule_graph
     big_graph, var_vals, flags = inputs
-    kernels, _ = schedule_graph(big_graph, var_vals, flags)
+    kernels, vv = schedule_graph(big_graph, var_vals, flags)
+    if full is not None: full.update(kernels=kernels, var_vals=vv)
     asts = [k.ast for k in kernels]
     return asts, _encode_list(asts)
-  from replay.program import replay_program
-  src = replay_program(inputs)
-  return src, src.encode()
+  from replay.program import replay_program_full
+  prg = replay_program_full(inputs)
+  if full is not None: full["program"] = prg
+  return prg.src, prg.src.encode()
 
 def replay_output(level: str, data: bytes) -> tuple[Any, bytes]:
   """Run the current code on a stored input: (new output object, its canonical bytes)."""
@@ -100,7 +105,8 @@ def _decode_list(data: bytes) -> list[UOp]:
   if not d.doc.get("roots"): return []
   return d.roots()
 
-def replay_row(store: Store, row: dict, detail: bool = True) -> Result:
+def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None) -> Result:
+  """Replay one stored row with the current code. `full`: see run_input (filled when the current code ran)."""
   res = Result(str(store.path), row["run_id"], row["seq"], row["level"], row["label"] or "", row["input_key"], row["output_key"],
                metadata=row.get("metadata"))
   def incompatible(why: str) -> Result:
@@ -113,11 +119,12 @@ def replay_row(store: Store, row: dict, detail: bool = True) -> Result:
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
-    try: new, new_bytes = run_input(row["level"], inputs)
+    try: new, new_bytes = run_input(row["level"], inputs, full)
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # the code under test raised: that is the finding, keep going
       res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()
       return res
+    if full is not None: full["output"] = new
     res.new_key = key_of(new_bytes)
     if res.new_key == row["output_key"]: return res
     # a different output is only a reviewable change if the stored one can be read: otherwise nobody can say what changed

@@ -1,4 +1,5 @@
 """Execution check: old and new kernels run on the same seeded inputs; equivalent vs mismatch, with statistics."""
+import json
 import numpy as np
 from click.testing import CliRunner
 import replay
@@ -164,3 +165,64 @@ def test_undecidable_elements_follow_only_the_branch_taken():
     return uncertain_outputs(si.ast, bufs, {})[0]
   assert not doubt((a > 100).where((a == b).float(), a)).any()  # the tie a == b is never used
   assert doubt((a < 100).where((a == b).float(), a)).all()      # the tie decides every element
+
+# *** buffer sizes of a program-level AST: how far its views reach ***
+
+from hypothesis import HealthCheck, event, given, settings
+from tests.tinysched.test_interpreter import any_chain
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_chain)
+def test_reach_is_one_past_the_largest_valid_position(c):
+  """reach() sizes program-level buffers: too small and a kernel reads past its buffer, so it must be exact (a
+  single view in closed form, a stack by evaluation), checked against numpy's movement ops on an arange."""
+  from replay.reference import reach
+  t, want = c
+  event(f"views={len(t.views)}")
+  valid = want[want != -1]
+  assert reach(t, {}) == (int(valid.max()) + 1 if valid.size else 0)
+
+# *** jobs built by `replay check` while it replays (from the outputs it computed) ***
+
+def _opencl() -> bool:
+  from replay.execcheck import check_device
+  try: return check_device("OPENCL") == "OPENCL"
+  except ValueError: return False
+
+def _jobs(rep, device: str) -> dict:
+  from replay import execcheck as E
+  got: list = []
+  real = E.run_jobs
+  E.run_jobs = lambda jobs, *a, **k: (got.extend(jobs), {})[1]
+  try: exec_report(rep, mode="all", device=device, timing_runs=1)
+  finally: E.run_jobs = real
+  return {(j["level"], j["seed"], json.dumps(j["old"])): j for j in got}
+
+def test_jobs_built_during_replay_equal_jobs_built_after(db):
+  """The jobs `check(exec_mode=...)` builds from the outputs it has just computed are exactly those exec_report builds
+  by running the current code again; every level the store has is covered (program level where a device runs OpenCL
+  source)."""
+  device = "OPENCL" if _opencl() else DEVICE
+  rep = check([str(db)], jobs=1)
+  levels = {r.level for r in rep.results} - (set() if device == "OPENCL" else {"program"})
+  before, after = _jobs(rep, device), _jobs(check([str(db)], jobs=2, exec_mode="all"), device)
+  assert before == after and {k[0] for k in before} == levels >= {"kernel", "schedule"}
+
+def test_planted_change_is_caught_through_jobs_built_during_replay(db, monkeypatch):
+  """The same planted constant change as above, with the jobs built inside the replay's forked workers: their new side
+  is the patched code's output (a job built from the stored output would pass)."""
+  patch_ast(monkeypatch, double_consts)
+  rep = check([str(db)], level="kernel", jobs=2, exec_mode="changed")
+  assert any(getattr(r, "exec_job", None) for r in rep.results)
+  exec_report(rep, device=DEVICE, timing_runs=1)
+  assert any(r.exec and r.exec["verdict"] == "mismatch" for r in rep.results) and rep.exit_code() == 1
+
+def test_program_jobs_built_during_replay_equal_jobs_built_after():
+  """As above for program level, on a committed store (the unit store has no program rows on NUMPY)."""
+  import pytest
+  from pathlib import Path
+  if not _opencl(): pytest.skip("program-level jobs are built only for a device that runs OpenCL source")
+  path = str(Path(__file__).resolve().parents[2] / "captures" / "mlp_digits.db")
+  before = _jobs(check([path], level="program", jobs=1), "OPENCL")
+  after = _jobs(check([path], level="program", jobs=2, exec_mode="all"), "OPENCL")
+  assert before == after and len(before) >= 10 and {k[0] for k in before} == {"program"}
