@@ -122,7 +122,8 @@ def _program_job(src: _Sides, names: dict) -> dict:
   else:
     prg = src.current["program"] if src.current is not None else replay_program_full(doc)
     new_src, new_launch = prg.src, launch_json(prg)
-  return {"specs": None, "ast": _enc(ast), "old": [["src", launch["name"], src.old_output().decode(), launch]],
+  size = sum(n for n, _ in _program_specs(ast, names)[0].values())  # for the time limit and the run order
+  return {"specs": None, "size": size, "ast": _enc(ast), "old": [["src", launch["name"], src.old_output().decode(), launch]],
           "new": [["src", new_launch["name"], new_src, new_launch]], "reference": {"kind": "kernels", "side": "ast"},
           "domains": domains([ast], lambda u: u.arg if u.op.name == "DEFINE_GLOBAL" else None)}
 
@@ -316,7 +317,7 @@ class _KernelCheck:
       if c.get("n_undecidable"): self.undecidable += c["n_undecidable"]
   def _reference(self, it, side, before: dict[int, np.ndarray], outs: list[int]) -> tuple[dict, dict]:
     def run(inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-      bufs = {i: b.copy() for i, b in inputs.items()}
+      bufs = {i: b.copy() if i in outs else b for i, b in inputs.items()}  # the interpreter writes only the outputs
       _interpret(it, side, bufs, self.names)
       return {i: bufs[i] for i in outs}
     ref = run(before)
@@ -384,11 +385,13 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     try:
       bufs = _fresh(device, host, specs)
       side.run(bufs, check=lambda k, it, before, after, name=name, side=side: check(name, k, it, side, before, after), host=host)
-      got[name] = {i: b.numpy() for i, b in bufs.items()}
+      # read back what the kernels write and the graph's outputs, not the inputs (they can be vocabulary-sized tables)
+      written = sorted(set(_written_bufs(side)) | set(job.get("outputs") or []))
+      got[name] = {i: bufs[i].numpy() for i in written}
       # the same inputs once more: a side that changes its bits is unstable (this run is also the timing's warm-up)
       again = warm[name] = _fresh(device, host, specs)
       side.run(again)
-      if (flaky := [i for i, b in again.items() if not same_bits(b.numpy(), got[name][i])]): unstable[name] = flaky
+      if (flaky := [i for i in written if not same_bits(again[i].numpy(), got[name][i])]): unstable[name] = flaky
     except Exception as e:
       return {**res, "verdict": "failed", "side": name, "error": f"{type(e).__name__}: {e}", "log": traceback.format_exc()[-4000:]}
   findings: list[dict] = list(check.findings)
@@ -493,6 +496,8 @@ def check_device(device: str | None) -> str:
   return name
 
 def job_size(job: dict) -> int:
+  """Elements a job's buffers hold (program level: as its builder measured them)."""
+  if "size" in job: return int(job["size"])
   return sum(int(s) for s, _ in (job.get("specs") or {}).values()) if job.get("specs") else 1 << 16
 
 def calibrate(device: str) -> float:
@@ -506,44 +511,48 @@ def timeout_for(job: dict, calibration_s: float) -> float:
   """A job's limit: never below MIN_TIMEOUT_S, scaled by how slow the machine is now and by the job's size."""
   return max(MIN_TIMEOUT_S, 30 * calibration_s) + SECONDS_PER_ELEMENT * job_size(job) * max(1.0, calibration_s)
 
-def _run_serial(jobs: list[dict], device: str, timing_runs: int, limit: Callable[[dict], float], slower_threshold: float,
+def _run_serial(take: Callable[[], dict | None], device: str, timing_runs: int, limit: Callable[[dict], float], slower_threshold: float,
                 progress: Callable[[], None] | None) -> dict[int, dict]:
+  """Run the jobs `take()` hands out (None: no more) one at a time in a worker process; a worker that hangs past a
+  job's limit is killed (the job is `timeout`), one that dies blames its job (`failed`); either way a fresh worker
+  takes the next job."""
   results: dict[int, dict] = {}
-  pending = list(jobs)
-  while pending:
-    # stderr goes to a file and stdin is fed by a thread: a full pipe (compiler warnings on stderr, big jobs on
-    # stdin) must never block the worker while we wait on its stdout
-    errf = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, "-m", "replay.execcheck", "worker", device, str(timing_runs), str(slower_threshold)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
-    assert proc.stdin and proc.stdout
-    def feed(stdin=proc.stdin, todo=list(pending)) -> None:
+  proc, errf = None, None
+  def stop() -> None:
+    nonlocal proc
+    if proc is not None:
+      proc.kill(); proc.wait()
+      proc = None
+  try:
+    while (job := take()) is not None:
+      if proc is None:
+        # stderr goes to a file: a full pipe (compiler warnings) must never block the worker while we wait on stdout
+        errf = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen([sys.executable, "-m", "replay.execcheck", "worker", device, str(timing_runs), str(slower_threshold)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
+      assert proc.stdin and proc.stdout and errf
       try:
-        for j in todo: stdin.write(json.dumps(j) + "\n")
-        stdin.close()
-      except (BrokenPipeError, ValueError, OSError): pass  # the worker died or was killed: the loop below reports it
-    threading.Thread(target=feed, daemon=True).start()
-    while pending:
-      ready, _, _ = select.select([proc.stdout], [], [], limit(pending[0]))
+        proc.stdin.write(json.dumps(job) + "\n")
+        proc.stdin.flush()
+      except (BrokenPipeError, OSError): pass  # it died: reading below says so
+      ready, _, _ = select.select([proc.stdout], [], [], limit(job))
       if not ready:
-        stuck = pending.pop(0)
-        results[stuck["id"]] = {"verdict": "timeout", "error": f"no result within {limit(stuck):.0f}s (kernel hung, or the machine is overloaded)"}
-        proc.kill(); proc.wait()
-        if progress: progress()
-        break
-      line = proc.stdout.readline()
-      if not line:  # the worker died (a driver crash): blame the job it was running
+        results[job["id"]] = {"verdict": "timeout", "error": f"no result within {limit(job):.0f}s (kernel hung, or the machine is overloaded)"}
+        stop()
+      elif not (line := proc.stdout.readline()):  # the worker died (a driver crash): blame the job it was running
         proc.wait()
         errf.seek(0)
-        dead = pending.pop(0)
-        results[dead["id"]] = {"verdict": "failed", "error": f"the worker process exited with {proc.returncode}", "log": errf.read()[-2000:]}
-        if progress: progress()
-        break
-      out = json.loads(line)
-      results[out["id"]] = out
-      pending = [p for p in pending if p["id"] != out["id"]]
+        results[job["id"]] = {"verdict": "failed", "error": f"the worker process exited with {proc.returncode}", "log": errf.read()[-2000:]}
+        proc = None
+      else:
+        out = json.loads(line)
+        results[out["id"]] = out
       if progress: progress()
-    else: proc.wait()
+    if proc is not None:
+      proc.stdin.close()  # type: ignore[union-attr]
+      proc.wait()
+      proc = None
+  finally: stop()
   return results
 
 def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, timeout_s: float | None = None,
@@ -559,17 +568,22 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
     with lock:
       done[0] += 1
       if progress: progress(min(done[0], len(jobs)), len(jobs))
+  # biggest first, each to whichever worker is free: the run ends soon after its longest job, not after one worker's
+  # unlucky share (a few vocabulary-sized jobs take most of the time)
+  queue = sorted(jobs, key=lambda j: (-job_size(j), j["id"]))
+  def take() -> dict | None:
+    with lock: return queue.pop(0) if queue else None
   out: dict[int, dict] = {}
   if workers > 1 and len(jobs) > 1:
     import concurrent.futures as cf
-    parts = [jobs[i::workers] for i in range(workers)]
     with cf.ThreadPoolExecutor(workers) as ex:  # threads only wait on worker processes
-      futs = [ex.submit(_run_serial, p, device, timing_runs, limit, slower_threshold, tick) for p in parts if p]
+      futs = [ex.submit(_run_serial, take, device, timing_runs, limit, slower_threshold, tick) for _ in range(min(workers, len(jobs)))]
       for f in futs: out.update(f.result())
-  else: out = _run_serial(jobs, device, timing_runs, limit, slower_threshold, tick)
+  else: out = _run_serial(take, device, timing_runs, limit, slower_threshold, tick)
   for j in jobs:  # a timeout under load is retried alone before it counts
     if out.get(j["id"], {}).get("verdict") == "timeout":
-      again = _run_serial([j], device, timing_runs, lambda x: 2 * limit(x), slower_threshold, None)
+      alone = [j]
+      again = _run_serial(lambda: alone.pop() if alone else None, device, timing_runs, lambda x: 2 * limit(x), slower_threshold, None)
       out[j["id"]] = {**again[j["id"]], "retried": True}
   return out
 

@@ -41,13 +41,28 @@ def _interp():
 
 def _np(d) -> np.dtype: return np.dtype(d.scalar().fmt)
 
-def _view(st, flat: np.ndarray | None, var_vals: dict[UOp, int]) -> tuple[np.ndarray, np.ndarray]:
-  """(values of `flat` seen through st, validity) — values are zero where the view is masked out."""
-  shape, idx, valid = _positions(st, var_vals)
-  if flat is None: return np.zeros(shape, np.bool_), valid
-  if flat.size == 0: return np.zeros(shape, flat.dtype), valid
-  vals = flat[np.clip(idx, 0, flat.size - 1)]
-  return np.where(valid, vals, np.zeros((), flat.dtype)), valid
+def _view(st, flat: np.ndarray, var_vals: dict[UOp, int]) -> np.ndarray:
+  """The values of `flat` seen through st (a fresh array), zero where the view is masked out. A single view is read
+  as a numpy strided window over its mask's box (no index arrays); a stack of views, or one reaching outside `flat`,
+  through the positions of every element."""
+  I = _interp()
+  views = I.resolve_views(st, var_vals)
+  shape = views[-1][0]
+  if flat.size == 0: return np.zeros(shape, flat.dtype)
+  if len(views) == 1:
+    got = I._box(views[0], tuple((0, s) for s in shape))
+    if got is None: return np.zeros(shape, flat.dtype)  # nothing valid
+    box, partial = got
+    if (win := I._strided(flat, views[0], box, writeable=False)) is not None:
+      out = np.zeros(shape, flat.dtype) if partial else np.empty(shape, flat.dtype)
+      out[tuple(slice(a, b) for a, b in box)] = win
+      return out
+  _, idx, valid = _positions(st, var_vals)
+  return np.where(valid, np.take(flat, idx, mode="clip"), np.zeros((), flat.dtype))
+
+def _valid(st, var_vals: dict[UOp, int]) -> np.ndarray:
+  """Which elements of st are inside its masks."""
+  return _positions(st, var_vals)[2]
 
 def graph_vars(root: UOp, names: dict[str, int]) -> dict[UOp, int]:
   """Every Variable of a graph (as nodes and inside VIEW args) with its value from `names` (name -> int)."""
@@ -120,7 +135,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
       elif op is Ops.DEFINE_VAR:  # a Variable used as a value (under a BIND it is only a name)
         if u in var_vals: vals[u] = np.array(var_vals[u], dtype=_np(u.dtype))
       elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
-      elif op is Ops.VALID: vals[u] = _view(u.src[0].arg, None, var_vals)[1]
+      elif op is Ops.VALID: vals[u] = _valid(u.src[0].arg, var_vals)
       elif op is Ops.VIEW:
         if not u.src: continue  # a bare view: read by its VALID/STORE parent
         base = u.src[0]
@@ -153,7 +168,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
           v = vals[base]
           if isinstance(v, _Assigned): v = v.value
           flat = np.ascontiguousarray(v).reshape(-1)
-        vals[u] = _view(u.arg, flat, var_vals)[0]
+        vals[u] = _view(u.arg, flat, var_vals)
       elif op is Ops.STORE:
         n = u.src[0].arg[0]
         _, idx, valid = _positions(u.src[1].arg, var_vals)
@@ -213,8 +228,8 @@ def uncertain_outputs(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int]
         if s in doubt: d = d | doubt[s]
       if op is Ops.CONST: vals[u] = np.array(u.arg, dtype=_np(u.dtype))
       elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
-      elif op is Ops.VALID: vals[u] = _view(u.src[0].arg, None, var_vals)[1]
-      elif op is Ops.LOAD: vals[u] = _view(u.src[1].arg, bufs[u.src[0].arg], var_vals)[0]
+      elif op is Ops.VALID: vals[u] = _valid(u.src[0].arg, var_vals)
+      elif op is Ops.LOAD: vals[u] = _view(u.src[1].arg, bufs[u.src[0].arg], var_vals)
       elif op is Ops.STORE:
         shape = tuple(int(sym_infer(s, var_vals)) for s in u.src[1].arg.shape)
         _, idx, valid = _positions(u.src[1].arg, var_vals)

@@ -226,3 +226,38 @@ def test_program_jobs_built_during_replay_equal_jobs_built_after():
   before = _jobs(check([path], level="program", jobs=1), "OPENCL")
   after = _jobs(check([path], level="program", jobs=2, exec_mode="all"), "OPENCL")
   assert before == after and len(before) >= 10 and {k[0] for k in before} == {"program"}
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_chain)
+def test_reference_view_reads_what_numpy_movement_ops_give(c):
+  """The reference reads a view as a strided window (one view) or by positions (a stack): both must give numpy's
+  movement ops on an arange, zero where masked, as a fresh array (a later in-place store must not change it)."""
+  from replay.reference import _view
+  t, want = c
+  event(f"views={len(t.views)}")
+  flat = np.arange(int(want.max(initial=0)) + 1, dtype=np.int64)  # exactly as large as the furthest valid position
+  got = _view(t, flat, {})
+  np.testing.assert_array_equal(got, np.where(want == -1, 0, want))
+  assert got.size == 0 or not np.shares_memory(got, flat)
+
+def test_a_dead_or_hung_worker_costs_only_its_own_job(tmp_path, monkeypatch):
+  """The parent's side of the worker protocol, against a stand-in worker: a job that kills its worker is `failed`, one
+  that hangs is `timeout` (after a retry alone), and every other job still gets its own answer from a fresh worker."""
+  import sys
+  from replay import execcheck as E
+  fake = tmp_path / "worker"
+  fake.write_text(f"#!{sys.executable}\n" + "\n".join([
+    "import json, os, sys, time",
+    "for line in sys.stdin:",
+    "  j = json.loads(line)",
+    "  if j.get('plant') == 'die': os._exit(3)",
+    "  if j.get('plant') == 'hang': time.sleep(60)",
+    "  print(json.dumps({'id': j['id'], 'verdict': 'equivalent'}), flush=True)"]) + "\n")
+  fake.chmod(0o755)
+  monkeypatch.setattr(E.sys, "executable", str(fake))
+  jobs = [{"id": 0}, {"id": 1, "plant": "die"}, {"id": 2}, {"id": 3, "plant": "hang"}, {"id": 4}, {"id": 5}]
+  for workers in (1, 2):
+    out = E.run_jobs(jobs, device="STANDIN", timeout_s=1.0, workers=workers)
+    assert sorted(out) == [0, 1, 2, 3, 4, 5]
+    assert {i: out[i]["verdict"] for i in out} == {0: "equivalent", 1: "failed", 2: "equivalent", 3: "timeout", 4: "equivalent", 5: "equivalent"}
+    assert "exited with 3" in out[1]["error"] and out[3]["retried"]
