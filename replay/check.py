@@ -58,6 +58,8 @@ def _select(store: Store, level: str | None, label: str | None, key: str | None,
 
 def _work(args: tuple[str, list[dict], bool, str | None]) -> list[Result]:
   path, rows, detail, exec_mode = args
+  from tinysched.scheduling.kernel_ast import KernelMemo, rules_fingerprint
+  kernels = KernelMemo(rules_fingerprint())  # this chunk's rows share kernel rewrites (the rules cannot change meanwhile)
   store = Store(path, readonly=True)
   try:
     out: list[Result] = []
@@ -70,7 +72,7 @@ def _work(args: tuple[str, list[dict], bool, str | None]) -> list[Result]:
                              "metadata": row.get("metadata")}))
         continue
       full: dict | None = {} if exec_mode else None
-      r = replay_row(store, row, detail, full)
+      r = replay_row(store, row, detail, full, kernels)
       if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
         # the execution check's job, from the output just computed; exec_report takes it (never in a report)
         from replay.execcheck import prebuild

@@ -59,20 +59,21 @@ def decode_input(level: str, data: bytes) -> Any:
     return d
   raise IncompatibleCapture(f"unknown capture level {level!r}")
 
-def run_input(level: str, inputs: Any, full: dict | None = None) -> tuple[Any, bytes]:
+def run_input(level: str, inputs: Any, full: dict | None = None, memo: Any = None) -> tuple[Any, bytes]:
   """Run the current code on a decoded input: (new output object, its canonical bytes). `full` (a dict) receives what
   the output alone does not hold and the execution check needs: the buffer maps of kernels, the Variables the
-  scheduler bound, the rendered Program."""
+  scheduler bound, the rendered Program. `memo`: a scheduler KernelMemo shared by the rows one worker replays (kernel
+  rewrites are pure: a model's captures share most kernels, and each distinct one is rewritten once)."""
   if level == "kernel":
     from tinysched.schedule import full_ast_rewrite
     pre, var_vals, assigns = inputs
-    ast, ctx = full_ast_rewrite(pre, var_vals, assigns)
+    ast, ctx = full_ast_rewrite(pre, var_vals, assigns, memo)
     if full is not None: full["bufs"] = [b.arg[0] for b in ctx.bufs]
     return ast, encode_graph([ast])
   if level == "schedule":
     from tinysched.schedule import schedule_graph
     big_graph, var_vals, flags = inputs
-    kernels, vv = schedule_graph(big_graph, var_vals, flags)
+    kernels, vv = schedule_graph(big_graph, var_vals, flags, memo)
     if full is not None: full.update(kernels=kernels, var_vals=vv)
     asts = [k.ast for k in kernels]
     return asts, _encode_list(asts)
@@ -105,8 +106,9 @@ def _decode_list(data: bytes) -> list[UOp]:
   if not d.doc.get("roots"): return []
   return d.roots()
 
-def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None) -> Result:
-  """Replay one stored row with the current code. `full`: see run_input (filled when the current code ran)."""
+def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None, memo: Any = None) -> Result:
+  """Replay one stored row with the current code. `full`, `memo`: see run_input (`full` is filled when the current
+  code ran)."""
   res = Result(str(store.path), row["run_id"], row["seq"], row["level"], row["label"] or "", row["input_key"], row["output_key"],
                metadata=row.get("metadata"))
   def incompatible(why: str) -> Result:
@@ -119,7 +121,7 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
-    try: new, new_bytes = run_input(row["level"], inputs, full)
+    try: new, new_bytes = run_input(row["level"], inputs, full, memo)
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # the code under test raised: that is the finding, keep going
       res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()

@@ -72,9 +72,9 @@ def test_schedule_level_sees_fusion_changes(db, monkeypatch):
 
 def test_error_is_reported_and_run_goes_on(db, monkeypatch):
   orig = S.full_ast_rewrite
-  def boom(pre, var_vals, assigned):
+  def boom(pre, var_vals, assigned, memo=None):
     if any(x.op is Ops.REDUCE_AXIS for x in pre.toposort()): raise ZeroDivisionError("planted failure")
-    return orig(pre, var_vals, assigned)
+    return orig(pre, var_vals, assigned, memo)
   monkeypatch.setattr(S, "full_ast_rewrite", boom)
   rep = check([str(db)], level="kernel", jobs=1)
   c = rep.counts()
