@@ -555,31 +555,60 @@ def _run_serial(take: Callable[[], dict | None], device: str, timing_runs: int, 
   finally: stop()
   return results
 
+def _job_queue(jobs: list[dict], workers: int, lock: threading.Lock) -> Callable[[int], dict | None]:
+  """take(worker) -> the next job for that worker, or None when all are handed out. Biggest first, so the run ends soon
+  after its longest job rather than after one worker's unlucky share. Jobs of one group (one store: one model, whose
+  kernel- and schedule-level jobs share kernels) go to one worker, which compiles each kernel once; a worker whose
+  groups are done takes the biggest job left anywhere."""
+  groups: dict[str, list[dict]] = {}
+  for j in sorted(jobs, key=lambda j: (-job_size(j), j["id"])): groups.setdefault(str(j.get("group", "")), []).append(j)
+  load = [0] * workers
+  owner: dict[str, int] = {}
+  for g in sorted(groups, key=lambda g: (-sum(job_size(j) + (1 << 16) for j in groups[g]), g)):  # biggest group to the least loaded
+    w = min(range(workers), key=lambda w: (load[w], w))
+    owner[g] = w
+    load[w] += sum(job_size(j) + (1 << 16) for j in groups[g])
+  def take(worker: int) -> dict | None:
+    with lock:
+      mine = [g for g in groups if groups[g] and owner[g] == worker] or [g for g in groups if groups[g]]
+      if not mine: return None
+      g = min(mine, key=lambda g: (-job_size(groups[g][0]), groups[g][0]["id"]))
+      return groups[g].pop(0)
+  return take
+
 def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, timeout_s: float | None = None,
              progress: Callable[[int, int], None] | None = None, workers: int = 1, slower_threshold: float = 0.10) -> dict[int, dict]:
   """Run jobs in `workers` worker processes. `timeout_s` None: each job's limit comes from a calibration run and
   its size (timeout_for). A job that times out is run again alone with twice its limit before it counts."""
   device = device or default_device()
-  cal = calibrate(device) if timeout_s is None and jobs else 0.0
-  def limit(j: dict) -> float: return timeout_s if timeout_s is not None else timeout_for(j, cal)
+  # the calibration runs beside the first jobs (it only sets limits): until it is known, limits assume a machine
+  # of normal speed (cal 1 s); a job that times out meanwhile on a slow machine is retried with the measured limit
+  cal: list = []
+  def calibrate_bg() -> None:
+    try: cal.append(calibrate(device))
+    except Exception as e: cal.append(e)
+  cal_thread = threading.Thread(target=calibrate_bg, daemon=True)
+  if timeout_s is None and jobs: cal_thread.start()
+  def limit(j: dict) -> float:
+    if timeout_s is not None: return timeout_s
+    return timeout_for(j, cal[0] if cal and not isinstance(cal[0], Exception) else 1.0)
   done = [0]
   lock = threading.Lock()
   def tick() -> None:
     with lock:
       done[0] += 1
       if progress: progress(min(done[0], len(jobs)), len(jobs))
-  # biggest first, each to whichever worker is free: the run ends soon after its longest job, not after one worker's
-  # unlucky share (a few vocabulary-sized jobs take most of the time)
-  queue = sorted(jobs, key=lambda j: (-job_size(j), j["id"]))
-  def take() -> dict | None:
-    with lock: return queue.pop(0) if queue else None
+  n = max(1, min(workers, len(jobs)))
+  take = _job_queue(jobs, n, lock)
   out: dict[int, dict] = {}
-  if workers > 1 and len(jobs) > 1:
+  if n > 1:
     import concurrent.futures as cf
-    with cf.ThreadPoolExecutor(workers) as ex:  # threads only wait on worker processes
-      futs = [ex.submit(_run_serial, take, device, timing_runs, limit, slower_threshold, tick) for _ in range(min(workers, len(jobs)))]
+    with cf.ThreadPoolExecutor(n) as ex:  # threads only wait on worker processes
+      futs = [ex.submit(_run_serial, lambda w=w: take(w), device, timing_runs, limit, slower_threshold, tick) for w in range(n)]
       for f in futs: out.update(f.result())
-  else: out = _run_serial(take, device, timing_runs, limit, slower_threshold, tick)
+  else: out = _run_serial(lambda: take(0), device, timing_runs, limit, slower_threshold, tick)
+  if cal_thread.is_alive() or cal: cal_thread.join()
+  if cal and isinstance(cal[0], Exception): raise cal[0]
   for j in jobs:  # a timeout under load is retried alone before it counts
     if out.get(j["id"], {}).get("verdict") == "timeout":
       alone = [j]
@@ -643,7 +672,7 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
         try: job = build_job(r.db, r.level, r.input_key, r.stored_key, row.get("extra"), row.get("var_vals"),
                              *((r.pair["old_db"], r.new_key, new_row.get("extra")) if new_row is not None else ()))
         except Exception as e: job = build_failure(e)
-      jobs.append({"id": len(jobs), **job})
+      jobs.append({"id": len(jobs), "group": r.db, **job})  # group: which worker should prefer it (see run_jobs)
     job_of[n] = by_key[k]
   runnable = [j for j in jobs if "skip" not in j and "verdict" not in j]
   out = run_jobs(runnable, dev, timing_runs, timeout_s, progress, workers=_workers_for(dev), slower_threshold=slower_threshold)
