@@ -11,6 +11,7 @@ from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
 from replay.cli_common import _fail, exec_options, report_options, write_reports, _exec_device, run_exec
 from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd
+from replay.cli_triage import blame_cmd, minimize_cmd
 
 DEFAULT_GLOB = "captures/*.db"
 
@@ -161,5 +162,6 @@ def report_merge_cmd(reports, output, report_md, junit) -> None:
   sys.exit(rep.exit_code())
 
 for _ci in (commits_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
+for _tr in (blame_cmd, minimize_cmd): main.add_command(_tr)  # triage: replay/cli_triage.py
 
 if __name__ == "__main__": main()

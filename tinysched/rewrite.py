@@ -2,11 +2,12 @@
 graph_rewrite applies a matcher bottom-up to a fixed point.
 
 Rules are data: `PatternMatcher.rule_names()` lists them and `graph_rewrite(..., track=list)` records
-which rule rewrote which node, so replay reports can name the rule behind a change.
+which rule rewrote which node, so replay reports can name the rule behind a change. `rewrite_limit(n)` lets
+only the first n rule applications happen (replay blame bisects it).
 """
 from __future__ import annotations
-import inspect, itertools, os
-from typing import Any, Callable, Iterable, Union
+import contextlib, hashlib, inspect, itertools, os
+from typing import Any, Callable, Iterable, Iterator, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, _intern_arg
@@ -141,11 +142,42 @@ class PatternMatcher:
         if not pat.early_reject.issubset(src_ops): continue
       for bound in pat.match(u, {}):
         ret = fn(ctx=ctx, **bound) if has_ctx else fn(**bound)
-        if ret is not None and ret is not u: return ret, name
+        if ret is not None and ret is not u:
+          if LIMIT is not None and not LIMIT.admit(name, u, ret): return None
+          return ret, name
     return None
   def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
     r = self.rewrite_named(u, ctx)
     return None if r is None else r[0]
+
+class RewriteLimit:
+  """At most `n` rule applications, counted over every rewrite while it is installed (`with rewrite_limit(n)`);
+  later applications are refused, as if no rule matched: the bisection knob of LLVM's -opt-bisect-limit. Records
+  the last admitted application (rule name, node, result), so a bisection can name the n-th, and a digest of all
+  of them (rule names and content keys, in order), so two code versions can tell where their rewriting parts."""
+  def __init__(self, n: int) -> None:
+    self.n, self.spent, self.last = n, 0, None
+    self._h = hashlib.sha256()
+  def admit(self, name: str, u: UOp, ret: UOp) -> bool:
+    if self.spent >= self.n: return False
+    self.spent += 1
+    self.last = (name, u, ret)
+    # a renderer's rules return source text, not nodes
+    self._h.update(f"{name}|{u.key}|{ret.key if isinstance(ret, UOp) else repr(ret)};".encode())
+    return True
+  @property
+  def digest(self) -> str: return self._h.hexdigest()
+
+LIMIT: RewriteLimit | None = None  # installed by rewrite_limit: None (the default) never limits
+
+@contextlib.contextmanager
+def rewrite_limit(n: int) -> Iterator[RewriteLimit]:
+  """Allow only the first `n` rule applications inside the block (see RewriteLimit). Caches of derived results that
+  outlive the block (view algebra memos) may then hold results of a limited rewrite: run it in a process of its own."""
+  global LIMIT
+  prev, LIMIT = LIMIT, RewriteLimit(n)
+  try: yield LIMIT
+  finally: LIMIT = prev
 
 class RewriteLoop(RuntimeError): pass
 
