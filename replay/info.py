@@ -68,8 +68,9 @@ def show(path: str, key: str) -> str:
       out += ["", "var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()}), "assigns: " + json.dumps([b.arg[0] for b in asg]),
               "", "== input (pre-sink) ==", _graph_text(pre)]
     elif r["level"] == "schedule":
-      g, vv = inputs
-      out += ["", "var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()}), "", "== input (big graph) ==", _graph_text(g)]
+      g, vv, flags = inputs
+      out += ["", "var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()})] + ([f"flags: {json.dumps(flags)}"] if flags else []) + \
+             ["", "== input (big graph) ==", _graph_text(g)]
     else:
       out += ["", "opts: " + json.dumps(inputs.doc.get("opts")), "target: " + json.dumps(inputs.doc.get("target")), "",
               "== input (AST) ==", _graph_text(inputs.roots()[0])]
