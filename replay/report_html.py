@@ -268,7 +268,7 @@ def _summary_html(rep: Report, counts: dict[str, int]) -> str:
   fails = R.exec_failures(rep)
   probs = [r for r in rep.results if r.outcome in ("error", "incompatible")]
   if rep.fatal or fails or probs or rep.perf_failures():
-    out.append('<section id="failures"><h2>Failures</h2><table class="fails"><thead><tr><th>what</th><th>capture</th><th>detail</th>'
+    out.append('<section id="failures"><h2>Failures</h2><div class="scroll"><table class="fails"><thead><tr><th>what</th><th>capture</th><th>detail</th>'
                '<th>next</th></tr></thead><tbody>')
     for f in rep.fatal: out.append(f'<tr><td>{_badge("fatal", "fatal")}</td><td>–</td><td>{_e(f)}</td><td>fix or re-capture the store</td></tr>')
     for r, is_exec in [*((r, True) for r in fails), *((r, False) for r in probs)]:
@@ -279,7 +279,7 @@ def _summary_html(rep: Report, counts: dict[str, int]) -> str:
     for r in rep.perf_failures():
       out.append(f'<tr><td>{_badge("perf", "slower")}</td><td>{_e(r.label or "-")} {_e(r.level)} <code>{_e(r.input_key[:16])}</code></td>'
                  f'<td>{_e(R._exec_line(r))}</td><td><code>{_e(R.next_command(rep, r))}</code></td></tr>')
-    out.append("</tbody></table><ul class='next'>")
+    out.append("</tbody></table></div><ul class='next'>")
     out += [f"<li><b>{_e(v)}</b>: {_e(R.NEXT_STEPS[v])}</li>" for v in R._failing_kinds(rep)]
     out += [f"<li><b>{o}</b>: {_e(R.NEXT_STEPS[o])}</li>" for o in ("error", "incompatible") if rep.counts()[o]]
     out.append("</ul></section>")
@@ -359,7 +359,7 @@ header h1{margin:0 0 4px;font-size:22px}header.fail h1{color:#a50e0e}header.revi
 .card .icon{font-size:20px}.card .n{font-size:20px}.card.zero{opacity:.55}
 """ + "".join(f".v-{k}{{color:{fg};background:{bg}}}" for k, (_, _, fg, bg) in CLASSES.items()) + """
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px;white-space:nowrap}
-#failures h2{margin:12px 0 6px;color:#a50e0e}
+#failures h2{margin:12px 0 6px;color:#a50e0e}#failures .scroll{max-height:40vh;overflow:auto;border:1px solid var(--line)}
 table{border-collapse:collapse;background:#fff}td,th{border:1px solid var(--line);padding:3px 6px;vertical-align:top;text-align:left}
 table.fails{width:100%}table.members{font-size:12px;width:100%}td.detail{max-width:420px;word-break:break-word}
 #groups{padding:0 20px}.toolbar{position:sticky;top:0;background:#f8f9fa;padding:8px 0;display:flex;align-items:center;gap:10px;z-index:2}
