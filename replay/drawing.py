@@ -76,7 +76,8 @@ def _label_arg(u: UOp) -> str:
   if u.arg is None: return ""
   if u.op is Ops.VIEW and hasattr(u.arg, "views"):
     v = u.arg.views[-1]
-    s = f"shape {stable_repr(v.shape)} strides {stable_repr(v.strides)}" + (f" +{v.offset}" if v.offset else "") + (" mask" if v.mask else "")
+    off = "" if isinstance(v.offset, int) and v.offset == 0 else f" +{stable_repr(v.offset)}"  # (an offset may be symbolic)
+    s = f"shape {stable_repr(v.shape)} strides {stable_repr(v.strides)}{off}" + (" mask" if v.mask is not None else "")
     s += f" ({len(u.arg.views)} views)" if len(u.arg.views) > 1 else ""
   else: s = stable_repr(u.arg)
   return s if len(s) <= LABEL_ARG else s[:LABEL_ARG - 1] + "…"
@@ -202,8 +203,11 @@ def draw_results(results: Sequence, limit: int = DRAW_LIMIT) -> dict[tuple, Draw
       except LookupError as e:
         out[k] = Drawing(note=f"graphs not drawn: {e}")
         continue
+      try: jobs[f"d{i}"] = draw_outputs(r.level, old, new, f"d{i}")
+      except Exception as e:  # noqa: BLE001 (a drawing is an extra: a graph it cannot lay out leaves a note, not a failed report)
+        out[k] = Drawing(note=f"graphs not drawn: {type(e).__name__}: {e}")
+        continue
       names[k] = f"d{i}"
-      jobs[names[k]] = draw_outputs(r.level, old, new, names[k])
   finally:
     for s in stores.values():
       if not isinstance(s, Exception): s.close()

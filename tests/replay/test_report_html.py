@@ -214,3 +214,17 @@ def test_in_chromium_selftest_search_and_screenshot(planted, tmp_path):
   top = img.crop((0, 0, img.width, 160))
   colors = {c for _, c in top.getcolors(maxcolors=1 << 20)}
   assert FAIL_BG in colors and MISMATCH_BG in colors
+
+def test_every_committed_kernel_can_be_drawn():
+  """Symbolic shapes and offsets (the KV cache's start_pos), masks, multi-view trackers: the DOT of every kernel AST of
+  two committed stores is made, and dot lays out a sample of them."""
+  from replay.store import Store
+  from replay.runner import decode_output
+  dots = []
+  for name in ("gpt2_tiny", "smollm2"):
+    s = Store(str(ROOT / "captures" / f"{name}.db"), readonly=True)
+    try: asts = {r["output_key"]: decode_output("kernel", s.blob(r["output_key"])) for r in s.captures(level="kernel")}
+    finally: s.close()
+    dots += [drawing.ast_dot(a, {}, f"k{i}") for i, a in enumerate(asts.values())]
+  assert len(dots) > 50 and any("start_pos" in d for d in dots)
+  if drawing.dot_status() is None: assert len(drawing.render_svgs(dots[::10])) == len(dots[::10])
