@@ -137,7 +137,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
     if ex.exec: lines.append(f"  exec: {_exec_line(ex)}")
     if verbose and ex.text_diff: lines += ["  " + ln for ln in ex.text_diff.splitlines()[:60]]
     if verbose and ex.traceback: lines += ["  " + ln for ln in ex.traceback.splitlines()[-12:]]
-  if len(groups) > max_groups: lines.append(f"\n... and {len(groups) - max_groups} more groups (see --report-md/--report-json)")
+  if len(groups) > max_groups: lines.append(f"\n... and {len(groups) - max_groups} more groups (all of them: --report-html FILE, --report-json FILE)")
   code = rep.exit_code()
   lines.append("")
   if code == 0: lines.append("OK: every capture replays identically.")
