@@ -166,7 +166,7 @@ def test_show_html_one_capture(db, tmp_path, monkeypatch):
     assert ": changed with the current code" in page and '<table class="sbs">' in page and len(parse(page).groups) == 1
     assert drawing.dot_status() is not None or page.count("<svg") >= 2
 
-def test_diff_and_gate_write_html(db, tmp_path, monkeypatch):
+def test_diff_gate_merge_write_html(planted, db, tmp_path, monkeypatch):
   with monkeypatch.context() as m:
     patch_ast(m, plant)
     new = capture_store(tmp_path / "new.db", workload, "unit")
@@ -177,6 +177,12 @@ def test_diff_and_gate_write_html(db, tmp_path, monkeypatch):
   assert drawing.dot_status() is not None or ('astnode changed"' in page and "graphs not drawn" not in page)  # from both stores
   r = invoke("gate", db, "--no-exec", "--no-accept", "--report-json", tmp_path / "g.json", "--report-html", tmp_path / "gate.html")
   assert r.exit_code == 0 and (tmp_path / "gate.html").read_text().count('class="summary ok"') == 1, r.output
+  # from the planted check's JSON report: the gate's and the merge's pages show its groups
+  out, doc = planted
+  r = invoke("gate", "--from-report", out / "r.json", "--no-accept", "--report-html", tmp_path / "from.html")
+  assert r.exit_code == 1 and len(parse((tmp_path / "from.html").read_text()).groups) == len(doc["groups"]), r.output
+  r = invoke("report", "merge", out / "r.json", "-o", tmp_path / "m.json", "--report-html", tmp_path / "m.html")
+  assert r.exit_code == 1 and len(parse((tmp_path / "m.html").read_text()).groups) == len(doc["groups"]), r.output
 
 # *** in a browser ***
 

@@ -87,3 +87,16 @@ def test_long_values_show_where_they_differ():
   assert R.differing_parts("short", "shorter") == ("short", "shorter")
   o, n = R.differing_parts("x" * 500 + "A" + "y" * 500, "x" * 500 + "B" + "y" * 500)
   assert "A" in o and "B" in n and len(o) < 140
+
+def test_every_failing_kind_is_named_first():
+  rep = _report(8)
+  kinds = ("wrong", "mismatch", "unstable", "failed", "timeout")
+  for r, v in zip(rep.results[:5], kinds): r.exec = {"verdict": v, "error": f"planted {v}"}
+  md = R.markdown(rep)
+  fails = md[md.index("### ❌ Failures"):md.index("### Groups")]
+  for r, v in zip(rep.results[:5], kinds): assert f"| **{v}** | {r.label} kernel `{r.input_key[:12]}` |" in fails  # timeouts too
+  assert [ln.split("**")[1] for ln in fails.splitlines() if ln.startswith("| **")] == list(kinds)  # worst first
+  from replay import report_html as H
+  page = H.render(rep, {})
+  head = page[:page.index('id="groups"')]
+  assert all(f'class="card v-{v}"' in head and f'<span class="badge v-{v}">' in head for v in kinds)
