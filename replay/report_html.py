@@ -16,7 +16,7 @@ no set order). The page runs a self-check when opened with `#selftest` (the resu
 `data-selftest`), and `#search=TEXT` opens it filtered.
 """
 from __future__ import annotations
-import difflib, html, json
+import difflib, html
 from typing import Any
 from replay.check import Report
 from replay.runner import Result

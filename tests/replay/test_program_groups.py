@@ -1,7 +1,6 @@
 """Program-level grouping: a codegen change is grouped by its normalized token edits (names and constants without
 their particulars), so one rename in every kernel is one group, and two different changes stay two groups."""
 import re
-import numpy as np
 import pytest
 import replay
 from replay.check import check
