@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
-from replay.cli_common import _fail, exec_options, report_options, write_reports, _exec_device, run_exec
+from replay.cli_common import _fail, exec_options, report_options, write_reports, _exec_device, run_exec, report_paths_writable
 from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd
 from replay.cli_triage import blame_cmd, minimize_cmd
 
@@ -45,19 +45,20 @@ def main() -> None:
 @exec_options
 @report_options()
 def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, timeout, perf_gate, report_md, report_json, junit,
-              verbose) -> None:
+              report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   from replay.check import check, terminal_progress
+  report_paths_writable(report_md, report_json, junit, report_html)
   device = _exec_device(exec_mode, device)
   rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress(),
               exec_mode=exec_mode)
   run_exec(rep, exec_mode, device, slower_threshold, timeout, perf_gate)
-  _emit(rep, report_md, report_json, junit, verbose)
+  _emit(rep, report_md, report_json, junit, report_html, verbose)
 
-def _emit(rep, report_md, report_json, junit, verbose) -> None:
+def _emit(rep, report_md, report_json, junit, report_html, verbose) -> None:
   from replay import report as R
   click.echo(R.terminal(rep, verbose=verbose))
-  write_reports(rep, report_md, report_json, junit)
+  write_reports(rep, report_md, report_json, junit, report_html)
   sys.exit(rep.exit_code())
 
 @main.command("diff")
@@ -67,14 +68,15 @@ def _emit(rep, report_md, report_json, junit, verbose) -> None:
 @click.option("--label")
 @exec_options
 @report_options()
-def diff_cmd(old_db, new_db, level, label, exec_mode, device, timeout, perf_gate, report_md, report_json, junit, verbose) -> None:
+def diff_cmd(old_db, new_db, level, label, exec_mode, device, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
   """Compare two capture stores produced by different code (--exec: run the paired kernels old vs new vs the reference)."""
   from replay.compare import compare
+  report_paths_writable(report_md, report_json, junit, report_html)
   device = _exec_device(exec_mode, device)
   try: rep = compare(old_db, new_db, level=level, label=label)
   except StoreError as e: _fail(str(e), "pass two .db files written by `replay capture` or `replay suite`")
   run_exec(rep, exec_mode, device, timeout=timeout, perf_gate=perf_gate)
-  _emit(rep, report_md, report_json, junit, verbose)
+  _emit(rep, report_md, report_json, junit, report_html, verbose)
 
 @main.command("capture", context_settings={"ignore_unknown_options": True})
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="capture store to write (created if missing)")
@@ -105,10 +107,20 @@ def stats_cmd(db) -> None:
 @main.command("show")
 @click.argument("db")
 @click.argument("key")
-def show_cmd(db, key) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="also write one HTML page: the capture replayed with the current code, diffs and AST drawings")
+def show_cmd(db, key, html_path) -> None:
   """Print one capture: input graph, output AST, var_vals, assigns (KEY: a prefix of its input or output key)."""
   from replay.info import show
-  try: click.echo(show(db, key))
+  report_paths_writable(html_path)
+  try:
+    click.echo(show(db, key))
+    if html_path:
+      from replay.report_html import capture_page
+      page = capture_page(db, key)
+      try: Path(html_path).write_text(page, encoding="utf-8")
+      except OSError as e: _fail(f"cannot write the report {html_path}: {e.strerror or e}", "name a file in a folder you can write")
+      click.echo(f"HTML page written to {html_path}")
   except StoreError as e: _fail(str(e))
   except IncompatibleCapture as e: _fail(f"capture {key} cannot be decoded: {e}", "re-capture it with this version")
   except KeyError as e: _fail(str(e.args[0]), f"list keys with: sqlite-utils {db} 'select level, label, input_key from captures'")
@@ -149,15 +161,16 @@ def report_grp() -> None:
 @click.argument("reports", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="merged JSON report")
 @report_options(leave_out=("report_json", "verbose"))  # the merged JSON report is -o
-def report_merge_cmd(reports, output, report_md, junit) -> None:
+def report_merge_cmd(reports, output, report_md, junit, report_html) -> None:
   """Combine shard JSON reports (replay check --shard I/N --report-json ...) into one."""
   from replay import report as R
+  report_paths_writable(output, report_md, junit, report_html)
   reps = []
   for p in reports:
     try: reps.append(R.from_json(json.loads(Path(p).read_text())))
     except (OSError, ValueError, KeyError, TypeError) as e: _fail(f"{p}: not a replay JSON report ({e})")
   rep = R.merge(reps)
-  write_reports(rep, report_md, output, junit)
+  write_reports(rep, report_md, output, junit, report_html)
   click.echo(R.terminal(rep))
   sys.exit(rep.exit_code())
 

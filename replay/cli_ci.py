@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 import click
 from replay.store import LEVELS
-from replay.cli_common import _fail, _exec_device, report_options, run_exec, write_reports
+from replay.cli_common import _fail, _exec_device, report_options, run_exec, write_reports, report_paths_writable, html_drawings
 
 def _models(s: str | None) -> list[str] | None:
   names = [m.strip() for m in (s or "").split(",") if m.strip()]
@@ -65,24 +65,28 @@ def _accept_process(captures_dir: str) -> Iterator[None]:
 @click.option("--device", default=None, help="device for --exec (default: Device.DEFAULT)")
 @report_options(report_md="write a Markdown report", verbose="print diffs")
 def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout, exec_mode, device, report_md, report_json, junit,
-                verbose) -> None:
+                report_html, verbose) -> None:
   """Capture the model suite at BASE and at HEAD (default HEAD) in temporary git worktrees, each with its own
   code, and show what changed in between (same report and exit codes as `replay diff`)."""
   from replay.commits import run_commits, counts_table, CommitsError
   from replay import report as R
   lv = _levels(levels)
+  report_paths_writable(report_md, report_json, junit, report_html)
   device = _exec_device(exec_mode, device)
+  drawings: dict = {}
+  def after_compare(rep) -> None:  # while both commits' stores exist: the execution check, the HTML report's drawings
+    run_exec(rep, exec_mode, device)
+    if report_html: drawings.update(html_drawings(rep))
   try:
     res = run_commits(base, head, models=_models(models), quick=not full, levels=lv, level=level, keep=keep, tmp_dir=tmp_dir,
-                      timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush(),
-                      after_compare=lambda rep: run_exec(rep, exec_mode, device))
+                      timeout=timeout, log=lambda s: click.echo(s) or sys.stdout.flush(), after_compare=after_compare)
   except CommitsError as e: _fail(str(e), e.hint)
   except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (replay.commits.Interrupted): the worktrees are already gone
     _fail(f"interrupted ({e or 'SIGINT'}); the temporary worktrees were removed", "run `replay commits` again")
   click.echo(counts_table(res))
   for n in res.notes: click.echo(f"note: {n}")
   click.echo(R.terminal(res.report, verbose=verbose))
-  write_reports(res.report, report_md, report_json, junit)
+  write_reports(res.report, report_md, report_json, junit, report_html, drawings=drawings)
   if failed := res.failures():
     for side, r in failed: click.echo(f"replay: {side.name} {side.sha[:8]}: model {r['model']} failed: {r.get('error')}", err=True)
     _fail(f"{len(failed)} model run(s) failed, so the comparison above is incomplete",
@@ -124,15 +128,22 @@ def accept_cmd(models, captures_dir, levels, timeout) -> None:
               help="override: treat changes as accepted (or not) instead of looking for [replay:accept]")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
               help="append the decision and the Markdown report here (default: $GITHUB_STEP_SUMMARY when set)")
-def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, report_json, junit, accept, summary_path) -> None:
+def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, report_json, junit, report_html, accept, summary_path) -> None:
   """Gate CI on process replay: run `replay check` (default captures/*.db, with --exec) or read a report, then
   pass when nothing changed, or when changes are accepted with [replay:accept] in the PR title or head commit
   message. Errors, incompatible captures and numerical mismatches always fail."""
   from replay import gate as G
   if from_report and dbs: _fail("pass either capture stores to check or --from-report, not both")
+  report_paths_writable(report_html, *(() if from_report else (report_md, report_json, junit)))  # --from-report reads its --report-md
   if from_report:
     report = G.load_report(from_report)
     code = exit_code if exit_code is not None else int((report or {}).get("exit_code", 2))
+    if report_html:  # the page of the report the gate decides on (drawn from the stores it names, where they are)
+      from replay import report as R
+      try: rep = R.from_json(report) if report is not None else None
+      except (ValueError, KeyError, TypeError): rep = None
+      if rep is None: _fail(f"--report-html: {from_report} is not a replay JSON report", "pass the file `replay check --report-json` wrote")
+      write_reports(rep, None, None, None, report_html)
   else:
     if exit_code is not None: _fail("--exit-code goes with --from-report")
     if do_exec and not G.exec_available():
@@ -143,12 +154,13 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, repo
       tmp = tempfile.NamedTemporaryFile(prefix="replay-gate-", suffix=".json", delete=False)
       tmp.close()
       report_json = tmp.name
-    for p in (report_md, report_json, junit):  # a stale report must never decide this run
+    for p in (report_md, report_json, junit, report_html):  # a stale report must never decide this run
       if p: Path(p).unlink(missing_ok=True)
     root = click.get_current_context().find_root().command
     try:
       # the same command line as `replay check`, in this process
-      root.main(args=G.check_args(dbs, do_exec, device, jobs, report_md, report_json, junit), prog_name="replay", standalone_mode=False)
+      root.main(args=G.check_args(dbs, do_exec, device, jobs, report_md, report_json, junit, html=report_html), prog_name="replay",
+                standalone_mode=False)
       code = 0
     except SystemExit as e: code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except click.ClickException as e:

@@ -23,6 +23,8 @@ def exec_options(f):
 REPORT_OPTIONS = (("report_md", ("--report-md",), "write a Markdown report (PR comment / job summary)"),
                   ("report_json", ("--report-json",), "write the JSON report (schema in replay/report.py)"),
                   ("junit", ("--junit",), "write JUnit XML"),
+                  ("report_html", ("--report-html",), "write the HTML report: one self-contained page (every group and member, "
+                                                      "side-by-side diffs, AST drawings) to open in a browser or keep as a CI artifact"),
                   ("verbose", ("-v", "--verbose"), "print diffs and tracebacks"))
 
 def report_options(leave_out: tuple[str, ...] = (), **helps: str):
@@ -39,13 +41,43 @@ def report_options(leave_out: tuple[str, ...] = (), **helps: str):
     return f
   return decorate
 
-def write_reports(rep, report_md: str | None, report_json: str | None, junit: str | None) -> None:
-  """Write the report files the options asked for."""
+def report_paths_writable(*paths: str | None) -> None:
+  """Fail at once (exit 2) when a report file cannot be written, before a long replay runs for nothing."""
+  import os
+  from pathlib import Path
+  for p in paths:
+    if not p: continue
+    d = Path(p).resolve().parent
+    if Path(p).is_dir(): _fail(f"cannot write the report {p}: it is a directory", "name a file")
+    if not d.is_dir(): _fail(f"cannot write the report {p}: the folder {d} does not exist", "create it, or name a file in an existing folder")
+    if not os.access(d, os.W_OK) or (Path(p).exists() and not os.access(p, os.W_OK)):
+      _fail(f"cannot write the report {p}: permission denied", "name a file in a folder you can write")
+
+def html_drawings(rep):
+  """The AST drawings of a report's HTML page (replay.drawing), made while the stores are there to read."""
+  from replay import drawing
+  from replay.report import ordered_groups
+  return drawing.draw_results([m for g in ordered_groups(rep) for m in g["members"]])
+
+def write_reports(rep, report_md: str | None, report_json: str | None, junit: str | None, report_html: str | None = None,
+                  drawings=None) -> None:
+  """Write the report files the options asked for (an unwritable one: exit 2). `drawings`: made by html_drawings(rep)
+  when the stores may be gone by now (replay commits); otherwise drawn here."""
   from pathlib import Path
   from replay import report as R
-  if report_md: Path(report_md).write_text(R.markdown(rep))
-  if report_json: R.write_json(rep, report_json)
-  if junit: Path(junit).write_text(R.junit(rep))
+  def write(path: str, make) -> None:
+    try: text = make()
+    except OSError as e: _fail(f"cannot make the report {path}: {e}")
+    try: Path(path).write_text(text, encoding="utf-8")
+    except OSError as e: _fail(f"cannot write the report {path}: {e.strerror or e}", "name a file in a folder you can write")
+  if report_md: write(report_md, lambda: R.markdown(rep, html_name=Path(report_html).name if report_html else None))
+  if report_json:
+    try: R.write_json(rep, report_json)
+    except OSError as e: _fail(f"cannot write the report {report_json}: {e.strerror or e}", "name a file in a folder you can write")
+  if junit: write(junit, lambda: R.junit(rep))
+  if report_html:
+    from replay import report_html as H
+    write(report_html, lambda: H.render(rep, drawings if drawings is not None else html_drawings(rep)))
 
 def _exec_device(exec_mode, device):
   """The execution check's device, checked before any replay runs (a bad name fails at the start, exit 2)."""

@@ -134,7 +134,7 @@ def report_markdown(report_json: dict | None, md_path: str | None) -> str | None
   except Exception: return None  # an odd report still gets its decision written
 
 def check_args(dbs: tuple[str, ...], do_exec: bool, device: str | None, jobs: int | None, md: str | None, js: str, junit: str | None,
-               extra: tuple[str, ...] = ()) -> list[str]:
+               extra: tuple[str, ...] = (), html: str | None = None) -> list[str]:
   """The `replay check` command line the gate runs."""
   args = ["check", *dbs]
   if do_exec: args.append("--exec")
@@ -143,6 +143,7 @@ def check_args(dbs: tuple[str, ...], do_exec: bool, device: str | None, jobs: in
   if md: args += ["--report-md", md]
   args += ["--report-json", js]
   if junit: args += ["--junit", junit]
+  if html: args += ["--report-html", html]
   return args + list(extra)
 
 def exec_available() -> bool:

@@ -48,31 +48,41 @@ def _graph_text(g: UOp) -> str:
   ops = Counter(u.op.name for u in g.toposort())
   return f"(a graph with {why}: not printed; ops: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(8)) + ")"
 
+def find_row(s: Store, path: str, key: str) -> tuple[dict, int]:
+  """The one capture whose input or output key starts with `key`, and in how many runs it is (KeyError: none, or several
+  different captures match; IncompatibleCapture: a malformed row)."""
+  rows = list(s.captures(key=key))
+  if not rows: raise KeyError(f"no capture in {path} has an input or output key starting with {key!r}")
+  distinct = sorted({(x["level"], x["input_key"], x["output_key"]) for x in rows})
+  if len(distinct) > 1:  # like an ambiguous git revision: name the candidates, never guess
+    shown = ", ".join(f"{lv} {i[:12]}->{o[:12]}" for lv, i, o in distinct[:10]) + (" ..." if len(distinct) > 10 else "")
+    raise KeyError(f"key prefix {key!r} is ambiguous in {path}: {len(distinct)} different captures match ({shown}); give more characters")
+  r = rows[0]
+  if r.get("_invalid"): raise IncompatibleCapture(r["_invalid"])
+  return r, len(rows)
+
+def input_text(s: Store, r: dict) -> str:
+  """A capture's input, printed: var_vals, assigns or flags, and the graph (raises IncompatibleCapture)."""
+  inputs = decode_input(r["level"], s.blob(r["input_key"]))
+  if r["level"] == "kernel":
+    pre, vv, asg = inputs
+    return "\n".join(["var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()}), "assigns: " + json.dumps([b.arg[0] for b in asg]),
+                      "", "== input (pre-sink) ==", _graph_text(pre)])
+  if r["level"] == "schedule":
+    g, vv, flags = inputs
+    return "\n".join(["var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()})] + ([f"flags: {json.dumps(flags)}"] if flags else []) +
+                     ["", "== input (big graph) ==", _graph_text(g)])
+  return "\n".join(["opts: " + json.dumps(inputs.doc.get("opts")), "target: " + json.dumps(inputs.doc.get("target")), "",
+                    "== input (AST) ==", _graph_text(inputs.roots()[0])])
+
 def show(path: str, key: str) -> str:
   s = Store(path, readonly=True)
   try:
-    rows = list(s.captures(key=key))
-    if not rows: raise KeyError(f"no capture in {path} has an input or output key starting with {key!r}")
-    distinct = sorted({(x["level"], x["input_key"], x["output_key"]) for x in rows})
-    if len(distinct) > 1:  # like an ambiguous git revision: name the candidates, never guess
-      shown = ", ".join(f"{lv} {i[:12]}->{o[:12]}" for lv, i, o in distinct[:10]) + (" ..." if len(distinct) > 10 else "")
-      raise KeyError(f"key prefix {key!r} is ambiguous in {path}: {len(distinct)} different captures match ({shown}); give more characters")
-    r = rows[0]
-    if r.get("_invalid"): raise IncompatibleCapture(r["_invalid"])
+    r, n_runs = find_row(s, path, key)
     out = [f"{r['level']} capture, label {r['label'] or '-'}, run {r['run_id']} #{r['seq']}",
            f"input  {r['input_key']}", f"output {r['output_key']}"]
-    if len(rows) > 1: out.append(f"(the same capture in {len(rows)} runs; showing run {r['run_id']})")
-    inputs = decode_input(r["level"], s.blob(r["input_key"]))
-    if r["level"] == "kernel":
-      pre, vv, asg = inputs
-      out += ["", "var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()}), "assigns: " + json.dumps([b.arg[0] for b in asg]),
-              "", "== input (pre-sink) ==", _graph_text(pre)]
-    elif r["level"] == "schedule":
-      g, vv = inputs
-      out += ["", "var_vals: " + json.dumps({v.arg[0]: x for v, x in vv.items()}), "", "== input (big graph) ==", _graph_text(g)]
-    else:
-      out += ["", "opts: " + json.dumps(inputs.doc.get("opts")), "target: " + json.dumps(inputs.doc.get("target")), "",
-              "== input (AST) ==", _graph_text(inputs.roots()[0])]
+    if n_runs > 1: out.append(f"(the same capture in {n_runs} runs; showing run {r['run_id']})")
+    out += ["", input_text(s, r)]
     res = decode_output(r["level"], s.blob(r["output_key"]))
     if r["metadata"]: out += ["", f"made by: {r['metadata']}"]
     out += ["", "== output =="]

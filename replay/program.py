@@ -62,3 +62,80 @@ def program_rules_behind(data: bytes, old_src: str) -> list[str]:
   for u, _, _, lbl in nodes:
     if u in changed and not any(s in changed and s in inlined for s in u.src): counts[lbl] = counts.get(lbl, 0) + 1
   return [n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:5]
+
+# *** grouping program-level changes ***
+# A changed source is described by its token edits with names and constants normalized (digits -> #), so the same change
+# in kernels with different names, sizes and constants has one signature: one rename is one group, not one per kernel.
+_TOKEN = re.compile(r"/\*.*?\*/|//[^\n]*|\.[A-Za-z_]\w*|[A-Za-z_]\w*|\d+\.\d*(?:e[-+]?\d+)?f?|\.\d+(?:e[-+]?\d+)?f?|0x[0-9a-fA-F]+u?|\d+(?:e[-+]?\d+)?[uUlLf]*|\S",
+                    re.S)
+_NUMBER = re.compile(r"(?:\d|\.\d)")
+# types and vector widths are what they say, never counters
+_TYPE_NAME = re.compile(r"(?:bool|char|uchar|short|ushort|int|uint|long|ulong|half|float|double|size_t)(?:2|3|4|8|16)?")
+SIGNATURE_EDITS = 8  # distinct edits named in one signature; more are counted
+
+def _tokens(text: str) -> list[str]: return _TOKEN.findall(text)
+
+def _kind(tok: str) -> str:
+  if tok.startswith(("/*", "//")): return "comment"
+  if tok[0] == "." and len(tok) > 1 and (tok[1].isalpha() or tok[1] == "_"): return "member"  # a vector component or field
+  if _NUMBER.match(tok): return "const"
+  if tok[0].isalpha() or tok[0] == "_": return "type" if _TYPE_NAME.fullmatch(tok) else "name"
+  return "op"
+
+def _norm(tok: str) -> str:
+  """A token without its particulars: counters and sizes in names, values of constants, numbers in comments."""
+  kind = _kind(tok)
+  if kind in ("type", "member"): return tok
+  if kind == "const": return "#" + (re.search(r"[uUlLf]*$", tok).group() if not tok.startswith("0x") else ("u" if tok.endswith("u") else ""))
+  return re.sub(r"\d+", "#", tok)
+
+def _norm_seq(toks: list[str], width: int = 60) -> str:
+  s = " ".join(_norm(t) for t in toks)
+  return s if len(s) <= width else s[:width - 1] + "…"
+
+def _aligned(old: str, new: str) -> tuple[list[tuple[str, str]], list[tuple[str, list[str], list[str]]]]:
+  """Token alignment of two sources: (pairs of aligned tokens, equal ones included; blocks that do not pair one to one:
+  (tag, old tokens, new tokens)). Lines are matched first, tokens inside changed runs of lines."""
+  import difflib
+  a_lines, b_lines = old.splitlines(), new.splitlines()
+  pairs: list[tuple[str, str]] = []
+  blocks: list[tuple[str, list[str], list[str]]] = []
+  lm = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
+  for tag, i1, i2, j1, j2 in lm.get_opcodes():
+    a, b = _tokens("\n".join(a_lines[i1:i2])), _tokens("\n".join(b_lines[j1:j2]))
+    if tag == "equal":
+      pairs += list(zip(a, b))
+      continue
+    tm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for ttag, k1, k2, m1, m2 in tm.get_opcodes():
+      if ttag == "equal" or (ttag == "replace" and k2 - k1 == m2 - m1): pairs += list(zip(a[k1:k2], b[m1:m2]))
+      else: blocks.append((ttag, a[k1:k2], b[m1:m2]))
+  return pairs, blocks
+
+def source_signature(old: str, new: str) -> str:
+  """The shape of a change from source `old` to `new`, for grouping: the distinct normalized token edits, sorted.
+  A name that is renamed consistently (every occurrence, one to one) is a rename: `rename val#->v#`, or nothing when
+  only its number moved (a node added or removed renumbers the names after it: the added node is the change)."""
+  pairs, blocks = _aligned(old, new)
+  seen: dict[str, set[str]] = {}
+  for a, b in pairs:
+    if _kind(a) == "name": seen.setdefault(a, set()).add(b)
+  onto: dict[str, int] = {}
+  for a, bs in seen.items():
+    for b in bs: onto[b] = onto.get(b, 0) + 1
+  renamed = {a for a, bs in seen.items() if len(bs) == 1 and onto[next(iter(bs))] == 1}
+  edits: set[str] = set()
+  for a, b in pairs:
+    if a == b: continue
+    ka, kb = _kind(a), _kind(b)
+    if ka == kb == "name" and a in renamed:
+      if _norm(a) != _norm(b): edits.add(f"rename {_norm(a)}->{_norm(b)}")
+    elif ka == kb and ka in ("name", "const", "comment", "member"): edits.add(f"{ka} {_norm(a)}->{_norm(b)}")
+    else: edits.add(f"{_norm(a)}->{_norm(b)}")
+  for tag, a_toks, b_toks in blocks:
+    if tag == "insert": edits.add(f"+ {_norm_seq(b_toks)}")
+    elif tag == "delete": edits.add(f"- {_norm_seq(a_toks)}")
+    else: edits.add(f"{_norm_seq(a_toks)} => {_norm_seq(b_toks)}")
+  if not edits: return "names renumbered only" if any(a != b for a, b in pairs) else "layout only (the same tokens)"
+  out = sorted(edits)
+  return "; ".join(out[:SIGNATURE_EDITS]) + (f"; +{len(out) - SIGNATURE_EDITS} more edits" if len(out) > SIGNATURE_EDITS else "")

@@ -19,7 +19,6 @@ from replay.runner import Result, OUTCOMES
 from replay.verdicts import FAIL_VERDICTS
 
 SCHEMA, VERSION = "tinysched-replay-report", 1
-MD_BUDGET = 50_000  # characters of group details in the Markdown report, so it fits a PR comment
 NEXT_STEPS = {
   "changed": "review the diffs; if the change is intended, run `replay accept` and commit the new captures "
              "(CI: put [replay:accept] in the PR title or head commit message)",
@@ -138,7 +137,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
     if ex.exec: lines.append(f"  exec: {_exec_line(ex)}")
     if verbose and ex.text_diff: lines += ["  " + ln for ln in ex.text_diff.splitlines()[:60]]
     if verbose and ex.traceback: lines += ["  " + ln for ln in ex.traceback.splitlines()[-12:]]
-  if len(groups) > max_groups: lines.append(f"\n... and {len(groups) - max_groups} more groups (see --report-md/--report-json)")
+  if len(groups) > max_groups: lines.append(f"\n... and {len(groups) - max_groups} more groups (all of them: --report-html FILE, --report-json FILE)")
   code = rep.exit_code()
   lines.append("")
   if code == 0: lines.append("OK: every capture replays identically.")
@@ -155,48 +154,146 @@ def _failing_kinds(rep: Report) -> list[str]:
   kinds = {r.exec["verdict"] for r in exec_failures(rep)}
   return [v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else [])
 
-def markdown(rep: Report, max_groups: int = 20) -> str:
+# *** Markdown: fits a GitHub PR comment (65,536 characters) and says what it leaves out ***
+MD_LIMIT = 60_000  # UTF-8 bytes of the whole Markdown report; `replay gate` puts its decision (under 2 kB) above it
+MD_FAIL_ROWS = 30  # failing executions listed by name; the rest are counted (every one is in the HTML and JSON reports)
+MD_DIFF_LINES, MD_DIFF_BYTES = 60, 6_000  # of one group's text diff
+
+def _size(lines: list[str]) -> int: return sum(len(x.encode()) + 1 for x in lines)
+
+def group_failures(g: dict) -> list[str]:
+  """What makes a group fail whatever a reviewer says: its outcome (error, incompatible) or its members' failing exec
+  verdicts, worst first; [] for a reviewable (or cosmetic) group."""
+  if g["outcome"] in ("error", "incompatible"): return [g["outcome"]]
+  kinds = {(m.exec or {}).get("verdict") for m in g["members"]}
+  return [v for v in FAIL_ORDER if v in kinds]
+
+def ordered_groups(rep: Report) -> list[dict]:
+  """The groups as the Markdown and HTML reports list them: failing groups first (worst kind first), then the others,
+  each part largest first (Report.groups' order)."""
+  order = {v: i for i, v in enumerate(("error", "incompatible", *FAIL_ORDER))}
+  groups = rep.groups()
+  return sorted(groups, key=lambda g: (order[f[0]] if (f := group_failures(g)) else len(order)))  # stable: keeps count order
+
+def verdict_summary(g: dict) -> str:
+  """The members' execution verdicts, counted (worst first), or what the group is without them."""
+  counts: dict[str, int] = {}
+  for m in g["members"]:
+    if m.exec: counts[m.exec.get("verdict", "?")] = counts.get(m.exec.get("verdict", "?"), 0) + 1
+  rank = {v: i for i, v in enumerate((*FAIL_ORDER, "equivalent", "skipped"))}
+  return ", ".join(f"{v} {n}" for v, n in sorted(counts.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+def next_command(rep: Report, r: Result) -> str:
+  """The command that shows one capture of the report again, in detail."""
+  if rep.paired or r.pair: return f"replay show {r.db} {r.input_key[:16]} --html capture.html"
+  if r.exec or r.outcome == "changed": return f"replay check {r.db} --key {r.input_key[:16]} --exec -v"
+  return f"replay check {r.db} --key {r.input_key[:16]} -v"
+
+def differing_parts(old: str, new: str, width: int = 80, context: int = 24) -> tuple[str, str]:
+  """`old` and `new` shortened to at most about `width` characters each around where they differ (a common prefix and
+  suffix become '…'), so two long values that differ late never show as the same first characters."""
+  if len(old) <= width and len(new) <= width: return old, new
+  p = 0
+  while p < min(len(old), len(new)) and old[p] == new[p]: p += 1
+  s = 0
+  while s < min(len(old), len(new)) - p and old[-1 - s] == new[-1 - s]: s += 1
+  def cut(x: str) -> str:
+    a, b = max(0, p - context), min(len(x), len(x) - s + context)
+    if b - a > width + context: b = a + width + context  # the first difference (at p) is always shown
+    return ("…" if a > 0 else "") + x[a:b] + ("…" if b < len(x) else "")
+  return cut(old), cut(new)
+
+def _cell(s: Any, width: int = 300) -> str:
+  t = " ".join(str(s).split())
+  return _md(t if len(t) <= width else t[:width - 1] + "…")
+
+def _md_group_details(rep: Report, i: int, g: dict) -> list[str]:
+  ex: Result = g["example"]
+  fails = group_failures(g)
+  out = [f"<details><summary>{i}. {'❌ ' if fails else ''}{g['outcome']} ×{g['count']}: {_html_text(ex.label or '-')} {ex.level} "
+         f"<code>{ex.input_key[:12]}</code></summary>", ""]
+  out.append(f"next: `{next_command(rep, ex)}`  ")
+  if ex.metadata: out.append(f"made by: `{_cell(ex.metadata, 200)}`  ")
+  if ex.rules: out.append(f"rules: `{', '.join(ex.rules)}`  ")
+  if (vs := verdict_summary(g)): out.append(f"exec of the members: {vs}  ")
+  if ex.exec: out.append(f"exec of the example: {_cell(_exec_line(ex), 400)}  ")
+  if ex.reason: out += ["", "```", ex.reason[:2000].replace("```", "'''"), "```"]
+  if ex.changes:
+    out += ["", "| change | path | old | new |", "|---|---|---|---|"]
+    for ch in ex.changes[:12]:
+      o, n = differing_parts(str(ch["old"]), str(ch["new"]))
+      out.append(f"| {ch['kind']} | `{_cell(ch['path'], 200)}` | `{_cell(o, 200)}` | `{_cell(n, 200)}` |")
+    if len(ex.changes) > 12 or ex.change_count > 12: out.append(f"\n({max(len(ex.changes), ex.change_count) - 12} more changes in the HTML and JSON reports)")
+  if ex.text_diff:
+    lines, kept, size = ex.text_diff.splitlines(), [], 0
+    for ln in lines[:MD_DIFF_LINES]:
+      if size + len(ln) + 1 > MD_DIFF_BYTES: break
+      kept.append(ln.replace("```", "'''")); size += len(ln) + 1
+    out += ["", "```diff", *kept, "```"]
+    if len(kept) < len(lines): out.append(f"({len(lines) - len(kept)} more diff lines in the HTML report)")
+  if ex.traceback: out += ["", "```", "\n".join(ex.traceback.splitlines()[-15:]).replace("```", "'''"), "```"]
+  return out + ["", "</details>", ""]
+
+def _html_text(s: str) -> str: return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -> str:
+  """The Markdown report, at most `limit` UTF-8 bytes: summary, failures first (each with the command to run next), the
+  group table as far as it fits and then one line that counts the groups and captures left out, the groups' details as
+  far as they fit (counted too), next steps. No group is left out without being counted. `html_name`: the HTML report
+  written beside it (named where the rest is)."""
   c = rep.counts()
   code = rep.exit_code()
   fails = exec_failures(rep)
-  icon = "❌" if code == 2 or fails else {0: "✅", 1: "⚠️"}[code]
-  out = [f"## {icon} process replay: {len(rep.results)} captures", "",
-         "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
-         f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s | {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
-  if ec := exec_counts(rep): out += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
-  if et := exec_timing(rep): out += [et, ""]
-  for f in rep.fatal: out.append(f"- **fatal**: `{f}`")
-  if fails:  # numbers that are wrong come before anything a reviewer could accept
-    out += [f"### ❌ {len(fails)} failing execution(s): not waivable by [replay:accept]", "", "| verdict | capture | detail |", "|---|---|---|"]
-    out += [f"| **{r.exec['verdict']}** | {r.label or '-'} {r.level} `{r.input_key[:12]}` | {_md(_exec_line(r))[:300]} |" for r in fails[:30]]
-    if len(fails) > 30: out.append(f"| … | {len(fails) - 30} more | see the JSON report |")
-    out += [""] + [f"- next ({v}): {NEXT_STEPS[v]}" for v in _failing_kinds(rep)] + [""]
-  groups = rep.groups()
-  if groups:
-    out += ["### Groups (largest first)", "", "| # | outcome | count | signature |", "|---:|---|---:|---|"]
-    for i, g in enumerate(groups[:max_groups]): out.append(f"| {i+1} | {g['outcome']} | {g['count']} | `{_md(g['signature'])[:200]}` |")
-    out.append("")
-    for i, g in enumerate(groups[:max_groups]):
-      if sum(len(x) + 1 for x in out) > MD_BUDGET:  # a PR comment holds 65,536 characters
-        out += [f"_{len(groups[:max_groups]) - i} more group(s) left out to fit a PR comment: see the JSON report._", ""]
-        break
-      ex: Result = g["example"]
-      out += [f"<details><summary>{i+1}. {g['outcome']} ×{g['count']}: {ex.label or '-'} {ex.level} <code>{ex.input_key[:12]}</code></summary>", ""]
-      if ex.metadata: out.append(f"made by: `{_md(ex.metadata)}`  ")
-      if ex.rules: out.append(f"rules: `{', '.join(ex.rules)}`  ")
-      if ex.exec: out.append(f"exec: {_exec_line(ex)}  ")
-      if ex.reason: out += ["", "```", ex.reason[:2000], "```"]
-      if ex.changes:
-        out += ["", "| change | path | old | new |", "|---|---|---|---|"]
-        out += [f"| {ch['kind']} | `{_md(ch['path'])}` | `{_md(str(ch['old']))[:80]}` | `{_md(str(ch['new']))[:80]}` |" for ch in ex.changes[:12]]
-      if ex.text_diff: out += ["", "```diff", "\n".join(ex.text_diff.splitlines()[:80]), "```"]
-      if ex.traceback: out += ["", "```", "\n".join(ex.traceback.splitlines()[-15:]), "```"]
-      out += ["", "</details>", ""]
+  elsewhere = f"`{html_name}`" if html_name else "the HTML report (`--report-html FILE`) and the JSON report"
+  icon = "❌" if code == 2 or fails or c["error"] or c["incompatible"] else {0: "✅", 1: "⚠️"}[code]
+  head = [f"## {icon} process replay: {len(rep.results)} captures", "",
+          "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
+          f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s | {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
+  if ec := exec_counts(rep): head += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
+  if et := exec_timing(rep): head += [et, ""]
+  for f in rep.fatal[:20]: head.append(f"- ❌ **fatal**: `{_cell(f, 400)}`")
+  if len(rep.fatal) > 20: head.append(f"- ❌ {len(rep.fatal) - 20} more fatal store errors in {elsewhere}")
+  if rep.fatal: head.append("")
+  if fails or c["error"] or c["incompatible"] or rep.perf_failures():  # what no accept marker waives comes first
+    n_fail = len(fails) + c["error"] + c["incompatible"]
+    head += [f"### ❌ Failures: {n_fail} capture(s), not waivable by [replay:accept]", ""]
+    if fails:
+      head += ["| verdict | capture | detail | next |", "|---|---|---|---|"]
+      head += [f"| **{r.exec['verdict']}** | {_cell(r.label or '-')} {r.level} `{r.input_key[:12]}` | {_cell(_exec_line(r), 240)} | "
+               f"`{_cell(next_command(rep, r), 200)}` |" for r in fails[:MD_FAIL_ROWS]]
+      if len(fails) > MD_FAIL_ROWS: head.append(f"| … | **{len(fails) - MD_FAIL_ROWS} more failing executions** in {elsewhere} | | |")
+      head.append("")
+    if c["error"] or c["incompatible"]:
+      head.append(f"- {c['error']} error(s), {c['incompatible']} incompatible capture(s): the first groups below")
+    head += [f"- next ({v}): {NEXT_STEPS[v]}" for v in _failing_kinds(rep)] + [""]
+  foot: list[str] = []
   if code:
-    out.append("**Next steps**")
+    foot.append("**Next steps**")
     for o in ("changed", "error", "incompatible"):
-      if c[o]: out.append(f"- {o}: {NEXT_STEPS[o]}")
-  return "\n".join(out) + "\n"
+      if c[o]: foot.append(f"- {o}: {NEXT_STEPS[o]}")
+  groups = ordered_groups(rep)
+  if not groups: return "\n".join(head + foot) + "\n"
+  more_line = lambda k: (f"**{len(groups) - k} more groups ({sum(g['count'] for g in groups[k:])} captures) in {elsewhere}**"
+                         f" (groups {k + 1}–{len(groups)} of {len(groups)})")
+  room = limit - _size(head) - _size(foot) - 2 * len(more_line(0).encode()) - 64
+  table = ["### Groups (failing first, then largest first)", "", "| # | outcome | exec | count | signature |", "|---:|---|---|---:|---|"]
+  shown = 0
+  for i, g in enumerate(groups):
+    row = (f"| {i+1} | {'❌ ' if group_failures(g) else ''}{g['outcome']} | {_cell(verdict_summary(g), 80) or '-'} | {g['count']} | "
+           f"`{_cell(g['signature'])}` |")
+    if _size(table) + len(row.encode()) + 1 > room * 0.6: break
+    table.append(row); shown += 1
+  if shown < len(groups): table += ["", more_line(shown)]
+  table.append("")
+  details: list[str] = []
+  detailed = 0
+  for i, g in enumerate(groups[:shown]):
+    block = _md_group_details(rep, i + 1, g)
+    if _size(table) + _size(details) + _size(block) > room: break
+    details += block; detailed += 1
+  if detailed < shown:
+    details += [f"_Details of groups {detailed + 1}–{shown} (above, in the table) did not fit here: they are in {elsewhere}._", ""]
+  return "\n".join(head + table + details + foot) + "\n"
 
 def _md(s: str) -> str: return s.replace("|", "\\|").replace("`", "'")
 

@@ -185,14 +185,10 @@ def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any) 
     res.signature = D.signature("schedule", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], res.kernel_list)
   else:
     res.text_diff = D.text_diff(old, new)
-    res.signature = "program: " + _source_signature(res.text_diff)
-    from replay.program import program_rules_behind  # the codegen passes/rules that made the changed nodes
+    # the codegen passes/rules that made the changed nodes; the signature normalizes names and constants (one rename: one group)
+    from replay.program import program_rules_behind, source_signature
+    res.signature = "program: " + source_signature(old, new)
     res.rules = program_rules_behind(data, old)
-
-def _source_signature(text_diff: str) -> str:
-  import re
-  lines = [ln for ln in text_diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
-  return "; ".join(sorted({re.sub(r"\d+", "#", ln.strip())[:60] for ln in lines})[:6])
 
 def rules_behind(data: bytes, old: UOp) -> list[str]:
   """Replay the kernel once more with rule tracing on: the rules whose results are nodes of the new AST that

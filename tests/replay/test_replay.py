@@ -174,6 +174,9 @@ def test_show_and_stats(db):
   s.close()
   r = invoke("show", db, key[:10])
   assert r.exit_code == 0 and "== output ==" in r.output and "DEFINE_GLOBAL" in r.output
+  (skey,) = sqlite3.connect(db).execute("SELECT input_key FROM captures WHERE level='schedule' LIMIT 1").fetchone()
+  r = invoke("show", db, skey[:10])  # a schedule capture: its input is (big graph, var_vals, flags)
+  assert r.exit_code == 0 and "== input (big graph) ==" in r.output and "-- kernel 0 --" in r.output, r.output
   r = invoke("show", db, "")  # every capture matches: ambiguous, never a guess
   assert r.exit_code == 2 and "ambiguous" in r.output and "give more characters" in r.output
 
