@@ -4,7 +4,7 @@
 # Extra arguments go to `replay check` (e.g. -v, --report-md FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+SETUP_BROWSER=0 bash scripts/setup.sh  # the main job opens no browser (the HTML report tests do)
 # the packages are in the active venv, or in .venv that setup made: use its python and its `replay`
 export PATH="${VIRTUAL_ENV:-$PWD/.venv}/bin:$PATH"
 exec replay check --exec-all "$@"
