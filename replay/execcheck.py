@@ -40,7 +40,7 @@ from __future__ import annotations
 import json, os, select, subprocess, sys, tempfile, threading, time, traceback
 from typing import Any, Callable
 import numpy as np
-from replay.execinputs import compare, domains, seeded_fill, same_bits, kernel_cost, discontinuous
+from replay.execinputs import compare, domains, seeded_fill, same_bits, kernel_cost, discontinuous, judged_as
 
 MIN_TIMEOUT_S = 120.0        # the floor of a job's time limit; scaled up by the calibration run and the job's size
 SECONDS_PER_ELEMENT = 2e-6   # added to a job's limit per buffer element (the reference's cost grows with it)
@@ -310,7 +310,7 @@ class _KernelCheck:
       seen.append((before, got))
     ref, undecidable = got
     for i in sorted(after):
-      c = compare(ref[i], after[i], self.specs[i][1].name, undecidable.get(i))
+      c = compare(ref[i], after[i], judged_as(self.specs[i][1].name, [it[1] if it[0] == "ast" else side.ast]), undecidable.get(i))
       if not c["equal"]:
         self.findings.append({**c, "kind": "wrong", "buffer": i, "kernel": k, "sides": f"{side_name} kernel {k} vs reference"})
         return
@@ -349,7 +349,7 @@ def _graph_check(job: dict, sides: dict[str, "_Side"], host, specs, names) -> tu
       for it in side.items: _interpret(it, side, bufs, names)
       seen[ident] = bufs
     for i in sorted(set(_written_bufs(side)) & set(written) - undefined):
-      c = compare(written[i], bufs[i], specs[i][1].name)
+      c = compare(written[i], bufs[i], judged_as(specs[i][1].name, _asts(side)))
       if not c["equal"]:
         findings.append({**c, "kind": "wrong", "buffer": i, "sides": f"{name} kernels vs the input graph"})
         break
@@ -408,7 +408,7 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
   both = sorted(set(w_old) & set(w_new) | set(job.get("outputs") or []))
   if job["level"] == "schedule" and len(old.items) != len(new.items): res["kernel_map"] = _kernel_map(old, new)
   for i in both:
-    c = compare(got["old"][i], got["new"][i], specs[i][1].name)
+    c = compare(got["old"][i], got["new"][i], judged_as(specs[i][1].name, _asts(old) + _asts(new)))
     if not c["equal"]: findings.insert(0, {**c, "kind": "mismatch", "buffer": i, "sides": "old vs new"})
   res["compared_buffers"] = both
   res["wrong_sides"] = sorted({f["sides"].split()[0] for f in findings if f["kind"] == "wrong"}) or None
@@ -424,13 +424,18 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     res.update(verdict="unstable", side=side, buffer=unstable[side][0],
                error=f"the {side} kernels gave different bits on two runs with the same inputs (buffers {unstable[side][:5]})")
   else:
-    errs = [compare(got["old"][i], got["new"][i], specs[i][1].name) for i in both]
+    errs = [compare(got["old"][i], got["new"][i], judged_as(specs[i][1].name, _asts(old) + _asts(new))) for i in both]
     res.update(verdict="equivalent", max_abs_err=max((e["max_abs_err"] or 0.0 for e in errs), default=0.0),
                max_rel_err=max((e.get("max_rel_err") or 0.0 for e in errs), default=0.0))
   if timing_runs:
     try: res.update(_timing(old, new, warm["old"], warm["new"], specs, timing_runs, slower_threshold))
     except Exception as e: res["timing_error"] = f"{type(e).__name__}: {e}"
   return res
+
+def _asts(side: _Side) -> list:
+  """The kernel ASTs a side runs (program level: the AST its source was made from)."""
+  out = [it[1] for it in side.items if it[0] == "ast"]
+  return out or ([side.ast] if getattr(side, "ast", None) is not None else [])
 
 def _written_bufs(side: _Side) -> list[int]:
   return sorted({i for it in side.items for i in _outputs_of(it, side)})
