@@ -1,4 +1,7 @@
-"""pytest plugin: replay capture stores as tests (the `pytest11` entry point `replay.pytest_plugin`).
+"""pytest plugin: replay capture stores as tests, and capture a test run (the `pytest11` entry point `replay.pytest_plugin`).
+
+  pytest tests/ --replay-capture tests.db   record every scheduler/codegen call of the run, labelled with the
+                                            test's node id (deduplicated by key: a store of what the tests exercise)
 
   pytest --replay captures/                 every *.db under captures/ (or pass .db files; repeatable)
   pytest --replay captures/ -n 4            with pytest-xdist
@@ -19,11 +22,60 @@ from typing import Any, Iterator
 import pytest
 
 ROOTS = pytest.StashKey[list]()
+CAPTURE = pytest.StashKey[object]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
   g = parser.getgroup("replay", "process replay (tinysched capture stores as tests)")
   g.addoption("--replay", action="append", default=[], metavar="PATH",
               help="replay capture stores as tests: a folder (its *.db files) or .db files; repeatable")
+  g.addoption("--replay-capture", metavar="DB", default=None,
+              help="capture every scheduler and codegen call of this test run into DB, labelled with the test's node id")
+  g.addoption("--replay-capture-levels", metavar="LEVELS", default="kernel,schedule,program",
+              help="levels for --replay-capture (comma-separated; default: all)")
+
+def _capture_levels(config: pytest.Config) -> tuple[str, ...]:
+  from replay.store import LEVELS
+  levels = tuple(x.strip() for x in config.getoption("replay_capture_levels").split(",") if x.strip())
+  if bad := [x for x in levels if x not in LEVELS]:
+    raise pytest.UsageError(f"--replay-capture-levels: unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
+  return levels
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+  """--replay-capture: one capture run per test process (xdist workers each write their own run into the same store,
+  which takes concurrent writers); the controller of an xdist run runs no tests and captures nothing."""
+  config = session.config
+  if not (db := config.getoption("replay_capture")): return
+  levels = _capture_levels(config)
+  if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"): return
+  from replay import recorder
+  from replay.store import StoreError
+  try: c = recorder.start(db, label="", levels=levels)
+  except (StoreError, OSError, ValueError, RuntimeError) as e:
+    raise pytest.UsageError(f"--replay-capture {db}: cannot capture there: {e}") from None
+  c.yields = True  # a test that captures on its own pauses this capture for its duration
+  # a test that patches a scheduler or codegen rule (to plant a bug, or to count calls) makes outputs no baseline may
+  # hold: while the rules differ from the session's, nothing is captured (counted in `dropped`)
+  import tinysched.schedule  # noqa: F401 (the fingerprint covers the facade once it is imported)
+  from tinysched.scheduling.kernel_ast import rules_fingerprint, same_rules
+  fp = rules_fingerprint()
+  c.accept = lambda: same_rules(fp, rules_fingerprint())
+  config.stash[CAPTURE] = c
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+  from replay import recorder
+  if item.config.stash.get(CAPTURE, None) is None:
+    yield
+    return
+  recorder.relabel(item.nodeid)
+  try: yield
+  finally: recorder.relabel("")
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+  if session.config.stash.get(CAPTURE, None) is None: return
+  from replay import recorder
+  recorder.stop()
+  session.config.stash[CAPTURE] = None
 
 def pytest_configure(config: pytest.Config) -> None:
   paths = [Path(p) for p in config.getoption("replay") or []]

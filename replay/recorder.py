@@ -13,7 +13,7 @@ on KeyboardInterrupt.
 from __future__ import annotations
 import atexit, contextlib, datetime, json, os, platform, signal, socket, sys, threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Callable, Any, Iterator
 from tinysched import capture_hook
 from tinysched.ops import Ops
 from tinysched.uop import UOp
@@ -66,7 +66,10 @@ class Capturer:
       raise
     pause_point("run:started")
     self.seq = 0
-    self.queue: list[tuple[str, Any, Any, dict | None]] = []
+    self.queue: list[tuple[str, Any, Any, dict | None, str]] = []  # (level, inputs, output, info, label)
+    self.yields = False  # a session capture (pytest --replay-capture): an explicit capture inside it pauses it
+    self.accept: Callable[[], bool] | None = None  # asked before each capture: False drops it (a test patched the rules)
+    self.dropped = 0
     self.queued_schedules = 0
     self.recent: set = set()     # identity keys of queued or written captures (membership only)
     self.seen: set[tuple[str, str]] = set()  # (level, input_key) written by this run
@@ -77,6 +80,9 @@ class Capturer:
 
   def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
     if level not in self.levels or self.closed: return
+    if self.accept is not None and not self.accept():
+      self.dropped += 1
+      return
     self.depth += 1
     try: self._record(level, inputs, output, info)
     finally:
@@ -104,7 +110,7 @@ class Capturer:
         ident = ("program", ast, tuple(opts), target)
       if ident in self.recent and level != "schedule": return
       self.recent.add(ident)
-      self.queue.append((level, inputs, output, info))
+      self.queue.append((level, inputs, output, info, self.label))  # the label when it happened (relabel may change it)
       if len(self.queue) >= FLUSH_EVERY or self.queued_schedules >= SCHEDULE_FLUSH_EVERY: self.flush()
 
   def flush(self) -> None:
@@ -124,12 +130,13 @@ class Capturer:
       def add(level: str, in_key: str, out_key: str, **summary: Any) -> dict | None:
         if (level, in_key) in self.seen or (level, in_key) in seen_now: return None
         seen_now.add((level, in_key))
-        row = {"run_id": self.run_id, "seq": self.seq + len(rows) + 1, "level": level, "label": self.label, "input_key": in_key, "output_key": out_key,
+        # label: of the queue entry being written (the loop below)
+        row = {"run_id": self.run_id, "seq": self.seq + len(rows) + 1, "level": level, "label": label, "input_key": in_key, "output_key": out_key,
                "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
                "metadata": None, "extra": None, **summary}
         rows.append(row)
         return row
-      for level, inputs, output, info in queue:
+      for level, inputs, output, info, label in queue:
         if level == "kernel":
           pre, var_vals, assigns = inputs
           si, so = {}, {}
@@ -182,8 +189,18 @@ class Capturer:
 
 _active: Capturer | None = None
 
+_paused: list[Capturer] = []  # session captures paused by an explicit capture inside them (innermost last)
+
+def relabel(label: str) -> None:
+  """Label what the active capture records from now on (pytest --replay-capture: the running test's node id)."""
+  if _active is not None: _active.label = label
+
 def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Capturer:
   global _active
+  if _active is not None and _active.yields:  # a test of capture itself, inside a session capture: pause the session
+    _active.flush()
+    _paused.append(_active)
+    _active = capture_hook.HOOK = None
   if _active is not None: raise RuntimeError(f"capture is already on (into {_active.path}); stop it first")
   if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None  # an explicit start wins over the environment
   _active = Capturer(path, label, levels)
@@ -195,7 +212,11 @@ def stop() -> None:
   if _active is None: return
   capture_hook.HOOK = None
   c, _active = _active, None
-  c.close()
+  try: c.close()
+  finally:
+    if _paused and not c.yields:  # the explicit capture is over: the session capture goes on
+      _active = _paused.pop()
+      capture_hook.HOOK = _active
 
 @contextlib.contextmanager
 def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Iterator[Capturer]:

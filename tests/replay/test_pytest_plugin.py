@@ -99,3 +99,47 @@ def test_plugin_is_a_pytest11_entry_point():
   if not eps: pytest.skip("the package is installed without the pytest11 entry point: run `pip install -e .` again")
   import replay.pytest_plugin
   assert eps[0].load() is replay.pytest_plugin
+
+# *** pytest --replay-capture: a project's own tests as replay inputs ***
+
+CAPTURED_TESTS = '''
+import replay
+from tinysched import Tensor
+from tinysched.scheduling import kernel_ast as KA
+
+def test_plain():
+  Tensor.manual_seed(1)
+  (Tensor.rand(4, 8).sum(1) * 3).realize()
+
+def test_patched_rule(monkeypatch):
+  # a test that plants a bug in a scheduler rule: what it schedules is no baseline
+  monkeypatch.setattr(KA, "rewrite_kernel", lambda pre, assigned, orig=KA.rewrite_kernel: orig(pre, assigned))
+  (Tensor.rand(5, 7).max(1) + 9).realize()
+
+def test_its_own_capture(tmp_path):
+  with replay.capture(tmp_path / "own.db", label="own"): (Tensor.rand(3, 3) * 5).realize()
+  import sqlite3
+  assert sqlite3.connect(tmp_path / "own.db").execute("SELECT count(*) FROM captures").fetchone()[0] > 0
+
+def test_after():
+  (Tensor.rand(6, 2).exp().sum()).realize()
+'''
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_replay_capture_records_the_tests_by_node_id(tmp_path, workers):
+  """Every scheduler call of a test run, labelled with its test; nothing from a test that patched the rules; a test
+  that captures on its own still does (the session capture pauses) and the session goes on after it. The store then
+  replays as identical."""
+  (tmp_path / "test_some.py").write_text(CAPTURED_TESTS)
+  db = tmp_path / "tests.db"
+  r = run_pytest(tmp_path, "test_some.py", "--replay-capture", str(db), *(["-n", str(workers)] if workers else []))
+  assert r.returncode == 0, r.stdout + r.stderr
+  c = sqlite3.connect(db)
+  labels = {lbl for (lbl,) in c.execute("SELECT DISTINCT label FROM captures")}
+  assert labels == {"test_some.py::test_plain", "test_some.py::test_after"}, labels
+  assert c.execute("SELECT count(*) FROM runs").fetchone()[0] == max(workers, 1)  # one run per test process
+  c.close()
+  res = CliRunner().invoke(cli, ["check", str(db), "-j", "1"])
+  assert res.exit_code == 0, res.output
+  bad = run_pytest(tmp_path, "test_some.py", "--replay-capture", str(db), "--replay-capture-levels", "kernel,bogus")
+  assert bad.returncode != 0 and "unknown level" in bad.stdout + bad.stderr
