@@ -17,6 +17,7 @@ class Report:
   shard: str | None = None
   perf_gate: float | None = None                     # --perf-gate PCT
   paired: bool = False                               # replay diff/commits: results pair rows of two stores
+  accepted: list[dict] = field(default_factory=list) # per-key accepts recorded in the stores (Store.accepts(), with "db")
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1
@@ -93,7 +94,9 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
     except StoreError as e:
       rep.fatal.append(str(e))
       continue
-    try: rows = _select(store, level, label, key, shard)
+    try:
+      rows = _select(store, level, label, key, shard)
+      rep.accepted += [{**a, "db": str(p)} for a in store.accepts()]
     finally: store.close()
     tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))), exec_mode)
   total = sum(len(t[1]) for t in tasks)

@@ -3,7 +3,7 @@
 JSON schema `tinysched-replay-report` version 1:
   {"schema", "version", "sources": [db paths], "shard": "I/N"|null, "elapsed_s", "workers",
    "summary": {"total", "identical", "changed", "error", "incompatible", "exec": {verdict: count}},
-   "exit_code", "fatal": [messages],
+   "exit_code", "fatal": [messages], "accepted": [per-key accepts in the stores: Store.accepts() rows with "db"],
    "groups": [{"outcome", "signature", "count", "example": <result>, "members": [input keys]}],   largest first
    "results": [<result>]}                                                                          in store order
   <result> = {"db", "run_id", "seq", "level", "label", "input_key", "stored_key", "new_key", "outcome", "reason",
@@ -47,7 +47,7 @@ def to_json(rep: Report) -> dict[str, Any]:
   return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
           "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep),
                                                             "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
-          "fatal": rep.fatal, "perf_gate": rep.perf_gate,
+          "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
@@ -59,7 +59,8 @@ def from_json(doc: dict) -> Report:
   if doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
     raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
   rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
-               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"))
+               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"),
+               accepted=list(doc.get("accepted", [])))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -70,8 +71,22 @@ def merge(reports: list[Report]) -> Report:
     for s in rep.sources:
       if s not in out.sources: out.sources.append(s)
     out.fatal += [f for f in rep.fatal if f not in out.fatal]
+    out.accepted += [a for a in rep.accepted if a not in out.accepted]
     for r in rep.results: seen.setdefault((r.db, r.run_id, r.seq, r.level, r.input_key), r)
   out.results = sorted(seen.values(), key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
+  return out
+
+def accepted_lines(rep: Report, md: bool = False, limit: int = 20) -> list[str]:
+  """What `replay accept --key/--group` accepted in the checked stores since their last full capture (newest first)."""
+  if not rep.accepted: return []
+  acc = sorted(rep.accepted, key=lambda a: (a.get("time") or "", a.get("db") or "", a.get("id") or 0), reverse=True)
+  q = (lambda x: f"`{_md(str(x))}`") if md else str
+  out = [("**" if md else "") + f"accepted per kernel since the last full capture: {len(acc)} row(s)" + ("**" if md else "")]
+  for a in acc[:limit]:
+    out.append(f"{'- ' if md else '    '}{a.get('level')} {q((a.get('input_key') or '')[:16])} ({a.get('label') or '-'}, {a.get('db')}): "
+               f"{q((a.get('old_output_key') or '')[:12])} -> {q((a.get('new_output_key') or '')[:12])} at {q((a.get('git_commit') or '?')[:10])}"
+               f"{' (dirty)' if a.get('git_dirty') else ''} by {a.get('who') or '?'} on {a.get('time')}: {a.get('message')}")
+  if len(acc) > limit: out.append(f"{'- ' if md else '    '}... and {len(acc) - limit} more (see the JSON report's accepted)")
   return out
 
 def exec_timing(rep: Report) -> str | None:
@@ -122,6 +137,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
   for r in rep.perf_failures()[:5]: lines.append(f"  SLOWER (--perf-gate): {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}")
   for f in rep.fatal: lines.append(f"  FATAL {f}")
+  lines += ["  " + ln for ln in accepted_lines(rep)]
   groups = rep.groups()
   for g in groups[:max_groups]:
     ex: Result = g["example"]
@@ -166,6 +182,7 @@ def markdown(rep: Report, max_groups: int = 20) -> str:
   if ec := exec_counts(rep): out += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
   if et := exec_timing(rep): out += [et, ""]
   for f in rep.fatal: out.append(f"- **fatal**: `{f}`")
+  if acc := accepted_lines(rep, md=True): out += [*acc, ""]
   if fails:  # numbers that are wrong come before anything a reviewer could accept
     out += [f"### ❌ {len(fails)} failing execution(s): not waivable by [replay:accept]", "", "| verdict | capture | detail |", "|---|---|---|"]
     out += [f"| **{r.exec['verdict']}** | {r.label or '-'} {r.level} `{r.input_key[:12]}` | {_md(_exec_line(r))[:300]} |" for r in fails[:30]]
