@@ -2,7 +2,7 @@
 
 JSON schema `tinysched-replay-report` version 1:
   {"schema", "version", "sources": [db paths], "shard": "I/N"|null, "elapsed_s", "workers",
-   "summary": {"total", "identical", "changed", "error", "incompatible", "exec": {verdict: count}},
+   "summary": {"total", "identical", "changed", "error", "incompatible", "unstable", "exec": {verdict: count}},
    "exit_code", "fatal": [messages], "accepted": [per-key accepts in the stores: Store.accepts() rows with "db"],
    "groups": [{"outcome", "signature", "count", "example": <result>, "members": [input keys]}],   largest first
    "results": [<result>]}                                                                          in store order
@@ -33,6 +33,9 @@ NEXT_STEPS = {
   "failed": "a kernel could not be compiled or run (see the error); its numbers are unverified",
   "timeout": "a job ran past its time limit twice (the second time alone): a hung kernel, or raise the limit with --timeout SECONDS",
   "perf": "kernels got slower beyond --perf-gate and their noise margin",
+  "unstable_output": "the same stored input gave different outputs in two processes with different PYTHONHASHSEED (replay check "
+                     "--twice): something iterates a set or an id()-ordered dict into the output; [replay:accept] cannot waive it. "
+                     "The group's diff is between the two processes' outputs",
 }
 FAIL_ORDER = FAIL_VERDICTS  # worst first
 
@@ -160,11 +163,12 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   if code == 0: lines.append("OK: every capture replays identically.")
   else:
     bad = [v for v in _failing_kinds(rep)]
-    found = ", ".join([f"exec {v}" for v in bad] + (["changes"] if c["changed"] else []))
+    found = ", ".join([f"exec {v}" for v in bad] + (["changes"] if c["changed"] else []) + (["unstable outputs"] if c["unstable"] else []))
     lines.append(f"exit {code}: " + ("errors, incompatible captures, or kernels that failed or timed out" if code == 2 else f"{found or 'changes'} found"))
     for v in _failing_kinds(rep): lines.append(f"  next ({v}): {NEXT_STEPS[v]}")
     for o in ("changed", "error", "incompatible"):
       if c[o]: lines.append(f"  next: {NEXT_STEPS[o]}")
+    if c["unstable"]: lines.append(f"  next (unstable): {NEXT_STEPS['unstable_output']}")
   return "\n".join(lines)
 
 def _failing_kinds(rep: Report) -> list[str]:
@@ -213,6 +217,7 @@ def markdown(rep: Report, max_groups: int = 20) -> str:
     out.append("**Next steps**")
     for o in ("changed", "error", "incompatible"):
       if c[o]: out.append(f"- {o}: {NEXT_STEPS[o]}")
+    if c["unstable"]: out.append(f"- unstable: {NEXT_STEPS['unstable_output']}")
   return "\n".join(out) + "\n"
 
 def _md(s: str) -> str: return s.replace("|", "\\|").replace("`", "'")
@@ -223,7 +228,7 @@ def junit(rep: Report) -> str:
   parts = ['<?xml version="1.0" encoding="UTF-8"?>',
            f'<testsuites name="process-replay" tests="{len(rep.results)}" time="{rep.elapsed:.3f}">']
   for suite, rs in sorted(by_suite.items()):
-    fails = sum(r.outcome == "changed" or bool(r.exec and r.exec.get("verdict") in FAIL_ORDER) for r in rs)
+    fails = sum(r.outcome in ("changed", "unstable") or bool(r.exec and r.exec.get("verdict") in FAIL_ORDER) for r in rs)
     errs = sum(r.outcome in ("error", "incompatible") for r in rs)
     parts.append(f'  <testsuite name={quoteattr(suite)} tests="{len(rs)}" failures="{fails}" errors="{errs}">')
     for r in rs:
@@ -232,7 +237,7 @@ def junit(rep: Report) -> str:
       if r.exec and r.exec.get("verdict") in FAIL_ORDER:
         parts.append(f'      <failure message={quoteattr(("exec " + r.exec["verdict"] + ": " + (r.exec.get("where") or r.exec.get("error") or ""))[:200])}>'
                      f'{escape(_exec_line(r)[:4000])}</failure>')
-      elif r.outcome == "changed":
+      elif r.outcome in ("changed", "unstable"):
         body = (r.signature or "") + "\n" + (r.text_diff or "")[:4000] + ("\n" + _exec_line(r) if r.exec else "")
         parts.append(f'      <failure message={quoteattr((r.signature or "changed")[:200])}>{escape(body)}</failure>')
       elif r.outcome in ("error", "incompatible"):
