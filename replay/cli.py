@@ -4,22 +4,13 @@ Exit codes, for every command: 0 nothing changed / success; 1 changes or mismatc
 incompatible captures or bad usage. Every failure says what to do next.
 """
 from __future__ import annotations
-import glob, json, os, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import click
 from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
-from replay.cli_common import _fail, exec_options, report_options, write_reports, _exec_device, run_exec
-from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd
-
-DEFAULT_GLOB = "captures/*.db"
-
-def _dbs(paths: tuple[str, ...]) -> list[str]:
-  if paths: return list(paths)
-  found = sorted(glob.glob(DEFAULT_GLOB))
-  if not found: _fail(f"no capture stores given and none match {DEFAULT_GLOB} in {os.getcwd()}",
-                      "pass DB paths, or run `replay suite` / `replay capture` to make captures")
-  return found
+from replay.cli_common import _fail, _dbs, exec_options, report_options, write_reports, _exec_device, run_exec
+from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd, bisect_cmd
 
 def _shard(s: str | None) -> tuple[int, int] | None:
   if s is None: return None
@@ -188,6 +179,6 @@ def report_merge_cmd(reports, output, report_md, junit) -> None:
   click.echo(R.terminal(rep))
   sys.exit(rep.exit_code())
 
-for _ci in (commits_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
+for _ci in (commits_cmd, bisect_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
 
 if __name__ == "__main__": main()

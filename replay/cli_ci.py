@@ -1,4 +1,4 @@
-"""CI commands of the `replay` CLI: commits, accept, gate (replay/cli.py adds them to the main group).
+"""CI commands of the `replay` CLI: commits, bisect, accept, gate (replay/cli.py adds them to the main group).
 
 Same exit codes as every replay command: 0 nothing changed / passed; 1 changes or mismatches (gate: failed
 on changes); 2 errors, incompatible captures, interrupted runs or bad usage. Every failure says what to do next.
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 import click
 from replay.store import LEVELS
-from replay.cli_common import _fail, _exec_device, report_options, run_exec, write_reports
+from replay.cli_common import _fail, _dbs, _exec_device, report_options, run_exec, write_reports
 
 def _models(s: str | None) -> list[str] | None:
   names = [m.strip() for m in (s or "").split(",") if m.strip()]
@@ -88,6 +88,37 @@ def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout,
     _fail(f"{len(failed)} model run(s) failed, so the comparison above is incomplete",
           "fix the failing model at that commit, or leave it out with --models")
   sys.exit(res.report.exit_code())
+
+@click.command("bisect")
+@click.argument("good")
+@click.argument("bad")
+@click.argument("dbs", nargs=-1)
+@click.option("--level", type=click.Choice(LEVELS), help="only captures of this level")
+@click.option("--label", help="only captures with this label (model)")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True, help="replay workers per commit")
+@click.option("--timeout", type=float, default=None, help="seconds one commit's replay may take before the commit is skipped")
+@click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktree (default: the system temp dir)")
+def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
+  """Find the first commit between GOOD and BAD whose code makes the stored captures (DBS, default captures/*.db)
+  diverge: `git bisect run` in a temporary worktree, replaying at each commit only the captures that diverge at BAD.
+  Exit 0 with the commit found; 2 when it cannot be decided (say why and what to do)."""
+  from replay.bisect import BisectError, run_bisect
+  if jobs < 1: _fail(f"-j {jobs}: needs at least one worker")
+  try: res = run_bisect(good, bad, _dbs(dbs), level=level, label=label, jobs=jobs, timeout=timeout, tmp_dir=tmp_dir,
+                        log=lambda s: click.echo(s) or sys.stdout.flush())
+  except BisectError as e: _fail(str(e), e.hint)
+  except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the worktree and the bisect state are already gone
+    _fail(f"interrupted ({str(e) or 'SIGINT'}); the temporary worktree and its bisect state were removed", "run `replay bisect` again")
+  for n in res.left_out: click.echo(f"note: {n}")
+  click.echo("commits tested:")
+  for s in res.steps:
+    click.echo(f"  {s.sha[:10]} {s.subject[:60]!r}: {({0: 'good', 1: 'bad', 125: 'skip'})[s.replay.verdict]} ({s.replay.reason})")
+  click.echo(f"\nfirst bad commit: {res.first_bad} {res.subject}")
+  click.echo(f"diverging captures there ({len(res.diverging)} of the {res.probe_count} that diverge at BAD):")
+  for lv, ik, outcome, where in res.diverging: click.echo(f"  {lv} {ik[:16]} {outcome}  ({', '.join(where)})")
+  click.echo(f"next: `git show {res.first_bad[:10]}`; `replay check {' '.join(sorted({w for d in res.diverging for w in d[3]}))} --key <key> -v` "
+             "at that commit shows the diff")
+  sys.exit(0)
 
 @click.command("accept")
 @click.argument("dbs", nargs=-1)
