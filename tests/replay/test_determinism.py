@@ -57,6 +57,22 @@ def test_deterministic_code_is_never_unstable(db, tmp_path):
                      capture_output=True, text=True)
   assert r.returncode == 2 and "must differ" in r.stderr
 
+def test_unstable_alone_fails_the_check_and_every_report():
+  from replay import report as R
+  from replay.check import Report
+  from replay.runner import Result
+  res = lambda outcome: Result("s.db", 1, 1, "kernel", "m", "a" * 64, "b" * 64, outcome=outcome, signature=f"{outcome} kernel: x",
+                               reason="the output depends on the hash seed")
+  assert Report(results=[res("identical")]).exit_code() == 0
+  rep = Report(results=[res("identical"), res("unstable")])
+  assert rep.exit_code() == 1 and rep.counts()["unstable"] == 1
+  assert "unstable outputs found" in R.terminal(rep) and "next (unstable)" in R.terminal(rep)
+  assert "- unstable:" in R.markdown(rep) and 'failures="1"' in R.junit(rep)
+  doc = R.to_json(rep)
+  assert doc["summary"]["unstable"] == 1 and R.from_json(doc).exit_code() == 1
+  assert decide(doc, 1, accept=True) == (False, decide(doc, 1, accept=False)[1]) and "PYTHONHASHSEED" in decide(doc, 1, accept=True)[1]
+  assert failure_exit(doc, 1) == 1
+
 # *** replay suite --twice ***
 
 SUITE = '''"""Test model suite: one model whose graph depends on the hash seed, one that does not."""
