@@ -187,9 +187,14 @@ def accept_rows(rows: list[Row], message: str, log: Log = print) -> AcceptResult
     finally: s.close()
     if updates: plans.append((db, updates, entries))
   for db, updates, entries in plans:  # every row could be accepted: write, one transaction per store
-    s = Store(db)
-    try: s.accept(updates, entries)
-    finally: s.close()
+    try:
+      s = Store(db)
+      try: s.accept(updates, entries)
+      finally: s.close()
+    except StoreError as e:
+      done = sorted({a["db"] for a in res.accepted})
+      raise AcceptError(f"{db}: cannot be written ({e}); it is unchanged" + (f" (already updated: {', '.join(done)})" if done else ""),
+                        "make the store writable (or free its lock) and run the same command again: rows already accepted are skipped") from None
     res.accepted += [{**e, "db": db} for e in entries]
     log(f"  {db}: accepted {len(entries)} row(s)")
   return res
