@@ -2,7 +2,7 @@
 row stays byte-identical, the store records who/why at which commit (schema version 2, old stores still read), `replay
 check` then passes on them and still fails on the rest, and nothing is written when anything cannot be accepted."""
 from __future__ import annotations
-import hashlib, json, os, shutil, signal, sqlite3, subprocess, sys, time
+import hashlib, json, os, shutil, signal, sqlite3, subprocess, sys
 from pathlib import Path
 import pytest
 from click.testing import CliRunner

@@ -6,7 +6,6 @@ give different outputs under the two seeds, then caught; without it nothing is u
 from __future__ import annotations
 import json, os, subprocess, sys
 from pathlib import Path
-import pytest
 from replay.gate import decide, failure_exit
 from tests.replay.test_commits import copy_project
 
