@@ -17,6 +17,7 @@ class Report:
   shard: str | None = None
   perf_gate: float | None = None                     # --perf-gate PCT
   paired: bool = False                               # replay diff/commits: results pair rows of two stores
+  accepted: list[dict] = field(default_factory=list) # per-key accepts recorded in the stores (Store.accepts(), with "db")
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1
@@ -26,7 +27,7 @@ class Report:
     g: dict[tuple[str, str], list[Result]] = {}
     for r in self.results:
       if r.outcome == "identical": continue
-      sig = r.signature if r.outcome == "changed" else f"{r.level}: {r.outcome}: {(r.reason or '').splitlines()[0][:120] if r.reason else ''}"
+      sig = r.signature if r.outcome in ("changed", "unstable") else f"{r.level}: {r.outcome}: {(r.reason or '').splitlines()[0][:120] if r.reason else ''}"
       g.setdefault((r.outcome, sig or ""), []).append(r)
     out = [{"outcome": o, "signature": s, "count": len(rs), "example": rs[0], "members": rs} for (o, s), rs in g.items()]
     out.sort(key=lambda x: (-x["count"], x["outcome"], x["signature"]))
@@ -35,7 +36,7 @@ class Report:
     c = self.counts()
     verdicts = {r.exec.get("verdict") for r in self.results if r.exec}
     if self.fatal or c["error"] or c["incompatible"] or verdicts & set(EXIT_2_VERDICTS): return 2
-    if verdicts & set(FAIL_VERDICTS) or self.perf_failures(): return 1
+    if verdicts & set(FAIL_VERDICTS) or self.perf_failures() or c["unstable"]: return 1
     return 1 if c["changed"] else 0
   def perf_failures(self) -> list[Result]:
     """Captures whose new kernels are slower than the old by more than --perf-gate PCT beyond noise (none when off)."""
@@ -95,7 +96,9 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
     except StoreError as e:
       rep.fatal.append(str(e))
       continue
-    try: rows = _select(store, level, label, key, shard)
+    try:
+      rows = _select(store, level, label, key, shard)
+      rep.accepted += [{**a, "db": str(p)} for a in store.accepts()]
     finally: store.close()
     tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))), exec_mode)
   total = sum(len(t[1]) for t in tasks)

@@ -4,23 +4,14 @@ Exit codes, for every command: 0 nothing changed / success; 1 changes or mismatc
 incompatible captures or bad usage. Every failure says what to do next.
 """
 from __future__ import annotations
-import glob, json, os, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import click
 from replay.store import Store, StoreError, LEVELS, compact
 from replay.encode import IncompatibleCapture
-from replay.cli_common import _fail, exec_options, report_options, write_reports, _exec_device, run_exec, report_paths_writable
-from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd
+from replay.cli_common import _fail, _dbs, exec_options, report_options, write_reports, _exec_device, run_exec, report_paths_writable
+from replay.cli_ci import commits_cmd, accept_cmd, gate_cmd, bisect_cmd
 from replay.cli_triage import blame_cmd, minimize_cmd
-
-DEFAULT_GLOB = "captures/*.db"
-
-def _dbs(paths: tuple[str, ...]) -> list[str]:
-  if paths: return list(paths)
-  found = sorted(glob.glob(DEFAULT_GLOB))
-  if not found: _fail(f"no capture stores given and none match {DEFAULT_GLOB} in {os.getcwd()}",
-                      "pass DB paths, or run `replay suite` / `replay capture` to make captures")
-  return found
 
 def _shard(s: str | None) -> tuple[int, int] | None:
   if s is None: return None
@@ -42,16 +33,23 @@ def main() -> None:
 @click.option("-j", "--jobs", type=int, default=None, help="parallel workers (default: all cores)")
 @click.option("--shard", help="replay only shard I of N (I/N), split deterministically by capture key")
 @click.option("--slower-threshold", type=float, default=0.10, show_default=True, help="flag kernels slower by more than this fraction")
+@click.option("--twice", is_flag=True, help="also replay every capture in two processes with different PYTHONHASHSEED: outputs that differ are `unstable`")
+@click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
 @exec_options
 @report_options()
-def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, timeout, perf_gate, report_md, report_json, junit,
-              report_html, verbose) -> None:
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, timeout, perf_gate, report_md,
+              report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   from replay.check import check, terminal_progress
   report_paths_writable(report_md, report_json, junit, report_html)
+  seeds = _seeds(twice, hash_seeds)
   device = _exec_device(exec_mode, device)
-  rep = check(_dbs(dbs), level=level, label=label, key=key, jobs=jobs, shard=_shard(shard), progress=terminal_progress(),
-              exec_mode=exec_mode)
+  paths, sh = _dbs(dbs), _shard(shard)
+  rep = check(paths, level=level, label=label, key=key, jobs=jobs, shard=sh, progress=terminal_progress(), exec_mode=exec_mode)
+  if twice and not rep.fatal:
+    from replay.determinism import DeterminismError, mark_unstable
+    try: mark_unstable(rep, paths, level, label, key, sh, seeds)
+    except DeterminismError as e: _fail(str(e), e.hint)
   run_exec(rep, exec_mode, device, slower_threshold, timeout, perf_gate)
   _emit(rep, report_md, report_json, junit, report_html, verbose)
 
@@ -60,6 +58,12 @@ def _emit(rep, report_md, report_json, junit, report_html, verbose) -> None:
   click.echo(R.terminal(rep, verbose=verbose))
   write_reports(rep, report_md, report_json, junit, report_html)
   sys.exit(rep.exit_code())
+
+def _seeds(twice: bool, hash_seeds: str) -> tuple[int, int]:
+  from replay.determinism import parse_seeds
+  if hash_seeds != "1,2" and not twice: _fail("--hash-seeds goes with --twice")
+  try: return parse_seeds(hash_seeds)
+  except ValueError as e: _fail(f"--hash-seeds {e}"); raise
 
 @main.command("diff")
 @click.argument("old_db")
@@ -132,26 +136,41 @@ def show_cmd(db, key, html_path) -> None:
               help="without --db: one store per model, OUT/<model>.db (replaced)")
 @click.option("--full", is_flag=True, help="full-size models (default: the quick versions CI runs)")
 @click.option("--levels", default=",".join(LEVELS), show_default=True)
-def suite_cmd(models, db, out, full, levels) -> None:
+@click.option("--twice", is_flag=True, help="capture each model a second time under another PYTHONHASHSEED and report key sets that differ")
+@click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
+def suite_cmd(models, db, out, full, levels, twice, hash_seeds) -> None:
   """Run the real-model suite with capture on."""
   from replay.suite import suite_models, run_model
+  from replay import determinism as D
+  seeds = _seeds(twice, hash_seeds)
   names = models.split(",") if models else suite_models()
   unknown = [n for n in names if n not in suite_models()]
   if unknown: _fail(f"unknown model(s) {unknown}; the suite has {', '.join(suite_models())}")
-  failed = 0
+  failed, unstable = 0, []
   for name in names:
     target = Path(db) if db else Path(out) / f"{name}.db"
     if not db: target.parent.mkdir(parents=True, exist_ok=True)
+    before = D.last_run(target) if db and twice else 0
     # without --db the model's store replaces the old one only after a complete, non-empty run (atomic rename)
-    r = run_model(name, target, quick=not full, levels=tuple(levels.split(",")), replace=not db)
+    r = run_model(name, target, quick=not full, levels=tuple(levels.split(",")), replace=not db,
+                  env={"PYTHONHASHSEED": str(seeds[0])} if twice else None)
     if r.get("skipped"): click.echo(f"  {name}: skipped ({r['skipped']})")
     elif r.get("ok"): click.echo(f"  {name}: captured into {target} in {r['seconds']}s  {json.dumps(r.get('summary'))[:160]}")
     else:
       failed += 1
       click.echo(f"  {name}: FAILED after {r['seconds']}s: {r.get('error')}", err=True)
       if r.get("stderr"): click.echo("    " + "\n    ".join(r["stderr"].splitlines()[-15:]), err=True)
+    if twice and r.get("ok") and not r.get("skipped"):
+      try: d = D.capture_again(name, target, before, not full, tuple(levels.split(",")), seeds)
+      except D.DeterminismError as e: _fail(str(e), e.hint)
+      if d: unstable.append(name)
+      click.echo("\n".join(d.lines()) if d else f"  {name}: captured again under PYTHONHASHSEED={seeds[1]}: the same keys", err=bool(d))
     if not db: compact(target)
   if failed: _fail(f"{failed} model(s) failed", "fix the model or run the others with --models")
+  if unstable:
+    _fail(f"model(s) {', '.join(unstable)}: two captures under PYTHONHASHSEED={seeds[0]} and ={seeds[1]} differ (unstable; the stores "
+          "hold the first)", "find what iterates a set or an id()-ordered dict into the captured graphs or outputs: "
+          "`replay check --twice` on the stores shows outputs that depend on the seed", code=1)
 
 @main.group("report")
 def report_grp() -> None:
@@ -174,7 +193,7 @@ def report_merge_cmd(reports, output, report_md, junit, report_html) -> None:
   click.echo(R.terminal(rep))
   sys.exit(rep.exit_code())
 
-for _ci in (commits_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
+for _ci in (commits_cmd, bisect_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
 for _tr in (blame_cmd, minimize_cmd): main.add_command(_tr)  # triage: replay/cli_triage.py
 
 if __name__ == "__main__": main()

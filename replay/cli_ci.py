@@ -1,4 +1,4 @@
-"""CI commands of the `replay` CLI: commits, accept, gate (replay/cli.py adds them to the main group).
+"""CI commands of the `replay` CLI: commits, bisect, accept, gate (replay/cli.py adds them to the main group).
 
 Same exit codes as every replay command: 0 nothing changed / passed; 1 changes or mismatches (gate: failed
 on changes); 2 errors, incompatible captures, interrupted runs or bad usage. Every failure says what to do next.
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 import click
 from replay.store import LEVELS
-from replay.cli_common import _fail, _exec_device, report_options, run_exec, write_reports, report_paths_writable, html_drawings
+from replay.cli_common import _fail, _dbs, _exec_device, report_options, run_exec, write_reports, report_paths_writable, html_drawings
 
 def _models(s: str | None) -> list[str] | None:
   names = [m.strip() for m in (s or "").split(",") if m.strip()]
@@ -93,14 +93,61 @@ def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout,
           "fix the failing model at that commit, or leave it out with --models")
   sys.exit(res.report.exit_code())
 
+@click.command("bisect")
+@click.argument("good")
+@click.argument("bad")
+@click.argument("dbs", nargs=-1)
+@click.option("--level", type=click.Choice(LEVELS), help="only captures of this level")
+@click.option("--label", help="only captures with this label (model)")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True, help="replay workers per commit")
+@click.option("--timeout", type=float, default=None, help="seconds one commit's replay may take before the commit is skipped")
+@click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktree (default: the system temp dir)")
+def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
+  """Find the first commit between GOOD and BAD whose code makes the stored captures (DBS, default captures/*.db)
+  diverge: `git bisect run` in a temporary worktree, replaying at each commit only the captures that diverge at BAD.
+  Exit 0 with the commit found; 2 when it cannot be decided (say why and what to do)."""
+  from replay.bisect import BisectError, run_bisect
+  if jobs < 1: _fail(f"-j {jobs}: needs at least one worker")
+  try: res = run_bisect(good, bad, _dbs(dbs), level=level, label=label, jobs=jobs, timeout=timeout, tmp_dir=tmp_dir,
+                        log=lambda s: click.echo(s) or sys.stdout.flush())
+  except BisectError as e: _fail(str(e), e.hint)
+  except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the worktree and the bisect state are already gone
+    _fail(f"interrupted ({str(e) or 'SIGINT'}); the temporary worktree and its bisect state were removed", "run `replay bisect` again")
+  for n in res.left_out: click.echo(f"note: {n}")
+  click.echo("commits tested:")
+  for s in res.steps:
+    click.echo(f"  {s.sha[:10]} {s.subject[:60]!r}: {({0: 'good', 1: 'bad', 125: 'skip'})[s.replay.verdict]} ({s.replay.reason})")
+  click.echo(f"\nfirst bad commit: {res.first_bad} {res.subject}")
+  click.echo(f"diverging captures there ({len(res.diverging)} of the {res.probe_count} that diverge at BAD):")
+  for lv, ik, outcome, where in res.diverging: click.echo(f"  {lv} {ik[:16]} {outcome}  ({', '.join(where)})")
+  click.echo(f"next: `git show {res.first_bad[:10]}`; `replay check {' '.join(sorted({w for d in res.diverging for w in d[3]}))} --key <key> -v` "
+             "at that commit shows the diff")
+  sys.exit(0)
+
 @click.command("accept")
+@click.argument("dbs", nargs=-1)
 @click.option("--models", help="comma-separated model names (default: the whole suite)")
 @click.option("--dir", "captures_dir", default="captures", show_default=True, help="the baseline folder, relative to the repository root")
 @click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
 @click.option("--timeout", type=float, default=None, help="seconds per model before it counts as failed")
-def accept_cmd(models, captures_dir, levels, timeout) -> None:
+@click.option("--key", "keys", multiple=True, help="per-kernel accept: only the capture whose input key starts with this (repeatable)")
+@click.option("--group", "groups", multiple=True, help="per-kernel accept: the rows of this changed group of `replay check` (its # or signature; repeatable)")
+@click.option("-m", "--message", help="with --key/--group (required): why these outputs are right, recorded in the store")
+@click.option("--level", type=click.Choice(LEVELS), help="with --key/--group: only captures of this level")
+@click.option("--label", help="with --key/--group: only captures with this label (model)")
+@click.option("-j", "--jobs", type=int, default=None, help="with --group: parallel workers of the check that finds the groups")
+def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message, level, label, jobs) -> None:
   """Re-capture the suite as the new baseline: show what changed against captures/, then replace
-  captures/<model>.db and captures/README.md, ready to commit."""
+  captures/<model>.db and captures/README.md, ready to commit.
+
+  With --key/--group (per-kernel accept): update only those rows of the stores DBS (default: DIR/*.db, relative to the
+  current directory as for `replay check`) to the current code's outputs, recording the commit, who and --message."""
+  if keys or groups:
+    _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, {"models": models, "levels": levels, "timeout": timeout})
+    return
+  if given := [f"--{n}" for n, v in (("message", message), ("level", level), ("label", label), ("jobs", jobs)) if v is not None] + (["DB"] if dbs else []):
+    _fail(f"{', '.join(given)} go(es) with --key/--group (a per-kernel accept); a full accept re-captures the suite",
+          "name the captures with --key K or --group G, or leave those out")
   from replay.commits import run_accept, CommitsError
   lv = _levels(levels)
   try:
@@ -113,6 +160,32 @@ def accept_cmd(models, captures_dir, levels, timeout) -> None:
   for p in res.stale: click.echo(f"note: {rel(p)} is not a model of the suite any more: remove it with `git rm {rel(p)}`")
   click.echo(f"replaced {len(res.replaced)} store(s) in {rel(res.captures)}; updated {rel(res.readme)}")
   click.echo("ready to commit:\n  git add " + " ".join(rel(p) for p in [*res.replaced, res.readme]))
+
+def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, full_only: dict) -> None:
+  """`replay accept --key/--group`: replay/accept.py does the work; exit 2 (nothing written) when anything cannot be accepted."""
+  from replay.accept import AcceptError, accept_rows, select_groups, select_keys
+  ctx = click.get_current_context()
+  if given := [f"--{n}" for n in full_only if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]:
+    _fail(f"{', '.join(given)} go(es) with a full accept (re-capturing the suite), not with --key/--group", "leave them out")
+  if not message: _fail("a per-kernel accept needs --message", "say why the new outputs are right, e.g. -m 'ADD operands reordered: same numbers'")
+  paths = list(dbs) or sorted(str(p) for p in Path(captures_dir).glob("*.db"))
+  if not paths: _fail(f"no capture stores given and none match {captures_dir}/*.db in {os.getcwd()}", "pass the stores to accept in (DB ...)")
+  try:
+    rows = select_keys(paths, list(keys), level, label) if keys else []
+    if groups:
+      from replay.check import check
+      rep = check(paths, level=level, label=label, jobs=jobs)
+      if rep.fatal: _fail(rep.fatal[0], "pass capture stores written by `replay capture` or `replay suite`")
+      seen = {(r.db, r.row["id"]) for r in rows}
+      rows += [r for r in select_groups(rep, list(groups)) if (r.db, r.row["id"]) not in seen]
+    res = accept_rows(rows, message, log=click.echo)
+  except AcceptError as e: _fail(str(e), e.hint)
+  except KeyboardInterrupt: _fail("interrupted; every store is as it was, or fully updated (one transaction each)", "run `replay check` to see which")
+  for r in res.unchanged: click.echo(f"note: {r.row['level']} {r.row['input_key'][:16]} ({r.db}) already replays identically: nothing to accept")
+  for a in res.accepted:
+    click.echo(f"accepted {a['level']} {a['input_key'][:16]} ({a['label'] or '-'}, {a['db']}): {a['old_output_key'][:12]} -> {a['new_output_key'][:12]}")
+  if res.accepted: click.echo("ready to commit:\n  git add " + " ".join(sorted({a["db"] for a in res.accepted})))
+  else: click.echo("nothing to accept: the named captures already replay identically")
 
 @click.command("gate")
 @click.argument("dbs", nargs=-1)

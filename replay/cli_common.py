@@ -8,6 +8,17 @@ def _fail(msg: str, hint: str | None = None, code: int = 2) -> None:
   if hint: click.echo(f"  next: {hint}", err=True)
   sys.exit(code)
 
+DEFAULT_GLOB = "captures/*.db"
+
+def _dbs(paths: tuple[str, ...]) -> list[str]:
+  """The capture stores a command was given, or captures/*.db of the current directory (none: exit 2)."""
+  if paths: return list(paths)
+  import glob, os
+  found = sorted(glob.glob(DEFAULT_GLOB))
+  if not found: _fail(f"no capture stores given and none match {DEFAULT_GLOB} in {os.getcwd()}",
+                      "pass DB paths, or run `replay suite` / `replay capture` to make captures")
+  return found
+
 def exec_options(f):
   """--exec/--exec-all and their settings, for every command that can run kernels."""
   for opt in reversed([

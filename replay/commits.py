@@ -134,9 +134,9 @@ def add_runner(tree: Path, checkout: Path) -> list[str]:
 
 class Worktrees:
   """Temporary detached worktrees of one repository in one temp folder; removed on exit unless kept."""
-  def __init__(self, root: Path, tmp_dir: str | None = None):
+  def __init__(self, root: Path, tmp_dir: str | None = None, prefix: str = "replay-commits-"):
     self.root = root
-    self.tmp = Path(tempfile.mkdtemp(prefix="replay-commits-", dir=tmp_dir))
+    self.tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_dir))
     self.paths: list[Path] = []
     self.keep = False  # set after a completed run with --keep; an interrupted run never keeps anything
   def add(self, name: str, sha: str) -> Path:

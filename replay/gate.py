@@ -6,7 +6,8 @@ Rules (`decide`), in order; the first that applies wins:
 2. any result whose `exec.verdict` is `wrong` (a kernel disagrees with the independent reference, even when old
    and new agree), `mismatch` (old and new kernels compute different numbers), `unstable` (different bits on
    two runs), `failed` (a kernel could not be run) or `timeout` (it hung): FAIL, always: wrong or unverified
-   numbers are not a reviewable change; the same for a `--perf-gate` regression;
+   numbers are not a reviewable change; the same for a `--perf-gate` regression, and for a capture whose replay
+   `outcome` is `unstable` (`replay check --twice`: its output depends on PYTHONHASHSEED, a determinism bug);
 3. exit code 0 and nothing changed: PASS;
 4. changes (exit code 1): PASS only when accepted (`[replay:accept]` in the PR title or the head commit
    message), else FAIL.
@@ -41,6 +42,11 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
     what = ", ".join(f"{n} {k}" for k, n in (("error(s)", errors), ("incompatible capture(s)", incompatible)) if n)
     return False, (f"{what}: the current code raised on stored inputs or cannot read them; [replay:accept] does not accept "
                    "errors: fix the regression, or re-capture obsolete inputs with `replay accept`")
+  unstable = max(int(summary.get("unstable", 0) or 0), sum(isinstance(r, dict) and r.get("outcome") == "unstable" for r in results))
+  if unstable:
+    return False, (f"{unstable} capture(s) give different outputs in processes with different PYTHONHASHSEED (unstable, from "
+                   "`replay check --twice`): a determinism bug (a set or id()-ordered dict reaches the output), which [replay:accept] "
+                   "cannot accept; see the unstable groups' diffs, fix the iteration order, then run again")
   bad = {v: sum(_verdict(r) == v for r in results) for v in ALWAYS_FAIL_VERDICTS}
   if bad["wrong"]:
     return False, (f"{bad['wrong']} capture(s) compute numbers that disagree with the independent numpy reference (exec wrong): "

@@ -69,3 +69,50 @@ def remove_worktree(root: Path, path: Path) -> None:
 def prune_worktrees(root: Path) -> None:
   """Forget the worktrees whose folders are gone."""
   query(["worktree", "prune"], root, timeout=None)
+
+def is_ancestor(root: Where, ancestor: str, commit: str) -> bool:
+  """Is `ancestor` an ancestor of (or the same as) `commit`? (raises GitError when git cannot tell)"""
+  try: git(["merge-base", "--is-ancestor", ancestor, commit], root)
+  except GitError as e:
+    if e.exit_code == 1: return False
+    raise
+  return True
+
+def subject(root: Where, commit: str) -> str:
+  """The first line of a commit's message, or "" when git cannot tell."""
+  return query(["log", "-1", "--format=%s", commit], root, timeout=None) or ""
+
+def checkout(tree: Path, commit: str) -> None:
+  """Check `commit` out, detached, in the worktree `tree` (raises GitError)."""
+  git(["checkout", "--quiet", "--detach", commit], tree)
+
+# `git bisect` in a worktree: its state (BISECT_* files, refs/bisect/*) is per worktree, so a bisect in a temporary
+# worktree never touches the user's checkout or a bisect they have going there, and goes with the worktree
+
+def bisect_start(tree: Path, bad: str, good: str) -> None:
+  """Start bisecting in `tree` between a bad and a good commit (checks out the first commit to test; raises GitError)."""
+  git(["bisect", "start", bad, good], tree)
+
+def bisect_run_argv(command: list[str]) -> list[str]:
+  """The `git bisect run` command line. The caller runs it (in the worktree, in its own process group, so that git, the
+  step command and whatever that starts can be stopped together) and reads its output with `first_bad`."""
+  return ["git", "bisect", "run", *command]
+
+def first_bad(output: str) -> str | None:
+  """The commit `git bisect run` named as the first bad one in its output, or None."""
+  for line in output.splitlines():
+    words = line.split()
+    if len(words) >= 2 and line.endswith(" is the first bad commit") and all(c in "0123456789abcdef" for c in words[0]): return words[0]
+  return None
+
+def bisect_candidates(output: str) -> list[str]:
+  """When skipped commits left several candidates ("The first bad commit could be any of:"), their hashes."""
+  lines = output.splitlines()
+  for i, line in enumerate(lines):
+    if "first bad commit could be any of" in line:
+      return [ln.split()[0] for ln in lines[i + 1:] if ln.split() and len(ln.split()[0]) == 40 and all(c in "0123456789abcdef" for c in ln.split()[0])]
+  return []
+
+def bisect_reset(tree: Path) -> None:
+  """End a bisect in `tree` (never raises: it runs while cleaning up, where there may be no bisect)."""
+  query(["bisect", "reset"], tree, timeout=None)

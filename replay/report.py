@@ -2,8 +2,8 @@
 
 JSON schema `tinysched-replay-report` version 1:
   {"schema", "version", "sources": [db paths], "shard": "I/N"|null, "elapsed_s", "workers",
-   "summary": {"total", "identical", "changed", "error", "incompatible", "exec": {verdict: count}},
-   "exit_code", "fatal": [messages],
+   "summary": {"total", "identical", "changed", "error", "incompatible", "unstable", "exec": {verdict: count}},
+   "exit_code", "fatal": [messages], "accepted": [per-key accepts in the stores: Store.accepts() rows with "db"],
    "groups": [{"outcome", "signature", "count", "example": <result>, "members": [input keys]}],   largest first
    "results": [<result>]}                                                                          in store order
   <result> = {"db", "run_id", "seq", "level", "label", "input_key", "stored_key", "new_key", "outcome", "reason",
@@ -32,6 +32,9 @@ NEXT_STEPS = {
   "failed": "a kernel could not be compiled or run (see the error); its numbers are unverified",
   "timeout": "a job ran past its time limit twice (the second time alone): a hung kernel, or raise the limit with --timeout SECONDS",
   "perf": "kernels got slower beyond --perf-gate and their noise margin",
+  "unstable_output": "the same stored input gave different outputs in two processes with different PYTHONHASHSEED (replay check "
+                     "--twice): something iterates a set or an id()-ordered dict into the output; [replay:accept] cannot waive it. "
+                     "The group's diff is between the two processes' outputs",
 }
 FAIL_ORDER = FAIL_VERDICTS  # worst first
 
@@ -46,7 +49,7 @@ def to_json(rep: Report) -> dict[str, Any]:
   return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
           "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep),
                                                             "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
-          "fatal": rep.fatal, "perf_gate": rep.perf_gate,
+          "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
@@ -58,7 +61,8 @@ def from_json(doc: dict) -> Report:
   if doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
     raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
   rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
-               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"))
+               workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"),
+               accepted=list(doc.get("accepted", [])))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -69,8 +73,22 @@ def merge(reports: list[Report]) -> Report:
     for s in rep.sources:
       if s not in out.sources: out.sources.append(s)
     out.fatal += [f for f in rep.fatal if f not in out.fatal]
+    out.accepted += [a for a in rep.accepted if a not in out.accepted]
     for r in rep.results: seen.setdefault((r.db, r.run_id, r.seq, r.level, r.input_key), r)
   out.results = sorted(seen.values(), key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
+  return out
+
+def accepted_lines(rep: Report, md: bool = False, limit: int = 20) -> list[str]:
+  """What `replay accept --key/--group` accepted in the checked stores since their last full capture (newest first)."""
+  if not rep.accepted: return []
+  acc = sorted(rep.accepted, key=lambda a: (a.get("time") or "", a.get("db") or "", a.get("id") or 0), reverse=True)
+  q = (lambda x: f"`{_md(str(x))}`") if md else str
+  out = [("**" if md else "") + f"accepted per kernel since the last full capture: {len(acc)} row(s)" + ("**" if md else "")]
+  for a in acc[:limit]:
+    out.append(f"{'- ' if md else '    '}{a.get('level')} {q((a.get('input_key') or '')[:16])} ({a.get('label') or '-'}, {a.get('db')}): "
+               f"{q((a.get('old_output_key') or '')[:12])} -> {q((a.get('new_output_key') or '')[:12])} at {q((a.get('git_commit') or '?')[:10])}"
+               f"{' (dirty)' if a.get('git_dirty') else ''} by {a.get('who') or '?'} on {a.get('time')}: {a.get('message')}")
+  if len(acc) > limit: out.append(f"{'- ' if md else '    '}... and {len(acc) - limit} more (see the JSON report's accepted)")
   return out
 
 def exec_timing(rep: Report) -> str | None:
@@ -121,6 +139,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
   for r in rep.perf_failures()[:5]: lines.append(f"  SLOWER (--perf-gate): {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}")
   for f in rep.fatal: lines.append(f"  FATAL {f}")
+  lines += ["  " + ln for ln in accepted_lines(rep)]
   groups = rep.groups()
   for g in groups[:max_groups]:
     ex: Result = g["example"]
@@ -143,11 +162,12 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   if code == 0: lines.append("OK: every capture replays identically.")
   else:
     bad = [v for v in _failing_kinds(rep)]
-    found = ", ".join([f"exec {v}" for v in bad] + (["changes"] if c["changed"] else []))
+    found = ", ".join([f"exec {v}" for v in bad] + (["changes"] if c["changed"] else []) + (["unstable outputs"] if c["unstable"] else []))
     lines.append(f"exit {code}: " + ("errors, incompatible captures, or kernels that failed or timed out" if code == 2 else f"{found or 'changes'} found"))
     for v in _failing_kinds(rep): lines.append(f"  next ({v}): {NEXT_STEPS[v]}")
     for o in ("changed", "error", "incompatible"):
       if c[o]: lines.append(f"  next: {NEXT_STEPS[o]}")
+    if c["unstable"]: lines.append(f"  next (unstable): {NEXT_STEPS['unstable_output']}")
   return "\n".join(lines)
 
 def _failing_kinds(rep: Report) -> list[str]:
@@ -162,9 +182,9 @@ MD_DIFF_LINES, MD_DIFF_BYTES = 60, 6_000  # of one group's text diff
 def _size(lines: list[str]) -> int: return sum(len(x.encode()) + 1 for x in lines)
 
 def group_failures(g: dict) -> list[str]:
-  """What makes a group fail whatever a reviewer says: its outcome (error, incompatible) or its members' failing exec
+  """What makes a group fail whatever a reviewer says: its outcome (error, incompatible, unstable) or its members' failing exec
   verdicts, worst first; [] for a reviewable (or cosmetic) group."""
-  if g["outcome"] in ("error", "incompatible"): return [g["outcome"]]
+  if g["outcome"] in ("error", "incompatible", "unstable"): return [g["outcome"]]
   kinds = {(m.exec or {}).get("verdict") for m in g["members"]}
   return [v for v in FAIL_ORDER if v in kinds]
 
@@ -245,7 +265,7 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
   code = rep.exit_code()
   fails = exec_failures(rep)
   elsewhere = f"`{html_name}`" if html_name else "the HTML report (`--report-html FILE`) and the JSON report"
-  icon = "❌" if code == 2 or fails or c["error"] or c["incompatible"] else {0: "✅", 1: "⚠️"}[code]
+  icon = "❌" if code == 2 or fails or c["error"] or c["incompatible"] or c["unstable"] else {0: "✅", 1: "⚠️"}[code]
   head = [f"## {icon} process replay: {len(rep.results)} captures", "",
           "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
           f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s | {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
@@ -254,8 +274,9 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
   for f in rep.fatal[:20]: head.append(f"- ❌ **fatal**: `{_cell(f, 400)}`")
   if len(rep.fatal) > 20: head.append(f"- ❌ {len(rep.fatal) - 20} more fatal store errors in {elsewhere}")
   if rep.fatal: head.append("")
-  if fails or c["error"] or c["incompatible"] or rep.perf_failures():  # what no accept marker waives comes first
-    n_fail = len(fails) + c["error"] + c["incompatible"]
+  if acc := accepted_lines(rep, md=True): head += [*acc, ""]
+  if fails or c["error"] or c["incompatible"] or c["unstable"] or rep.perf_failures():  # what no accept marker waives comes first
+    n_fail = len(fails) + c["error"] + c["incompatible"] + c["unstable"]
     head += [f"### ❌ Failures: {n_fail} capture(s), not waivable by [replay:accept]", ""]
     if fails:
       head += ["| verdict | capture | detail | next |", "|---|---|---|---|"]
@@ -265,12 +286,14 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
       head.append("")
     if c["error"] or c["incompatible"]:
       head.append(f"- {c['error']} error(s), {c['incompatible']} incompatible capture(s): the first groups below")
+    if c["unstable"]: head.append(f"- {c['unstable']} unstable capture(s), whose output depends on the hash seed: the first groups below")
     head += [f"- next ({v}): {NEXT_STEPS[v]}" for v in _failing_kinds(rep)] + [""]
   foot: list[str] = []
   if code:
     foot.append("**Next steps**")
     for o in ("changed", "error", "incompatible"):
       if c[o]: foot.append(f"- {o}: {NEXT_STEPS[o]}")
+    if c["unstable"]: foot.append(f"- unstable: {NEXT_STEPS['unstable_output']}")
   groups = ordered_groups(rep)
   if not groups: return "\n".join(head + foot) + "\n"
   more_line = lambda k: (f"**{len(groups) - k} more groups ({sum(g['count'] for g in groups[k:])} captures) in {elsewhere}**"
@@ -303,7 +326,7 @@ def junit(rep: Report) -> str:
   parts = ['<?xml version="1.0" encoding="UTF-8"?>',
            f'<testsuites name="process-replay" tests="{len(rep.results)}" time="{rep.elapsed:.3f}">']
   for suite, rs in sorted(by_suite.items()):
-    fails = sum(r.outcome == "changed" or bool(r.exec and r.exec.get("verdict") in FAIL_ORDER) for r in rs)
+    fails = sum(r.outcome in ("changed", "unstable") or bool(r.exec and r.exec.get("verdict") in FAIL_ORDER) for r in rs)
     errs = sum(r.outcome in ("error", "incompatible") for r in rs)
     parts.append(f'  <testsuite name={quoteattr(suite)} tests="{len(rs)}" failures="{fails}" errors="{errs}">')
     for r in rs:
@@ -312,7 +335,7 @@ def junit(rep: Report) -> str:
       if r.exec and r.exec.get("verdict") in FAIL_ORDER:
         parts.append(f'      <failure message={quoteattr(("exec " + r.exec["verdict"] + ": " + (r.exec.get("where") or r.exec.get("error") or ""))[:200])}>'
                      f'{escape(_exec_line(r)[:4000])}</failure>')
-      elif r.outcome == "changed":
+      elif r.outcome in ("changed", "unstable"):
         body = (r.signature or "") + "\n" + (r.text_diff or "")[:4000] + ("\n" + _exec_line(r) if r.exec else "")
         parts.append(f'      <failure message={quoteattr((r.signature or "changed")[:200])}>{escape(body)}</failure>')
       elif r.outcome in ("error", "incompatible"):

@@ -2,7 +2,8 @@
 
 Outcomes: `identical` (same output key), `changed` (a different output: diffs attached), `error` (the
 current code raised: the traceback is kept), `incompatible` (the stored input cannot be decoded by this
-code: the reason is kept). Replaying never writes to the store.
+code: the reason is kept), `unstable` (only with `replay check --twice`, set by replay/determinism.py: the same
+input gave different outputs in processes with different PYTHONHASHSEED). Replaying never writes to the store.
 
 Blame: only an exception raised while running the current code on a decoded input is an `error` (a regression
 to fix). A stored input or output that cannot be read or decoded, for whatever reason, is `incompatible`: a bad
@@ -18,7 +19,7 @@ from replay.encode import IncompatibleCapture, decode_kernel_input, decode_sched
 from replay.store import Store
 from replay import diff as D
 
-OUTCOMES = ("identical", "changed", "error", "incompatible")
+OUTCOMES = ("identical", "changed", "error", "incompatible", "unstable")
 # past these sizes a changed output gets no structural/text diff (printing a deep chain is quadratic, deepdiff and
 # the rule trace grow with it): the report says so. Real kernel outputs are far below (the committed baseline's
 # largest: 881 nodes, depth 36).

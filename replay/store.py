@@ -7,6 +7,15 @@ Tables (schema version in `meta`):
 - `captures`: one row per distinct (run, level, input) with its output key and summary columns
   (op names, node count, kernel count, output shapes, Tensor-level metadata, label) that make the store
   queryable with plain SQL or `sqlite-utils` without decoding anything.
+- `accepts` (schema version 2): one row per capture row that `replay accept --key/--group` re-baselined: when, at
+  which git commit (and whether the tree was dirty), by whom, why (`--message`), and the stored output before and
+  after (both payloads stay in `graphs`). A full capture (`replay accept`, `replay suite`) writes a new store, so this
+  table lists what was accepted since the last full capture.
+
+Schema versions. A store is written in the oldest version that holds its data: version 1 (runs, graphs, captures)
+until the first per-key accept, which adds `accepts` and sets version 2 in the transaction that writes it. So a
+store without per-key accepts stays readable by replay from before version 2 (what `replay bisect` needs: it
+replays captures with old commits' code). This code reads and writes versions 1 and 2; a newer version is refused.
 
 Writing. WAL mode and a busy timeout let many processes write one file. The schema and its version row are
 made in one `BEGIN IMMEDIATE` transaction (retried while another process holds the write lock), so no process
@@ -37,7 +46,8 @@ try: import fcntl
 except ImportError: fcntl = None  # type: ignore[assignment]  (no lock probe: stores with a -shm are then read the shared way)
 from replay.encode import IncompatibleCapture, MAX_PAYLOAD, _brief
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest schema this code reads and writes (see the module docstring)
+BASE_VERSION = 1    # what a store without per-key accepts is written as
 LEVELS = ("kernel", "schedule", "program")
 MAX_TEXT = 1 << 20  # a summary column longer than this (1 MiB) was not written by the recorder
 BUSY_TIMEOUT_S = 30.0   # SQLite's own wait for a lock, per statement
@@ -57,6 +67,10 @@ _SCHEMA: dict[str, dict[str, type]] = {
   "captures": {"id": int, "run_id": int, "seq": int, "level": str, "label": str, "input_key": str, "output_key": str, "var_vals": str,
                "assigns": str, "node_count": int, "kernel_count": int, "op_names": str, "output_shapes": str, "metadata": str, "extra": str},
 }
+# version 2: the per-key accept log (made by the first per-key accept; checked on open when the version says it is there)
+_ACCEPTS: dict[str, type] = {"id": int, "time": str, "git_commit": str, "git_dirty": int, "who": str, "message": str, "capture_id": int,
+                             "run_id": int, "seq": int, "level": str, "label": str, "input_key": str, "old_output_key": str,
+                             "new_output_key": str}
 _TEXT_COLUMNS = ("label", "var_vals", "assigns", "op_names", "output_shapes", "metadata", "extra")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -276,7 +290,7 @@ class Store:
     caps.create_index(["output_key"], if_not_exists=True)
     caps.create_index(["label", "level"], if_not_exists=True)
     pause_point("create:tables")
-    self.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    self.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(BASE_VERSION),))
     pause_point("create:version")
 
   def _check_readable(self, allow_empty: bool) -> None:
@@ -299,10 +313,21 @@ class Store:
       have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({name})")}
       if missing := [c for c in cols if c not in have]:
         raise StoreError(f"{self.path}: incompatible capture store: table {name!r} lacks column(s) {', '.join(missing)}")
+    if 2 <= self.version() <= SCHEMA_VERSION:  # (a newer version is refused by _check_version, with its own message)
+      if "accepts" not in tables: raise StoreError(f"{self.path}: incompatible capture store: version 2 without its table 'accepts'")
+      have = {r[1] for r in self.conn.execute("PRAGMA table_info(accepts)")}
+      if missing := [c for c in _ACCEPTS if c not in have]:
+        raise StoreError(f"{self.path}: incompatible capture store: table 'accepts' lacks column(s) {', '.join(missing)}")
 
   def _version_row(self) -> Any:
     try: return self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     except sqlite3.OperationalError: return None
+
+  def version(self) -> int:
+    """The store's schema version (0 when it has no readable version row; _check_version says why that is refused)."""
+    row = self._version_row()
+    try: return int(row[0]) if row is not None else 0
+    except (TypeError, ValueError): return 0
 
   def _check_version(self) -> None:
     row = self._version_row()
@@ -314,7 +339,7 @@ class Store:
     if v > SCHEMA_VERSION:
       raise StoreError(f"{self.path}: schema version {v} is newer than this code understands ({SCHEMA_VERSION}); "
                        "upgrade tinysched/replay, or re-capture with this version")
-    if v < SCHEMA_VERSION: raise StoreError(f"{self.path}: schema version {v} is older than {SCHEMA_VERSION}: re-capture it")
+    if v < BASE_VERSION: raise StoreError(f"{self.path}: schema version {v} is older than {BASE_VERSION}: re-capture it")
 
   def close(self) -> None:
     try: self.conn.close()
@@ -357,7 +382,45 @@ class Store:
                             ":metadata, :extra)", captures)
     self._write(go, "writing captures")
 
+  def accept(self, updates: list[dict], log: list[dict]) -> None:
+    """Per-key accept, in one transaction: the new output payloads (`graphs` rows, kept when present), each capture
+    row's new output key and output summary (`updates`: {"id", "output_key", "op_names", "output_shapes", "kernel_count"}),
+    and the log rows (`log`: the `accepts` columns but id). A version-1 store becomes version 2 in the same
+    transaction, so a failure at any point leaves the store as it was."""
+    graphs = [u["graph"] for u in updates if u.get("graph")]
+    def go() -> None:
+      if self.version() < 2:
+        self.db["accepts"].create(_ACCEPTS, pk="id", if_not_exists=True)
+        self.conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+      self.conn.executemany("INSERT OR IGNORE INTO graphs (key, kind, data, size, node_count, ops) VALUES "
+                            "(:key, :kind, :data, :size, :node_count, :ops)", graphs)
+      for u in updates:
+        n = self.conn.execute("UPDATE captures SET output_key=:output_key, op_names=:op_names, output_shapes=:output_shapes, "
+                              "kernel_count=:kernel_count WHERE id=:id", {k: u[k] for k in ("id", "output_key", "op_names", "output_shapes",
+                                                                                              "kernel_count")}).rowcount
+        if n != 1: raise StoreError(f"{self.path}: capture row {u['id']} vanished while accepting; nothing was changed")
+      pause_point("accept:updated")
+      cols = [c for c in _ACCEPTS if c != "id"]
+      self.conn.executemany(f"INSERT INTO accepts ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)})",
+                            [{c: r.get(c) for c in cols} for r in log])
+    self._write(go, "accepting captures")
+
   # *** reading ***
+  def accepts(self) -> list[dict]:
+    """The per-key accept log, oldest first (empty for a version-1 store)."""
+    if self.version() < 2: return []
+    cur = self.conn.execute(f"SELECT {', '.join(_ACCEPTS)} FROM accepts ORDER BY id")
+    return [dict(zip(_ACCEPTS, r)) for r in cur]
+
+  def graph_rows(self, keys: Iterable[str]) -> list[dict]:
+    """The stored `graphs` rows of these keys as they are (compressed), for copying payloads into another store."""
+    cols = ("key", "kind", "data", "size", "node_count", "ops")
+    out = []
+    for k in sorted(set(keys)):
+      row = self.conn.execute(f"SELECT {', '.join(cols)} FROM graphs WHERE key=?", (k,)).fetchone()
+      if row is not None: out.append(dict(zip(cols, row)))
+    return out
+
   def blob(self, key: str) -> bytes:
     """A payload, decompressed (at most MAX_PAYLOAD bytes: a small row must not inflate to gigabytes) and verified."""
     if type(key) is not str or not _HEX64.fullmatch(key): raise IncompatibleCapture(f"malformed payload key {_brief(key)}")

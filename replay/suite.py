@@ -32,17 +32,18 @@ def suite_models() -> list[str]:
   return list(SUITE)
 
 def run_model(name: str, db: Path, quick: bool, levels: tuple[str, ...] = LEVELS, cwd: str | None = None,
-              python: str = sys.executable, timeout: float | None = None, replace: bool = False) -> dict:
+              python: str = sys.executable, timeout: float | None = None, replace: bool = False, env: dict[str, str] | None = None) -> dict:
   """Capture one model into `db` in a subprocess; returns {"model", "ok", "seconds", "summary"|"error"|"skipped"}.
 
   When `db` does not exist yet, or with replace=True (which replaces it), the model captures into a hidden
   temporary file beside `db` that is renamed over it only once the model finished and captured something: a
-  failed, killed or empty run leaves `db` as it was (absent, or the old baseline). Otherwise it appends to `db`."""
+  failed, killed or empty run leaves `db` as it was (absent, or the old baseline). Otherwise it appends to `db`.
+  `env`: variables to set for the model's process (`replay suite --twice` sets PYTHONHASHSEED)."""
   target = Path(db)
   atomic = replace or not target.exists()
   if atomic: remove_stale_temps(target.parent, f".{target.name}.capture-*.tmp*")
   out_db = target.with_name(f".{target.name}.capture-{os.getpid()}.tmp") if atomic else target
-  env = {**os.environ, "TINYSCHED_CAPTURE": str(out_db.resolve()), "TINYSCHED_CAPTURE_LABEL": name,
+  env = {**os.environ, **(env or {}), "TINYSCHED_CAPTURE": str(out_db.resolve()), "TINYSCHED_CAPTURE_LABEL": name,
          "TINYSCHED_CAPTURE_LEVELS": ",".join(levels)}
   t0 = time.perf_counter()
   try:

@@ -48,10 +48,8 @@ def git(repo: Path, *args: str) -> str:
                      capture_output=True, text=True, check=True)
   return r.stdout.strip()
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> dict:
-  """c0: this project without a model suite; c1: + the fake suite; c2: + the planted scheduler rule (HEAD)."""
-  repo = tmp_path_factory.mktemp("commits") / "repo"
+def copy_project(repo: Path) -> None:
+  """This checkout's tinysched/ (without its models), replay/ and pyproject.toml (the files git knows) into `repo`."""
   files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "tinysched", "replay", "pyproject.toml"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0")
   for f in files:
@@ -59,6 +57,12 @@ def repo(tmp_path_factory) -> dict:
     if not f or not src.is_file() or f.startswith("tinysched/models/") or "__pycache__" in f: continue
     (repo / f).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, repo / f)
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> dict:
+  """c0: this project without a model suite; c1: + the fake suite; c2: + the planted scheduler rule (HEAD)."""
+  repo = tmp_path_factory.mktemp("commits") / "repo"
+  copy_project(repo)
   git(repo, "init", "-q")
   git(repo, "add", "-A")
   git(repo, "commit", "-qm", "c0: no model suite")

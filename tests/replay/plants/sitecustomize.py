@@ -1,7 +1,8 @@
 """Planted bugs for the execution check's tests, applied in *every* Python process that starts with this folder on
 PYTHONPATH and TINYSCHED_TEST_PLANT set (the `replay` CLI and its exec workers alike), as a user's change would be.
 
-Each plant is a small monkeypatch of one layer; tests/replay/test_exec_plants.py shows each one caught.
+Each plant is a small monkeypatch of one layer; tests/replay/test_exec_plants.py shows each one caught (`set_order`:
+tests/replay/test_determinism.py).
 """
 import os
 
@@ -89,8 +90,24 @@ def _stores_twice():
     return re.sub(r"^(\s*)(data0\[[^\n]*\] = [^\n]*;)$", r"\1\2\n\1\2", src, flags=re.M)
   P.render = render
 
+def _set_order():
+  # nondeterminism (replay check --twice): a rewrite orders ADD/MUL sources by iterating a set of their keys. str hashes
+  # are salted by PYTHONHASHSEED, so the order (and the AST) is reproducible under one seed and differs between seeds
+  def pm():
+    from tinysched.ops import Ops
+    from tinysched.rewrite import PatternMatcher, UPat
+    def in_set_order(x):
+      keys = set(sorted(s.key for s in x.src))  # inserted in one order: the iteration order depends on the hashes alone
+      if len(keys) != len(x.src): return None  # a repeated source: nothing to order
+      by_key = {s.key: s for s in x.src}
+      n = x.replace(src=tuple(by_key[k] for k in keys))
+      return None if n is x else n
+    return PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), in_set_order, "set_order")], name="set_order")
+  _after_ast_rewrite(pm)
+
 PLANTS = {"launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
-          "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice}
+          "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice,
+          "set_order": _set_order}
 
 if (_name := os.environ.get("TINYSCHED_TEST_PLANT")):
   PLANTS[_name]()
