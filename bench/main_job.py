@@ -1,0 +1,72 @@
+"""The main job (`scripts/replay.sh`: replay captures/ and --exec-all on the default device), timed warm and cold,
+each tree's `replay check --exec-all` run with its own code,
+side by side with a baseline commit in the same run.
+
+  python bench/main_job.py                     # this checkout only
+  python bench/main_job.py --baseline d34d273  # also that commit, from a temporary worktree, interleaved
+
+Warm: OpenCL binaries in the disk caches (tinysched's and PoCL's), the venv set up; median of --runs. Cold: both disk
+caches empty (a fresh machine's first run after set-up). The load average before and after each run is printed:
+numbers taken at a load above ~1.5 on this 2-core machine are not comparable.
+"""
+from __future__ import annotations
+import argparse, os, platform, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def one(tree: Path, cold: bool) -> tuple[float, str, int]:
+  env = dict(os.environ)
+  tmp = None
+  if cold:
+    tmp = tempfile.TemporaryDirectory()
+    env.update(TINYSCHED_CACHE=f"{tmp.name}/ts", POCL_CACHE_DIR=f"{tmp.name}/pocl")
+  load = os.getloadavg()[0]
+  t0 = time.perf_counter()
+  # what scripts/replay.sh runs after its set-up, with that tree's code (set-up itself would re-point the venv's
+  # editable install at the baseline's worktree; it is timed once, for this checkout, in main())
+  env["PYTHONPATH"] = str(tree)
+  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", "--exec-all"], cwd=tree, env=env, capture_output=True, text=True)
+  dt = time.perf_counter() - t0
+  if tmp: tmp.cleanup()
+  return dt, f"{load:.2f}->{os.getloadavg()[0]:.2f}", r.returncode
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--baseline", help="git revision to compare with (checked out in a temporary worktree)")
+  ap.add_argument("--runs", type=int, default=3)
+  ap.add_argument("--no-cold", action="store_true")
+  a = ap.parse_args()
+  trees = {"current": ROOT}
+  wt = None
+  if a.baseline:
+    wt = Path(tempfile.mkdtemp(prefix="bench-main-")) / "base"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(wt), a.baseline], cwd=ROOT, check=True)
+    trees[f"baseline {a.baseline}"] = wt
+  try:
+    res: dict[str, dict] = {n: {"warm": [], "loads": [], "rc": set()} for n in trees}
+    for n, t in trees.items(): one(t, False)  # warm-up: set-up done, caches filled
+    for _ in range(a.runs):
+      for n, t in trees.items():  # interleaved: a slowdown of the machine hits both alike
+        dt, load, rc = one(t, False)
+        res[n]["warm"].append(dt); res[n]["loads"].append(load); res[n]["rc"].add(rc)
+    if not a.no_cold:
+      for n, t in trees.items():
+        dt, load, rc = one(t, True)
+        res[n]["cold"], res[n]["cold_load"] = dt, load
+        res[n]["rc"].add(rc)
+  finally:
+    if wt is not None: subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT)
+  t0 = time.perf_counter()
+  subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, capture_output=True, env={**os.environ, "SETUP_BROWSER": "0"})
+  setup_s = time.perf_counter() - t0
+  print(f"# main job (scripts/replay.sh = set-up + replay check --exec-all) — {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}\n")
+  print("| code | warm s (median) | warm runs | load (1-min avg, before->after) | cold s | exit codes |")
+  print("|---|---:|---|---|---:|---|")
+  for n, r in res.items():
+    print(f"| {n} | {statistics.median(r['warm']):.1f} | {', '.join(f'{x:.1f}' for x in r['warm'])} | {'; '.join(r['loads'])} | "
+          f"{r.get('cold', float('nan')):.1f} ({r.get('cold_load', '-')}) | {sorted(r['rc'])} |")
+  print(f"\nset-up (scripts/setup.sh, everything installed): {setup_s:.2f} s, on top of the times above")
+
+if __name__ == "__main__": main()
