@@ -110,31 +110,8 @@ def _run_workers(paths: list[str], tmp: Path, seeds: tuple[int, int], filters: l
 
 def _describe(res, level: str, a: Any, b: Any, names: tuple[str, str]) -> None:
   """The diff from process A's output to process B's, into an `unstable` result."""
-  from replay import diff as D
-  from replay.runner import _too_big
-  if level in ("kernel", "schedule"):
-    graphs = [a, b] if level == "kernel" else [*a, *b]
-    if (why := _too_big(graphs)) is not None:
-      res.signature, res.text_diff = f"{level}: unstable (too large for a detailed diff)", f"(no detailed diff: an output has {why})"
-      return
-  if level == "kernel":
-    res.changes = D.structural_diff(a, b)
-    res.change_count = len(res.changes)
-    res.text_diff = D.text_diff(a.pretty(), b.pretty(), *names)
-    res.signature = "unstable " + D.signature("kernel", res.changes)
-  elif level == "schedule":
-    res.kernel_list = D.kernel_list_diff(a, b)
-    changes: list[dict] = []
-    if len(a) == len(b):
-      for i, (x, y) in enumerate(zip(a, b)):
-        if x is not y: changes += [{**c, "path": f"kernel[{i}].{c['path']}"} for c in D.structural_diff(x, y)]
-    res.changes, res.change_count = changes[:50], len(changes)
-    res.text_diff = D.text_diff("\n\n".join(x.pretty() for x in a), "\n\n".join(y.pretty() for y in b), *names)
-    res.signature = "unstable " + D.signature("schedule", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], res.kernel_list)
-  else:
-    from replay.program import source_signature
-    res.text_diff = D.text_diff(a, b, *names)
-    res.signature = "unstable program: " + source_signature(a, b)
+  from replay.runner import describe_diff
+  describe_diff(res, level, a, b, names, prefix="unstable ")
 
 def mark_unstable(rep, paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None,
                   shard: tuple[int, int] | None = None, seeds: tuple[int, int] = DEFAULT_SEEDS, timeout: float | None = None) -> int:

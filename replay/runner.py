@@ -162,34 +162,45 @@ def _too_big(graphs: list[UOp]) -> str | None:
 def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any) -> None:
   """Diffs of a changed capture: `old` is the decoded stored output (the callers have read it: one that cannot be read
   is `incompatible`, never described)."""
-  if res.level in ("kernel", "schedule"):
-    graphs = ([old] if res.level == "kernel" else list(old)) + ([new] if res.level == "kernel" else list(new))
+  too_big = (f"(no detailed diff: the stored or the current output has {{why}}; stored output {res.stored_key[:16]}, "
+             f"current {(res.new_key or '')[:16]}; look at both with `replay show`)")
+  if not describe_diff(res, res.level, old, new, too_big=too_big): return
+  # the rules (scheduler) or passes/rules (codegen) that made the changed nodes
+  if res.level == "kernel": res.rules = rules_behind(data, old)
+  elif res.level == "program":
+    from replay.program import program_rules_behind
+    res.rules = program_rules_behind(data, old)
+
+def describe_diff(res: Result, level: str, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "",
+                  too_big: str = "(no detailed diff: an output has {why})") -> bool:
+  """The diff from output `old` to output `new` (decoded, of `level`) into `res`: deepdiff paths, the printed or source
+  diff, the group signature (prefixed by `prefix`). False when the outputs are too large for a detailed diff (said so)."""
+  if level in ("kernel", "schedule"):
+    graphs = ([old, new] if level == "kernel" else [*old, *new])
     if (why := _too_big(graphs)) is not None:
-      res.signature = f"{res.level}: output changed (too large for a detailed diff)"
-      res.text_diff = (f"(no detailed diff: the stored or the current output has {why}; stored output {res.stored_key[:16]}, "
-                       f"current {(res.new_key or '')[:16]}; look at both with `replay show`)")
-      return
-  if res.level == "kernel":
-    res.rules = rules_behind(data, old)
+      res.signature = f"{level}: {prefix or 'output '}changed (too large for a detailed diff)"
+      res.text_diff = too_big.format(why=why)
+      return False
+  if level == "kernel":
     res.changes = D.structural_diff(old, new)
     res.change_count = len(res.changes)
-    res.text_diff = D.text_diff(old.pretty(), new.pretty())
-    res.signature = D.signature("kernel", res.changes)
-  elif res.level == "schedule":
+    res.text_diff = D.text_diff(old.pretty(), new.pretty(), *names)
+    res.signature = prefix + D.signature("kernel", res.changes)
+  elif level == "schedule":
     res.kernel_list = D.kernel_list_diff(old, new)
     changes: list[dict] = []
     if len(old) == len(new):
       for i, (a, b) in enumerate(zip(old, new)):
         if a is not b: changes += [{**c, "path": f"kernel[{i}].{c['path']}"} for c in D.structural_diff(a, b)]
     res.changes, res.change_count = changes[:50], len(changes)
-    res.text_diff = D.text_diff("\n\n".join(a.pretty() for a in old), "\n\n".join(b.pretty() for b in new))
-    res.signature = D.signature("schedule", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], res.kernel_list)
+    res.text_diff = D.text_diff("\n\n".join(a.pretty() for a in old), "\n\n".join(b.pretty() for b in new), *names)
+    res.signature = prefix + D.signature("schedule", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], res.kernel_list)
   else:
-    res.text_diff = D.text_diff(old, new)
-    # the codegen passes/rules that made the changed nodes; the signature normalizes names and constants (one rename: one group)
-    from replay.program import program_rules_behind, source_signature
-    res.signature = "program: " + source_signature(old, new)
-    res.rules = program_rules_behind(data, old)
+    # the signature normalizes names and constants (one rename: one group)
+    from replay.program import source_signature
+    res.text_diff = D.text_diff(old, new, *names)
+    res.signature = prefix + "program: " + source_signature(old, new)
+  return True
 
 def rules_behind(data: bytes, old: UOp) -> list[str]:
   """Replay the kernel once more with rule tracing on: the rules whose results are nodes of the new AST that

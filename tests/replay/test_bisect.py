@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from replay.store import Store
 from tests.replay.changes import capture_store
-from tests.replay.test_commits import ROOT, copy_project, git, worktrees
+from tests.replay.test_commits import ROOT, copy_project, git, worktrees, _procs_under
 
 # test data of the temporary repository (never in this project's code): while BISECT_TEST_HANG names a file and the
 # checked-out commit has a file HANG, importing tinysched creates that file and hangs, so a test can interrupt a step
@@ -115,15 +115,6 @@ def test_bisect_refuses_what_it_cannot_decide(project, tmp_path):
   rc, out = run(project, c[0], c[8], str(tmp_path / "missing.db"), "--tmp-dir", str(tmp))
   assert rc == 2 and "missing.db" in out and "next:" in out, out
   assert_clean(project["repo"], tmp)
-
-def _procs_under(tmp: Path) -> list[int]:
-  out = []
-  for p in Path("/proc").iterdir():
-    if not p.name.isdigit(): continue
-    try: cwd = os.readlink(p / "cwd")
-    except OSError: continue
-    if cwd.startswith(str(tmp)): out.append(int(p.name))
-  return out
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find leftover processes")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
