@@ -77,7 +77,7 @@ def _indent(text: str | None) -> str: return "\n".join("      " + ln for ln in (
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="write the repro test here (default: test_repro_<key>.py)")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="seconds to spend shrinking")
 def minimize_cmd(db, key, old_rev, old_tree, out, time_limit) -> None:
-  """Shrink capture KEY's input while old and new code still differ on it; write a pytest repro of the result."""
+  """Shrink capture KEY's input (kernel or schedule level) while old and new code still differ on it; write a pytest repro."""
   from replay.triage import minimize, repro_test, TriageError
   from replay.probe import ProbeError
   with _sides(db, key, old_rev, old_tree) as (store, old, new):

@@ -13,7 +13,7 @@ culprit: the rule, the node and what the new code made of it, next to what the o
 the limited runs' outputs instead would not do: a half-rewritten kernel often fails a later pass on both sides alike,
 which hides where they parted.)
 
-minimize (kernel level): greedy delta debugging on the stored pre-sink. Candidates replace one value node by one of
+minimize (kernel and schedule level): greedy delta debugging on the stored pre-sink or big graph. Candidates replace one value node by one of
 its operands of the same dtype and shape, by a constant or by a load of a fresh buffer of its shape, or drop a store; the smallest candidate on which old and new
 still both succeed and still differ is kept, until no candidate shrinks it or the time is up. The result is written
 as a standalone pytest file that rebuilds the minimal input from its encoding and asserts the old output: it fails on
@@ -124,7 +124,8 @@ def _fresh_load(u, shape: tuple, number: int, device: str):
   return UOp(Ops.VIEW, u.dtype, (buf,), ShapeTracker.from_shape(shape))
 
 def _candidates(pre) -> list:
-  """Smaller pre-sinks: one value node replaced (by an operand, a constant, a fresh buffer load), or one store dropped."""
+  """Smaller inputs (a pre-sink or a big graph): one value node replaced (by an operand, a constant, a fresh buffer load),
+  or one entry of the SINK dropped."""
   from tinysched.ops import Ops
   topo = list(pre.toposort())
   bufs = [u for u in topo if u.op is Ops.BUFFER]
@@ -148,25 +149,37 @@ def _candidates(pre) -> list:
       out.append(pre.substitute({u: repl}))
   return out
 
+def _codec(level: str, data: bytes) -> tuple[Any, Callable[[Any], bytes | None]]:
+  """(the input's root graph, encode(smaller root) -> that level's input bytes or None when it cannot be encoded)."""
+  from replay.encode import decode_kernel_input, encode_kernel_input, decode_schedule_input, encode_schedule_input
+  if level == "kernel":
+    pre, vv, asg = decode_kernel_input(data)
+    def enc_k(p) -> bytes | None:
+      try: return encode_kernel_input(p, {v: x for v, x in vv.items() if v in p.toposort()}, {b: None for b in asg if b in p.toposort()})
+      except Exception: return None
+    return pre, enc_k
+  graph, svv, flags = decode_schedule_input(data)
+  def enc_s(g) -> bytes | None:
+    try: return encode_schedule_input(g, {v: x for v, x in svv.items() if v in g.toposort()}, flags=flags)
+    except Exception: return None
+  return graph, enc_s
+
 def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float = 60.0,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-  """Shrink capture `key`'s input while old and new code still disagree on it (kernel level)."""
-  from replay.encode import decode_kernel_input, encode_kernel_input
+  """Shrink capture `key`'s input while old and new code still disagree on it (kernel or schedule level)."""
   row = find_row(store, key)
-  if row["level"] != "kernel": raise TriageError(f"minimize works on kernel-level captures; {key} is {row['level']}-level")
+  level = row["level"]
+  if level not in ("kernel", "schedule"): raise TriageError(f"minimize works on kernel- and schedule-level captures; {key} is {level}-level")
   data, stored = store.blob(row["input_key"]), store.blob(row["output_key"])
   t0 = time.perf_counter()
   with probes(old_tree, new_tree) as (old, new):
-    a_old, a_new = _check_pair(old, new, "kernel", data, stored)
+    a_old, a_new = _check_pair(old, new, level, data, stored)
     if outcome(a_old) == outcome(a_new): raise TriageError("old and new code agree on this capture: nothing to minimize")
-    pre, vv, asg = decode_kernel_input(data)
-    def encode(p) -> bytes | None:
-      try: return encode_kernel_input(p, {v: x for v, x in vv.items() if v in p.toposort()}, {b: None for b in asg if b in p.toposort()})
-      except Exception: return None
+    pre, encode = _codec(level, data)
     def diverges(enc: bytes) -> bool:
-      o = old.ask("kernel", enc)
+      o = old.ask(level, enc)
       if "error" in o: return False
-      n = new.ask("kernel", enc)
+      n = new.ask(level, enc)
       return "error" not in n and o["key"] != n["key"]
     start = len(pre.toposort())
     cur, cur_enc, tried = pre, data, 0
@@ -181,8 +194,8 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
           cur, cur_enc, improved = cand, enc, True
           if progress: progress(f"  {len(cur.toposort())} nodes")
           break
-    final = old.ask("kernel", cur_enc, output=True)
-    return {"input_key": row["input_key"], "nodes_before": start, "nodes": len(cur.toposort()), "candidates_tried": tried,
+    final = old.ask(level, cur_enc, output=True)
+    return {"level": level, "input_key": row["input_key"], "nodes_before": start, "nodes": len(cur.toposort()), "candidates_tried": tried,
             "seconds": round(time.perf_counter() - t0, 2), "timed_out": time.perf_counter() - t0 >= time_limit,
             "input": cur_enc.decode(), "old_output": final["output"], "pretty": cur.pretty()}
 
@@ -195,5 +208,5 @@ def repro_test(res: dict[str, Any], db: str, key: str) -> str:
           f"OLD_OUTPUT = {res['old_output']!r}\n\n"
           "def test_minimal_input_gives_the_old_output():\n"
           "  from replay.runner import decode_input, run_input\n"
-          "  _, out = run_input(\"kernel\", decode_input(\"kernel\", INPUT.encode()))\n"
+          f"  _, out = run_input({res['level']!r}, decode_input({res['level']!r}, INPUT.encode()))\n"
           "  assert out.decode() == OLD_OUTPUT\n")

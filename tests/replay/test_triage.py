@@ -133,3 +133,19 @@ def test_blame_at_program_level(tmp_path):
   try: res = blame(s, key, ROOT, tree)
   finally: s.close()
   assert res["level"] == "program" and res["verdict"] == "blamed" and res["rule"] == "add_zero", res
+
+def test_minimize_a_schedule_level_capture(store, planted, tmp_path):
+  """The same planted rule seen through a whole schedule: the big graph shrinks, and its repro tells old from new."""
+  from replay.store import Store
+  from replay.triage import minimize, repro_test
+  key = changed_key(store, planted, "schedule")[:16]
+  s = Store(store, readonly=True)
+  try: res = minimize(s, key, ROOT, planted, time_limit=60)
+  finally: s.close()
+  assert res["level"] == "schedule" and res["nodes"] <= 10 < res["nodes_before"] and not res["timed_out"], res["pretty"]
+  out = tmp_path / "test_repro_schedule.py"
+  out.write_text(repro_test(res, str(store), key))
+  def run_repro(tree: Path) -> int:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, timeout=300).returncode
+  assert run_repro(ROOT) == 0 and run_repro(planted) == 1
