@@ -214,8 +214,12 @@ class Tensor:
     cols = n if m is None else m
     if n < 0 or cols < 0: raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
     if n == 0 or cols == 0: return Tensor.zeros(n, cols, **kwargs)
-    one_then_zeros = Tensor.ones((n, 1), **kwargs).pad((None, (0, cols)))
-    return one_then_zeros.flatten().shrink(((0, n * cols),)).reshape(n, cols)
+    # only the first min(n, cols) rows hold a 1 (with more rows than columns, the offset i*(cols+1) of a later row
+    # would run into the next row): build those, then pad the zero rows below
+    rows = min(n, cols)
+    one_then_zeros = Tensor.ones((rows, 1), **kwargs).pad((None, (0, cols)))
+    square = one_then_zeros.flatten().shrink(((0, rows * cols),)).reshape(rows, cols)
+    return square if rows == n else square.pad(((0, n - rows), None))
   @staticmethod
   def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = seed, 0
   @staticmethod
@@ -740,7 +744,9 @@ class Tensor:
 
   def _to_float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
   def neg(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else F.Neg.apply(self)
-  def logical_not(self) -> Tensor: return F.Neq.apply(*self._broadcasted(True))
+  def logical_not(self) -> Tensor:
+    """x == 0, as bool: a non-bool tensor is cast to bool (x != 0) first, so 2.0 and 0.5 are True and give False."""
+    return F.Neq.apply(*self.bool()._broadcasted(True))
   def log(self) -> Tensor: return F.Log.apply(self._to_float())
   def log2(self) -> Tensor: return self.log() / math.log(2)
   def exp(self) -> Tensor: return F.Exp.apply(self._to_float())

@@ -1,0 +1,88 @@
+"""tinygrad/torch compatibility of the Tensor API (issue 19): results that used to be silently wrong, and error
+types that are catchable as both our type and tinygrad's. Against torch when installed, else numpy."""
+from __future__ import annotations
+import itertools
+import numpy as np
+import pytest
+from tinysched import Tensor, dtypes
+from tests.helpers import rand, assert_close, torch, needs_torch
+
+# *** truthiness: non-bool tensors are cast to bool (x != 0) first ***
+
+MIXED = np.array([[0.0, 2.0, 0.5], [-1.0, 0.0, 0.0], [3.0, 0.25, -0.5]], dtype=np.float32)
+
+def test_logical_not_casts_to_bool():
+  assert_close(Tensor(MIXED).logical_not(), np.logical_not(MIXED), dtype=np.bool_)
+  assert_close(Tensor([0, 2, -3]).logical_not(), np.array([True, False, False]), dtype=np.bool_)
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_all_any_on_non_bool(axis):
+  assert_close(Tensor(MIXED).all(axis=axis), np.all(MIXED, axis=axis), dtype=np.bool_)
+  assert_close(Tensor(MIXED).any(axis=axis), np.any(MIXED, axis=axis), dtype=np.bool_)
+  assert Tensor([0.5, 2.0]).all().item() is True and Tensor([0, 3]).all().item() is False
+
+# *** eye ***
+
+@pytest.mark.parametrize("n,m", [(5, 3), (3, 5), (4, 4), (4, 1), (1, 4), (6, 2), (3, None), (0, 2), (2, 0)])
+def test_eye_rectangular(n, m):
+  assert_close(Tensor.eye(n, m), np.eye(n, m, dtype=np.float32), dtype=np.float32)
+
+# *** integer lerp / interpolate: computed in float, no wrap-around ***
+
+def test_lerp_uint8_does_not_wrap():
+  a, b = np.array([10, 200, 7], np.uint8), np.array([250, 5, 7], np.uint8)
+  want = a.astype(np.float32) + (b.astype(np.float32) - a.astype(np.float32)) * 0.25
+  assert_close(Tensor(a).lerp(Tensor(b), 0.25), want)
+  assert_close(Tensor(a).lerp(Tensor(b), Tensor([0.25, 0.25, 0.25])), want)
+
+@needs_torch
+@pytest.mark.parametrize("size", [(3, 5), (5, 7), (2, 3)])
+def test_interpolate_uint8_matches_torch(size):
+  img = rand(1, 2, 4, 6, dtype=np.uint8, low=0, high=256)
+  want = torch.nn.functional.interpolate(torch.tensor(img), size=size, mode="bilinear", align_corners=False)
+  assert_close(Tensor(img).interpolate(size), want.numpy(), dtype=np.uint8)
+
+# *** pow: in the graph for every exponent, gradients as torch's ***
+
+@needs_torch
+def test_pow_zero_stays_in_graph():
+  x = Tensor([0.0, 1.5, -2.0], requires_grad=True)
+  y = x ** 0
+  assert_close(y, np.ones(3, np.float32), dtype=np.float32)
+  y.sum().backward()
+  tx = torch.tensor([0.0, 1.5, -2.0], requires_grad=True)
+  (tx ** 0).sum().backward()
+  assert_close(x.grad, tx.grad)  # 0 everywhere, x = 0 included (torch masks exponent == 0)
+
+BASES = [0.0, -2.0, -0.5, 0.5, 2.0]
+EXPONENTS = [0.0, -1.0, -2.0, 0.5, -0.5, 1.5, 2.0, 3.0]
+
+@needs_torch
+def test_pow_grad_grid_tensor_exponent():
+  b, e = (np.array(v, np.float32) for v in zip(*itertools.product(BASES, EXPONENTS)))
+  x, y = Tensor(b, requires_grad=True), Tensor(e, requires_grad=True)
+  tx, ty = torch.tensor(b, requires_grad=True), torch.tensor(e, requires_grad=True)
+  out, tout = x ** y, tx ** ty
+  assert_close(out, tout, atol=1e-5, rtol=1e-5)
+  out.sum().backward(); tout.sum().backward()
+  assert_close(x.grad, tx.grad, atol=1e-5, rtol=1e-5)
+  assert_close(y.grad, ty.grad, atol=1e-5, rtol=1e-5)
+
+@needs_torch
+@pytest.mark.parametrize("e", EXPONENTS + [1.0, -3.0, 0.25])
+def test_pow_grad_grid_scalar_exponent(e):
+  x, tx = Tensor(BASES, requires_grad=True), torch.tensor(BASES, requires_grad=True)
+  (x ** e).sum().backward(); (tx ** e).sum().backward()
+  assert_close(x.grad, tx.grad, atol=1e-5, rtol=1e-5)
+
+# *** std: gradient 0 where the std is 0 (torch), nan where it is undefined ***
+
+@needs_torch
+@pytest.mark.parametrize("data,axis,correction", [
+  ([[3.0], [1.0]], 1, 0), ([[1.0, 1.0, 1.0]], 1, 1), ([[1.0, 1.0, 1.0]], 1, 0), ([[3.0], [1.0]], 1, 1), ([[1.0, 2.0, 4.0]], 1, 1)])
+def test_std_grad_matches_torch(data, axis, correction):
+  x, tx = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+  y, ty = x.std(axis=axis, correction=correction), tx.std(axis, correction=correction)
+  assert_close(y, ty, atol=1e-6)
+  y.sum().backward(); ty.sum().backward()
+  assert_close(x.grad, tx.grad, atol=1e-6)
