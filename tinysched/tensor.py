@@ -782,7 +782,17 @@ class Tensor:
   def isnan(self) -> Tensor: return self != self
   def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
     return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative
-  def lerp(self, end: Tensor, weight) -> Tensor: return self + (end - self) * weight
+  def lerp(self, end: Tensor, weight) -> Tensor:
+    """self + (end - self) * weight. Integer inputs are computed in float (the difference of two uint8s would wrap
+    around); the result has the promoted dtype of self, end and weight, as before (float for a float weight). torch
+    has no integer lerp; tinygrad 0.10.0 wraps for a scalar weight, which we take for a bug."""
+    if not dtypes.is_float(self.dtype) or (isinstance(end, Tensor) and not dtypes.is_float(end.dtype)):
+      out_dtype = (self + (end - self) * weight).dtype  # the promotion only: nothing of this graph is realized
+      a = self._to_float()
+      b = end._to_float() if isinstance(end, Tensor) else end
+      ret = a + (b - a) * weight
+      return ret if ret.dtype == out_dtype else (ret.round() if dtypes.is_int(out_dtype) else ret).cast(out_dtype)
+    return self + (end - self) * weight
 
   # activations
   def tanh(self) -> Tensor: return 2.0 * ((2.0 * self).sigmoid()) - 1.0
@@ -1199,7 +1209,9 @@ class Tensor:
     if not isinstance(size, (tuple, list)) or not all_int(size) or not 0 < len(size) <= self.ndim:
       raise ValueError(f"interpolate: size must be a tuple of at most {self.ndim} ints, got {size}")
     if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate: unknown mode {mode!r}")
-    x, expand = self, list(self.shape)
+    # integers resize in float and round back half up once, not in their own wrapping dtype (tinygrad 0.10.0 and our
+    # old code wrapped: a bug). torch's uint8 bilinear is fixed-point, rounding after each pass: within 1 of ours
+    x, expand = (self if dtypes.is_float(self.dtype) else self._to_float()), list(self.shape)
     for i in range(-1, -len(size) - 1, -1):
       n_in, n_out = self.shape[i], size[i]
       reshape = [1] * self.ndim
@@ -1216,6 +1228,7 @@ class Tensor:
         scale = n_in / n_out
         index = (arr * scale).floor() if mode == "nearest" else ((arr + 0.5) * scale).floor()
         x = x.gather(i, index.clip(0, n_in - 1).cast(dtypes.int32).reshape(reshape).expand(expand))
+    if not dtypes.is_float(self.dtype) and mode == "linear": x = (x + 0.5).floor()
     return x.cast(self.dtype)
 
   # *** training / inference switches ***
