@@ -194,6 +194,19 @@ class Where(Function):
     def picked(on_true: LazyBuffer, on_false: LazyBuffer) -> LazyBuffer: return self.cond.alu(Ops.WHERE, on_true, on_false)
     return self._per_input(lambda: None, lambda: picked(grad, zero), lambda: picked(zero, grad))
 
+class Chain(Function):
+  """An op whose forward value and local derivatives were built elsewhere (from other Tensor ops, outside the graph):
+  forward passes `value` through; backward multiplies the gradient by each input's derivative (the chain rule).
+  apply(x, y, ..., value, dx, dy, ...): the value and derivatives come detached and get no gradient themselves."""
+  def forward(self, *srcs: LazyBuffer) -> LazyBuffer:
+    n = (len(srcs) - 1) // 2
+    self.derivs = srcs[n + 1:]
+    return srcs[n]
+  def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+    n = len(self.derivs)
+    per = tuple((lambda d=d: _mul(grad, d)) for d in self.derivs) + tuple((lambda: None) for _ in range(n + 1))
+    return self._per_input(*per)
+
 # *** reductions: forward reduces with `op` (keeping dims), `_keep` saves what the gradient reads ***
 
 class _Reduce(Function):

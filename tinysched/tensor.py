@@ -865,16 +865,32 @@ class Tensor:
     r = F.Mod.apply(a, b)
     return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
   def pow(self, x, reverse: bool = False) -> Tensor:
+    """self ** x (x ** self when reverse). Its gradient is torch's, for every exponent and base: d/dbase is
+    e * b**(e - 1), 0 where e == 0 (so x ** 0 stays in the graph with gradient 0 everywhere, x = 0 included); d/dexp
+    is b**e * log(b), 0 where b == 0 and e >= 0. So a negative base with a fractional exponent gives nan, 0 ** -1
+    gives -inf, like torch (the old gradient, through exp/log, was 0 or nan there; tinygrad 0.10.0 differs too)."""
+    value = self.detach()._pow_value(x.detach() if isinstance(x, Tensor) else x, reverse)
+    wants = self.requires_grad or (isinstance(x, Tensor) and x.requires_grad)
+    if Tensor.no_grad or not wants or not dtypes.is_float(value.dtype): return value
+    base, exponent = self._broadcasted(x, reverse)
+    bf, ef = base.detach().cast(value.dtype), exponent.detach().cast(value.dtype)
+    scalar_e = isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse
+    if scalar_e: d_base = bf.zeros_like() if x == 0 else x * bf._pow_value(x - 1, False)
+    else: d_base = (ef == 0).where(0.0, ef * bf._pow_value(ef - 1, False))
+    d_exp = ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
+    return F.Chain.apply(base, exponent, value, d_base.cast(value.dtype), d_exp.cast(value.dtype))
+  def _pow_value(self, x, reverse: bool) -> Tensor:
+    """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, else exp/log."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse:
       if x == 0: return self.ones_like()
       if x == 0.5: return self.sqrt()
       if float(x).is_integer() and 0 < x <= 1024:
         # exact and cheap: square-and-multiply (x**3 is x*x*x, not exp(3*log|x|))
-        half = self.pow(int(x) // 2) if x >= 2 else None
+        half = self._pow_value(int(x) // 2, False) if x >= 2 else None
         sq = half * half if half is not None else None
         return self if sq is None else (sq * self if int(x) % 2 else sq)
       if float(x).is_integer() and -1024 <= x < 0 and not dtypes.is_int(self.dtype) and not dtypes.is_bool(self.dtype):
-        return self.pow(-int(x)).reciprocal()
+        return self._pow_value(-int(x), False).reciprocal()
     base, exponent = self._broadcasted(x, reverse)
     bf = base._to_float()
     ef = exponent.cast(bf.dtype)
