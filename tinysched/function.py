@@ -129,6 +129,13 @@ class Sqrt(Function):
     return self.ret
   def backward(self, grad: LazyBuffer) -> LazyBuffer: return _mul(grad, _recip(_times(self.ret, 2)))
 
+class StdSqrt(Sqrt):
+  """The sqrt that ends std: its gradient is 0 where the std is 0 (a constant row, or one element with correction=0)
+  instead of 0 * inf = nan, like torch. Where the std is undefined (nan: correction >= count) it stays nan."""
+  def backward(self, grad: LazyBuffer) -> LazyBuffer:
+    nonzero = self.ret.alu(Ops.CMPNE, self.ret.const_like(0))
+    return nonzero.alu(Ops.WHERE, super().backward(grad), grad.const_like(0))
+
 class Sigmoid(Function):
   def forward(self, x: LazyBuffer) -> LazyBuffer:
     self.ret = _recip(_add(x.const_like(1), _times(x, -1 / _LN2).alu(Ops.EXP2)))  # 1 / (1 + e^-x)

@@ -672,7 +672,11 @@ class Tensor:
     count = prod(n for n, m in zip(self.shape, self._reduced_shape(axis, keepdim=True)) if resolve(sym_ne(n, m)))
     dof = smax(0, count - correction)
     return sq_dev.sum(axis=axis, keepdim=keepdim).div(dof)
-  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """sqrt(var). The gradient is torch's: 0 where the std is 0 (our old one was nan there, sqrt's 1/0 times 0), nan
+    where it is undefined (correction >= the count, e.g. one element with correction=1: the value is nan too).
+    tinygrad 0.10.0 gives 0 for that last case; nan is right (the std of one sample is undefined), so we keep it."""
+    return F.StdSqrt.apply(self.var(axis, keepdim, correction)._to_float())
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
