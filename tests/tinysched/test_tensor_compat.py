@@ -91,3 +91,38 @@ def test_std_grad_matches_torch(data, axis, correction):
   assert_close(y, ty, atol=1e-6)
   y.sum().backward(); ty.sum().backward()
   assert_close(x.grad, tx.grad, atol=1e-6)
+
+# *** errors: catchable as our type and as tinygrad's ***
+
+from tinysched.errors import ShapeError, AxisError, DTypeError, DTypeNameError  # noqa: E402
+
+def _t(*shape): return Tensor(rand(*shape))
+
+ERRORS = {
+  "reshape_count": (lambda: _t(2, 3).reshape(4, 2), ShapeError, (ValueError, RuntimeError), "cannot reshape"),
+  "reshape_two_inferred": (lambda: _t(2, 3).reshape(-1, -1), ShapeError, (ValueError, RuntimeError), "only one dimension"),
+  "broadcast": (lambda: _t(2, 3) + _t(4, 3), ShapeError, (ValueError, RuntimeError), "cannot broadcast"),
+  "expand": (lambda: _t(2, 3).expand(4, 3), ShapeError, (ValueError, RuntimeError), "cannot broadcast"),
+  "permute": (lambda: _t(2, 3).permute(0, 0), ShapeError, (ValueError, RuntimeError), "not a permutation"),
+  "pad": (lambda: _t(2, 3).pad(((1, 1),)), ShapeError, (ValueError, RuntimeError), "needs 2 entries"),
+  "shrink": (lambda: _t(2, 3).shrink(((0, 1),)), ShapeError, (ValueError, RuntimeError), "needs 2 entries"),
+  "cat": (lambda: _t(2, 3).cat(_t(2, 4), dim=0), ShapeError, (ValueError, RuntimeError), "differ outside that dim"),
+  "stack": (lambda: _t(2, 3).stack(_t(3, 2)), ShapeError, (ValueError, RuntimeError), "one shape"),
+  "matmul": (lambda: _t(2, 3) @ _t(4, 5), ShapeError, (ValueError, RuntimeError), "cannot matmul"),
+  "conv2d": (lambda: _t(1, 3, 5, 5).conv2d(_t(4, 2, 3, 3)), ShapeError, (ValueError, RuntimeError), "channels"),
+  "assign_shape": (lambda: _t(2, 3).assign(_t(3, 2)), ShapeError, (ValueError, RuntimeError), "assign shape mismatch"),
+  "axis": (lambda: _t(2, 3).sum(axis=2), AxisError, (IndexError, RuntimeError), "out of range"),
+  "transpose_axis": (lambda: _t(2, 3).transpose(0, 5), AxisError, (IndexError, RuntimeError), "out of range"),
+  "idiv_float": (lambda: _t(2).idiv(_t(2)), DTypeError, (TypeError, RuntimeError), "integer"),
+  "bitwise_float": (lambda: _t(2) & _t(2), DTypeError, (TypeError, RuntimeError), "bitwise"),
+  "assign_dtype": (lambda: _t(2).assign(Tensor([1, 2])), DTypeError, (TypeError, RuntimeError), "dtype mismatch"),
+  "dtype_name": (lambda: dtypes.from_name("float77"), DTypeNameError, (KeyError, AttributeError), "unknown dtype"),
+}
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_error_catchable_both_ways(name):
+  fn, cls, bases, msg = ERRORS[name]
+  for base in bases:
+    with pytest.raises(base) as info: fn()
+    assert isinstance(info.value, cls), f"{name} raised {type(info.value).__name__}, not {cls.__name__}"
+    assert msg in str(info.value)  # our message is kept
