@@ -207,6 +207,17 @@ class Tensor:
     running = Tensor.full((count,), step, dtype=out_dtype, **kwargs)._cumsum()
     return (running + (first - step)).cast(out_dtype)
   @staticmethod
+  def linspace(start: float, stop: float, steps: int, **kwargs) -> Tensor:
+    """`steps` evenly spaced values from start to stop, both included (torch's and tinygrad's linspace): start + i *
+    (stop - start) / (steps - 1), computed in float and cast to `dtype` (default float; an int dtype truncates,
+    like torch). steps=1 gives [start], steps=0 an empty tensor."""
+    if not isinstance(steps, int) or steps < 0: raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps == 0: return Tensor.empty(0, dtype=dtype, **kwargs)
+    step = (stop - start) / (steps - 1) if steps > 1 else 0.0
+    ramp = Tensor.arange(steps, dtype=dtypes.default_float, **kwargs)
+    return (ramp * step + start).cast(dtype)
+  @staticmethod
   def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
     """n x m identity matrix (m defaults to n).
 
@@ -557,6 +568,19 @@ class Tensor:
       if t.shape != self.shape: raise ShapeError(f"stack needs tensors of one shape, got {', '.join(str(x.shape) for x in tensors)}")
     d = self._resolve_dim(dim, extra=True)
     return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+  def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 0-d or 1-d tensors (self first; also callable as Tensor.meshgrid(a, b, ...)): output k
+    has tensor k laid along dim k ("ij") or, with "xy", the first two dims swapped, like torch and numpy."""
+    tensors = (self,) + args
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if any(t.ndim > 1 for t in tensors): raise ShapeError(f"meshgrid needs 0-d or 1-d tensors, got shapes {[t.shape for t in tensors]}")
+    sizes = [t.numel() for t in tensors]
+    where = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) > 1: where[0], where[1] = 1, 0
+    out_shape = [0] * len(tensors)
+    for k, d in enumerate(where): out_shape[d] = sizes[k]
+    def laid(t: Tensor, d: int) -> Tensor: return t.reshape(*[-1 if i == d else 1 for i in range(len(tensors))]).expand(*out_shape)
+    return tuple(laid(t, d) for t, d in zip(tensors, where))
   def repeat(self, repeats, *args) -> Tensor:
     """Tile the tensor repeats[i] times along dim i (torch's repeat, numpy's tile)."""
     reps = _argfix(repeats, *args)
@@ -765,6 +789,39 @@ class Tensor:
   def sin(self) -> Tensor: return F.Sin.apply(self._to_float())
   def cos(self) -> Tensor: return ((math.pi / 2) - self._to_float()).sin()
   def tan(self) -> Tensor: return self.sin() / self.cos()
+  # the hyperbolic functions, from exp, log and sqrt (gradients follow by autograd and equal the analytic ones)
+  def sinh(self) -> Tensor:
+    x = self._to_float()
+    return (x.exp() - (-x).exp()) / 2
+  def cosh(self) -> Tensor:
+    x = self._to_float()
+    return (x.exp() + (-x).exp()) / 2
+  def _odd(self, f: Callable[[Tensor], Tensor]) -> Tensor:
+    """An odd function from its values on x >= 0: f(|x|), negated where x < 0. |x| is a where, not x * sign(x), so
+    the gradient at 0 is f'(0) (sign's gradient is 0 and would zero it), and f never sees the cancelling -|x| side."""
+    x = self._to_float()
+    neg = x < 0
+    fy = f(neg.where(-x, x))
+    return neg.where(-fy, fy)
+  def asinh(self) -> Tensor: return self._odd(lambda y: (y + (y * y + 1).sqrt()).log())
+  def acosh(self) -> Tensor:
+    """log(x + sqrt(x^2 - 1)): nan below 1, like torch."""
+    x = self._to_float()
+    return (x + (x * x - 1).sqrt()).log()
+  def atanh(self) -> Tensor:
+    """(log(1 + x) - log(1 - x)) / 2: +-inf at +-1, nan outside [-1, 1], like torch (two logs, not the log of a
+    quotient, so the gradient at +-1 is inf as torch's, not inf - inf = nan)."""
+    x = self._to_float()
+    return ((1 + x).log() - (1 - x).log()) / 2
+  def erf(self) -> Tensor:
+    """The error function, by Abramowitz and Stegun's formula 7.1.26 (absolute error below 1.5e-7 for float32):
+    1 - t(a1 + t(a2 + t(a3 + t(a4 + t a5)))) e^(-x^2) with t = 1 / (1 + p x), on |x|, odd."""
+    p, a = 0.3275911, (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+    def on_nonneg(y: Tensor) -> Tensor:
+      t = 1 / (1 + p * y)
+      poly = functools.reduce(lambda acc, c: (acc + c) * t, reversed(a[:-1]), a[-1] * t)
+      return 1 - poly * (-(y * y)).exp()
+    return self._odd(on_nonneg)
   def reciprocal(self) -> Tensor: return F.Reciprocal.apply(self._to_float())
   def square(self) -> Tensor: return self * self
   def sign(self) -> Tensor: return F.Sign.apply(self)

@@ -126,3 +126,61 @@ def test_error_catchable_both_ways(name):
     with pytest.raises(base) as info: fn()
     assert isinstance(info.value, cls), f"{name} raised {type(info.value).__name__}, not {cls.__name__}"
     assert msg in str(info.value)  # our message is kept
+
+# *** linspace, meshgrid, erf and the hyperbolic functions, against torch ***
+
+@needs_torch
+@pytest.mark.parametrize("start,stop,steps", [(0, 1, 5), (-3.5, 2.25, 11), (2, -2, 7), (1.5, 1.5, 3), (4, 9, 1), (0, 1, 0)])
+def test_linspace(start, stop, steps):
+  got = Tensor.linspace(start, stop, steps)
+  assert got.dtype == dtypes.float32
+  assert_close(got, torch.linspace(start, stop, steps), atol=1e-6, rtol=1e-6)
+
+@needs_torch
+def test_linspace_int_dtype_and_errors():
+  assert_close(Tensor.linspace(0, 10, 4, dtype=dtypes.int32), torch.linspace(0, 10, 4, dtype=torch.int32), dtype=np.int32)
+  assert_close(Tensor.linspace(-7, 5, 5, dtype=dtypes.int32), torch.linspace(-7, 5, 5, dtype=torch.int32), dtype=np.int32)
+  with pytest.raises(ValueError): Tensor.linspace(0, 1, -1)
+
+@needs_torch
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid(indexing):
+  xs = [np.array([1.0, 2.0, 3.0], np.float32), np.array([4.0, 5.0], np.float32), np.array([6.0, 7.0, 8.0, 9.0], np.float32)]
+  for k in (1, 2, 3):
+    ours = [Tensor(x, requires_grad=True) for x in xs[:k]]
+    theirs = [torch.tensor(x, requires_grad=True) for x in xs[:k]]
+    got, want = Tensor.meshgrid(*ours, indexing=indexing), torch.meshgrid(*theirs, indexing=indexing)
+    assert len(got) == len(want)
+    for g, w in zip(got, want): assert_close(g, w)
+    # gradients: each input collects its grid's weights
+    wts = [rand(*w.shape, seed=i) for i, w in enumerate(want)]
+    sum((g * Tensor(wt)).sum() for g, wt in zip(got, wts)).backward()
+    sum((w * torch.tensor(wt)).sum() for w, wt in zip(want, wts)).backward()
+    for o, t in zip(ours, theirs): assert_close(o.grad, t.grad, atol=1e-5)
+  with pytest.raises(ValueError): Tensor.meshgrid(Tensor(rand(2, 2)), Tensor([1.0]))
+
+X_ANY = np.array([-3.0, -1.5, -0.3, 0.0, 0.2, 0.9, 2.5, 4.0], np.float32)
+HYPER = [  # name, domain
+  ("erf", X_ANY), ("sinh", X_ANY), ("cosh", X_ANY), ("asinh", np.concatenate([X_ANY, [-40.0, 300.0]]).astype(np.float32)),
+  ("acosh", np.array([1.0, 1.01, 1.5, 3.0, 20.0, 0.5], np.float32)), ("atanh", np.array([-0.95, -0.5, 0.0, 0.1, 0.7, 1.0, 1.5], np.float32)),
+]
+
+@needs_torch
+@pytest.mark.parametrize("name,x", HYPER, ids=[h[0] for h in HYPER])
+def test_erf_and_hyperbolic(name, x):
+  t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+  got, want = getattr(t, name)(), getattr(torch, name)(tt)
+  assert got.dtype == dtypes.float32
+  with np.errstate(invalid="ignore"): assert_close(got, want, atol=1e-6, rtol=1e-5)
+  got.sum().backward(); want.sum().backward()
+  assert_close(t.grad, tt.grad, atol=1e-5, rtol=1e-4)
+
+@needs_torch
+@pytest.mark.parametrize("name", ["erf", "sinh", "cosh", "asinh", "atanh"])
+def test_erf_and_hyperbolic_int_and_half(name):
+  xi = np.array([0, 1, 2], np.int32)
+  assert_close(getattr(Tensor(xi), name)(), getattr(torch, name)(torch.tensor(xi)), atol=1e-6, rtol=1e-5, dtype=np.float32)
+  xh = np.array([-0.5, 0.0, 0.25], np.float16)
+  got = getattr(Tensor(xh), name)()
+  assert got.dtype == dtypes.float16
+  assert_close(got, getattr(torch, name)(torch.tensor(xh).float()).numpy(), atol=2e-3, rtol=2e-3)
