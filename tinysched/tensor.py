@@ -370,6 +370,9 @@ class Tensor:
   def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
     if len(arg) != self.ndim: raise ShapeError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")
     norm = tuple(x if x is not None else (0, s) for x, s in zip(arg, self.shape))
+    for (b, e), s in zip(norm, self.shape):
+      if all(isinstance(v, int) for v in (b, e, s)) and not 0 <= b <= e <= s:
+        raise ShapeError(f"cannot shrink shape {self.shape} to {norm}: need 0 <= begin <= end <= dim")
     if all(x == (0, s) for x, s in zip(norm, self.shape) if isinstance(s, int) and all(isinstance(v, int) for v in x)) and \
         all_int(flatten(norm)): return self
     return F.Shrink.apply(self, arg=norm)

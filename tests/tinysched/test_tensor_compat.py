@@ -106,6 +106,7 @@ ERRORS = {
   "permute": (lambda: _t(2, 3).permute(0, 0), ShapeError, (ValueError, RuntimeError), "not a permutation"),
   "pad": (lambda: _t(2, 3).pad(((1, 1),)), ShapeError, (ValueError, RuntimeError), "needs 2 entries"),
   "shrink": (lambda: _t(2, 3).shrink(((0, 1),)), ShapeError, (ValueError, RuntimeError), "needs 2 entries"),
+  "shrink_bounds": (lambda: _t(2, 3).shrink(((0, 5), None)), ShapeError, (ValueError, RuntimeError), "need 0 <= begin"),
   "cat": (lambda: _t(2, 3).cat(_t(2, 4), dim=0), ShapeError, (ValueError, RuntimeError), "differ outside that dim"),
   "stack": (lambda: _t(2, 3).stack(_t(3, 2)), ShapeError, (ValueError, RuntimeError), "one shape"),
   "matmul": (lambda: _t(2, 3) @ _t(4, 5), ShapeError, (ValueError, RuntimeError), "cannot matmul"),
