@@ -4,6 +4,7 @@ import functools, math, operator
 from dataclasses import dataclass, fields
 from typing import Union
 import numpy as np
+from tinysched.errors import DTypeNameError
 
 ConstType = Union[float, int, bool]
 
@@ -88,7 +89,7 @@ class dtypes:
     raise TypeError(f"numpy dtype {x} has no tinysched dtype (supported: {', '.join(d.name for d in ALL)})")
   @staticmethod
   def from_name(name: str) -> DType:
-    if (d := _BY_NAME.get(name)) is None: raise KeyError(f"unknown dtype name {name!r}")
+    if (d := _BY_NAME.get(name)) is None: raise DTypeNameError(f"unknown dtype name {name!r}")
     return d
   @staticmethod
   def min(d: DType) -> ConstType: return _value_range(d)[0]

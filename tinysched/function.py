@@ -129,6 +129,13 @@ class Sqrt(Function):
     return self.ret
   def backward(self, grad: LazyBuffer) -> LazyBuffer: return _mul(grad, _recip(_times(self.ret, 2)))
 
+class StdSqrt(Sqrt):
+  """The sqrt that ends std: its gradient is 0 where the std is 0 (a constant row, or one element with correction=0)
+  instead of 0 * inf = nan, like torch. Where the std is undefined (nan: correction >= count) it stays nan."""
+  def backward(self, grad: LazyBuffer) -> LazyBuffer:
+    nonzero = self.ret.alu(Ops.CMPNE, self.ret.const_like(0))
+    return nonzero.alu(Ops.WHERE, super().backward(grad), grad.const_like(0))
+
 class Sigmoid(Function):
   def forward(self, x: LazyBuffer) -> LazyBuffer:
     self.ret = _recip(_add(x.const_like(1), _times(x, -1 / _LN2).alu(Ops.EXP2)))  # 1 / (1 + e^-x)
@@ -193,6 +200,19 @@ class Where(Function):
     zero = grad.const_like(0)
     def picked(on_true: LazyBuffer, on_false: LazyBuffer) -> LazyBuffer: return self.cond.alu(Ops.WHERE, on_true, on_false)
     return self._per_input(lambda: None, lambda: picked(grad, zero), lambda: picked(zero, grad))
+
+class Chain(Function):
+  """An op whose forward value and local derivatives were built elsewhere (from other Tensor ops, outside the graph):
+  forward passes `value` through; backward multiplies the gradient by each input's derivative (the chain rule).
+  apply(x, y, ..., value, dx, dy, ...): the value and derivatives come detached and get no gradient themselves."""
+  def forward(self, *srcs: LazyBuffer) -> LazyBuffer:
+    n = (len(srcs) - 1) // 2
+    self.derivs = srcs[n + 1:]
+    return srcs[n]
+  def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+    n = len(self.derivs)
+    per = tuple((lambda d=d: _mul(grad, d)) for d in self.derivs) + tuple((lambda: None) for _ in range(n + 1))
+    return self._per_input(*per)
 
 # *** reductions: forward reduces with `op` (keeping dims), `_keep` saves what the gradient reads ***
 

@@ -14,6 +14,7 @@ from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
+from tinysched.errors import ShapeError, AxisError, DTypeError
 
 DTypeLike = Union[DType, str]
 
@@ -55,7 +56,7 @@ def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     if not non1: out.append(1); continue
     first = non1[0]
     if any(resolve(sym_ne(d, first)) for d in non1[1:]):
-      raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: dimension sizes {tuple(dims)} differ")
+      raise ShapeError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: dimension sizes {tuple(dims)} differ")
     out.append(first)
   return tuple(out)
 
@@ -133,16 +134,16 @@ class Tensor:
     run_schedule(*self.schedule_with_vars(*lst))
     return self
   def replace(self, x: Tensor) -> Tensor:
-    if self.shape != x.shape: raise ValueError(f"replace shape mismatch {self.shape} != {x.shape}")
+    if self.shape != x.shape: raise ShapeError(f"replace shape mismatch {self.shape} != {x.shape}")
     self.lazydata = x.lazydata
     return self
   def assign(self, x: Any) -> Tensor:
     """Write x into this tensor's memory (in place once realized)."""
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
     if self.lazydata is x.lazydata: return self
-    if self.shape != x.shape: raise ValueError(f"assign shape mismatch: target {self.shape} vs value {x.shape}")
+    if self.shape != x.shape: raise ShapeError(f"assign shape mismatch: target {self.shape} vs value {x.shape}")
     if self.device != x.device: raise ValueError(f"assign device mismatch: target {self.device} vs value {x.device}")
-    if self.dtype != x.dtype: raise TypeError(f"assign dtype mismatch: target {self.dtype} vs value {x.dtype}")
+    if self.dtype != x.dtype: raise DTypeError(f"assign dtype mismatch: target {self.dtype} vs value {x.dtype}")
     if self.requires_grad and not Tensor.no_grad and x.requires_grad: raise RuntimeError("cannot assign to a tensor that requires grad")
     if not self.lazydata.is_realized: return self.replace(x)
     self.lazydata = self.lazydata.assign(x.lazydata)
@@ -206,6 +207,17 @@ class Tensor:
     running = Tensor.full((count,), step, dtype=out_dtype, **kwargs)._cumsum()
     return (running + (first - step)).cast(out_dtype)
   @staticmethod
+  def linspace(start: float, stop: float, steps: int, **kwargs) -> Tensor:
+    """`steps` evenly spaced values from start to stop, both included (torch's and tinygrad's linspace): start + i *
+    (stop - start) / (steps - 1), computed in float and cast to `dtype` (default float; an int dtype truncates,
+    like torch). steps=1 gives [start], steps=0 an empty tensor."""
+    if not isinstance(steps, int) or steps < 0: raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps == 0: return Tensor.empty(0, dtype=dtype, **kwargs)
+    step = (stop - start) / (steps - 1) if steps > 1 else 0.0
+    ramp = Tensor.arange(steps, dtype=dtypes.default_float, **kwargs)
+    return (ramp * step + start).cast(dtype)
+  @staticmethod
   def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
     """n x m identity matrix (m defaults to n).
 
@@ -214,8 +226,12 @@ class Tensor:
     cols = n if m is None else m
     if n < 0 or cols < 0: raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
     if n == 0 or cols == 0: return Tensor.zeros(n, cols, **kwargs)
-    one_then_zeros = Tensor.ones((n, 1), **kwargs).pad((None, (0, cols)))
-    return one_then_zeros.flatten().shrink(((0, n * cols),)).reshape(n, cols)
+    # only the first min(n, cols) rows hold a 1 (with more rows than columns, the offset i*(cols+1) of a later row
+    # would run into the next row): build those, then pad the zero rows below
+    rows = min(n, cols)
+    one_then_zeros = Tensor.ones((rows, 1), **kwargs).pad((None, (0, cols)))
+    square = one_then_zeros.flatten().shrink(((0, rows * cols),)).reshape(rows, cols)
+    return square if rows == n else square.pad(((0, n - rows), None))
   @staticmethod
   def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = seed, 0
   @staticmethod
@@ -300,7 +316,7 @@ class Tensor:
       if self.shape != () and self.numel() != 1:
         raise RuntimeError(f"backward on a non-scalar tensor of shape {self.shape} needs a gradient argument of that shape")
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False).reshape(self.shape)
-    if gradient.shape != self.shape: raise ValueError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
+    if gradient.shape != self.shape: raise ShapeError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
     if self._ctx is None and not self.requires_grad: raise RuntimeError("backward on a tensor that does not require grad")
     tape = self._deepwalk()
     # gradients of intermediate results belong to this call (retain_graph reruns must not add up)
@@ -316,42 +332,47 @@ class Tensor:
   # *** movement ***
   def reshape(self, shape, *args) -> Tensor:
     new_shape = _argfix(shape, *args)
-    if sum(1 for s in new_shape if isinstance(s, int) and s == -1) > 1: raise ValueError(f"reshape {new_shape}: only one dimension can be -1")
+    if sum(1 for s in new_shape if isinstance(s, int) and s == -1) > 1: raise ShapeError(f"reshape {new_shape}: only one dimension can be -1")
     new_shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(new_shape))
     if -1 in [s for s in new_shape if isinstance(s, int)]:
       known = prod(s for s in new_shape if not (isinstance(s, int) and s == -1))
       if known == 0 or (isinstance(known, int) and isinstance(self.numel(), int) and self.numel() % known != 0):
-        raise ValueError(f"cannot reshape tensor of shape {self.shape} to {new_shape}")
+        raise ShapeError(f"cannot reshape tensor of shape {self.shape} to {new_shape}")
       new_shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in new_shape)
+    if all_int(new_shape) and all_int(self.shape) and prod(new_shape) != self.numel():
+      raise ShapeError(f"cannot reshape {self.shape} to {new_shape}: element counts differ")
     return self if new_shape == self.shape else F.Reshape.apply(self, shape=new_shape)
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
   def expand(self, shape, *args) -> Tensor:
     new_shape = _argfix(shape, *args)
-    if len(new_shape) < self.ndim: raise ValueError(f"expand {self.shape} to {new_shape}: fewer dimensions")
+    if len(new_shape) < self.ndim: raise ShapeError(f"expand {self.shape} to {new_shape}: fewer dimensions")
     new_shape = tuple(from_ if to == -1 or to is None else to for from_, to in zip((1,) * (len(new_shape) - self.ndim) + self.shape, new_shape))
     return self._broadcast_to(new_shape)
   def _broadcast_to(self, shape: tuple[sint, ...]) -> Tensor:
     if self.shape == shape: return self
-    if self.ndim > len(shape): raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
+    if self.ndim > len(shape): raise ShapeError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     for s, t in zip(padded, shape):
       if not (isinstance(s, int) and s == 1) and resolve(sym_ne(s, t)):
-        raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
+        raise ShapeError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     return F.Expand.apply(self.reshape(padded), shape=shape)
   def permute(self, order, *args) -> Tensor:
     given = _argfix(order, *args)
     dims = self._dims(given)
     # resolved dims lie in [0, ndim): a permutation exactly when there are ndim of them and none repeats
     if len(dims) != self.ndim or len(set(dims)) != len(dims):
-      raise ValueError(f"permute {given} is not a permutation of the {self.ndim} dims of {self.shape}")
+      raise ShapeError(f"permute {given} is not a permutation of the {self.ndim} dims of {self.shape}")
     return F.Permute.apply(self, order=dims)
   def flip(self, axis, *args) -> Tensor:
     dims = self._dims(_argfix(axis, *args))
-    if len(set(dims)) < len(dims): raise ValueError(f"flip: dims {dims} repeat")
+    if len(set(dims)) < len(dims): raise ShapeError(f"flip: dims {dims} repeat")
     return F.Flip.apply(self, axis=dims)
   def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
-    if len(arg) != self.ndim: raise ValueError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")
+    if len(arg) != self.ndim: raise ShapeError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")
     norm = tuple(x if x is not None else (0, s) for x, s in zip(arg, self.shape))
+    for (b, e), s in zip(norm, self.shape):
+      if all(isinstance(v, int) for v in (b, e, s)) and not 0 <= b <= e <= s:
+        raise ShapeError(f"cannot shrink shape {self.shape} to {norm}: need 0 <= begin <= end <= dim")
     if all(x == (0, s) for x, s in zip(norm, self.shape) if isinstance(s, int) and all(isinstance(v, int) for v in x)) and \
         all_int(flatten(norm)): return self
     return F.Shrink.apply(self, arg=norm)
@@ -359,10 +380,10 @@ class Tensor:
     """padding: per dimension (before, after) for every dim, or a flat torch-style tuple starting from the last dim."""
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} (only 'constant')")
     if padding and all(isinstance(p, int) for p in padding):
-      if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ValueError(f"flat padding {padding} does not fit shape {self.shape}")
+      if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
       padding = tuple([None] * (self.ndim - len(pairs)) + pairs)
-    if len(padding) != self.ndim: raise ValueError(f"padding {padding} needs {self.ndim} entries for shape {self.shape}")
+    if len(padding) != self.ndim: raise ShapeError(f"padding {padding} needs {self.ndim} entries for shape {self.shape}")
     pads = tuple(p if p is not None else (0, 0) for p in padding)
     if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
       # negative padding crops, like torch
@@ -404,7 +425,7 @@ class Tensor:
     n = self.ndim + (1 if extra else 0)
     hi = max(n, 1)
     if isinstance(dim, int) and -hi <= dim < hi: return dim if dim >= 0 else dim + n
-    raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-hi}, {hi - 1}])")
+    raise AxisError(f"dimension {dim} is out of range for a tensor of shape {self.shape} (expected [{-hi}, {hi - 1}])")
   def _dims(self, dims: Sequence[int]) -> tuple[int, ...]: return tuple(self._resolve_dim(d) for d in dims)
 
   # *** indexing ***
@@ -520,7 +541,7 @@ class Tensor:
     pos = Tensor.arange(n, device=self.device, requires_grad=False).reshape(self.shape)[indices]
     vt = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
     try: vt = vt.cast(self.dtype)._broadcast_to(pos.shape)
-    except ValueError: raise ValueError(f"setitem: cannot broadcast value of shape {vt.shape} to the indexed shape {pos.shape}") from None
+    except ValueError: raise ShapeError(f"setitem: cannot broadcast value of shape {vt.shape} to the indexed shape {pos.shape}") from None
     m = pos.numel()
     if m == 0: return
     hit = pos.reshape(1, m) == Tensor.arange(n, device=self.device, requires_grad=False).reshape(n, 1)  # (n, m)
@@ -537,7 +558,7 @@ class Tensor:
     d = self._resolve_dim(dim)
     for t in args:
       if t.ndim != self.ndim or any(resolve(sym_ne(a, b)) for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
-        raise ValueError(f"cat along dim {dim}: shapes {', '.join(str(x.shape) for x in tensors)} differ outside that dim")
+        raise ShapeError(f"cat along dim {dim}: shapes {', '.join(str(x.shape) for x in tensors)} differ outside that dim")
     dt = least_upper_dtype(*(t.dtype for t in tensors))
     offsets = [0]
     for t in tensors: offsets.append(offsets[-1] + t.shape[d])
@@ -547,13 +568,26 @@ class Tensor:
   def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
     tensors = [self, *args]
     for t in args:
-      if t.shape != self.shape: raise ValueError(f"stack needs tensors of one shape, got {', '.join(str(x.shape) for x in tensors)}")
+      if t.shape != self.shape: raise ShapeError(f"stack needs tensors of one shape, got {', '.join(str(x.shape) for x in tensors)}")
     d = self._resolve_dim(dim, extra=True)
     return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+  def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 0-d or 1-d tensors (self first; also callable as Tensor.meshgrid(a, b, ...)): output k
+    has tensor k laid along dim k ("ij") or, with "xy", the first two dims swapped, like torch and numpy."""
+    tensors = (self,) + args
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if any(t.ndim > 1 for t in tensors): raise ShapeError(f"meshgrid needs 0-d or 1-d tensors, got shapes {[t.shape for t in tensors]}")
+    sizes = [t.numel() for t in tensors]
+    where = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) > 1: where[0], where[1] = 1, 0
+    out_shape = [0] * len(tensors)
+    for k, d in enumerate(where): out_shape[d] = sizes[k]
+    def laid(t: Tensor, d: int) -> Tensor: return t.reshape(*[-1 if i == d else 1 for i in range(len(tensors))]).expand(*out_shape)
+    return tuple(laid(t, d) for t, d in zip(tensors, where))
   def repeat(self, repeats, *args) -> Tensor:
     """Tile the tensor repeats[i] times along dim i (torch's repeat, numpy's tile)."""
     reps = _argfix(repeats, *args)
-    if len(reps) < self.ndim: raise ValueError(f"repeat {reps} needs at least {self.ndim} entries for shape {self.shape}")
+    if len(reps) < self.ndim: raise ShapeError(f"repeat {reps} needs at least {self.ndim} entries for shape {self.shape}")
     if any(not isinstance(r, int) or r < 0 for r in reps): raise ValueError(f"repeat counts must be non-negative ints, got {reps}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     return self.reshape(flatten((1, s) for s in base)).expand(flatten((r, s) for r, s in zip(reps, base))) \
@@ -570,7 +604,7 @@ class Tensor:
     if isinstance(sizes, int):
       if sizes <= 0: raise ValueError(f"split size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, max(1, n), sizes)]
-    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} sum to {sum(sizes)}, but dim {dim} of shape {self.shape} has {n}")
+    if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} sum to {sum(sizes)}, but dim {dim} of shape {self.shape} has {n}")
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return tuple(self.shrink(tuple((s0, s0 + sz) if j == d else None for j in range(self.ndim))) for s0, sz in zip(starts, sizes))
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
@@ -580,10 +614,10 @@ class Tensor:
   def gather(self, dim: int, index: Tensor) -> Tensor:
     """out[i][j][k] = self[index[i][j][k]][j][k] (for dim=0): a one-hot compare against an arange and a masked sum."""
     d = self._resolve_dim(dim)
-    if index.ndim != self.ndim: raise ValueError(f"gather: index has {index.ndim} dims ({index.shape}), self has {self.ndim} ({self.shape})")
-    if not dtypes.is_int(index.dtype): raise TypeError(f"gather: index must be an int tensor, got {index.dtype}")
+    if index.ndim != self.ndim: raise ShapeError(f"gather: index has {index.ndim} dims ({index.shape}), self has {self.ndim} ({self.shape})")
+    if not dtypes.is_int(index.dtype): raise DTypeError(f"gather: index must be an int tensor, got {index.dtype}")
     if any(resolve(i > s) for j, (s, i) in enumerate(zip(self.shape, index.shape)) if j != d):
-      raise ValueError(f"gather: index shape {index.shape} is larger than self {self.shape} outside dim {dim}")
+      raise ShapeError(f"gather: index shape {index.shape} is larger than self {self.shape} outside dim {dim}")
     n = self.shape[d]
     x = self.shrink(tuple((0, i) if j != d else None for j, i in enumerate(index.shape))).unsqueeze(-1).transpose(-1, d)
     picks = _one_hot_mask(index, n, self.device)
@@ -608,7 +642,7 @@ class Tensor:
   def _triangle(self, diagonal: int, upper: bool) -> Tensor:
     """Zero what lies off one side of the diagonal'th diagonal of the last two dims: below it (upper) or above it.
     Both use one mask: the lower part keeps what the mask one diagonal further up does not select."""
-    if self.ndim < 2: raise ValueError(f"{'triu' if upper else 'tril'} needs at least 2 dims, got shape {self.shape}")
+    if self.ndim < 2: raise ShapeError(f"{'triu' if upper else 'tril'} needs at least 2 dims, got shape {self.shape}")
     on_or_above = Tensor._tri(self.shape[-2], self.shape[-1], diagonal if upper else diagonal + 1, device=self.device, requires_grad=False)
     zero = Tensor(0, device=self.device, dtype=self.dtype)
     return on_or_above.where(self, zero) if upper else on_or_above.where(zero, self)
@@ -616,12 +650,12 @@ class Tensor:
   def tril(self, diagonal: int = 0) -> Tensor: return self._triangle(diagonal, upper=False)
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """int32 one-hot along a new last dim; num_classes=-1 realizes self to find max+1."""
-    if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an int tensor, got {self.dtype}")
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs an int tensor, got {self.dtype}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1
     return _one_hot_mask(self, num_classes, self.device).where(1, 0)
   def roll(self, shifts: int | tuple[int, ...], dims: int | tuple[int, ...]) -> Tensor:
     sh, ds = make_tuple(shifts, 1), tuple(self._resolve_dim(d) for d in make_tuple(dims, 1))
-    if len(sh) != len(ds): raise ValueError(f"roll: {len(sh)} shifts for {len(ds)} dims")
+    if len(sh) != len(ds): raise ShapeError(f"roll: {len(sh)} shifts for {len(ds)} dims")
     x = self
     for s, d in zip(sh, ds):
       n = x.shape[d]
@@ -668,7 +702,11 @@ class Tensor:
     count = prod(n for n, m in zip(self.shape, self._reduced_shape(axis, keepdim=True)) if resolve(sym_ne(n, m)))
     dof = smax(0, count - correction)
     return sq_dev.sum(axis=axis, keepdim=keepdim).div(dof)
-  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """sqrt(var). The gradient is torch's: 0 where the std is 0 (our old one was nan there, sqrt's 1/0 times 0), nan
+    where it is undefined (correction >= the count, e.g. one element with correction=1: the value is nan too).
+    tinygrad 0.10.0 gives 0 for that last case; nan is right (the std of one sample is undefined), so we keep it."""
+    return F.StdSqrt.apply(self.var(axis, keepdim, correction)._to_float())
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
@@ -740,7 +778,9 @@ class Tensor:
 
   def _to_float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
   def neg(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else F.Neg.apply(self)
-  def logical_not(self) -> Tensor: return F.Neq.apply(*self._broadcasted(True))
+  def logical_not(self) -> Tensor:
+    """x == 0, as bool: a non-bool tensor is cast to bool (x != 0) first, so 2.0 and 0.5 are True and give False."""
+    return F.Neq.apply(*self.bool()._broadcasted(True))
   def log(self) -> Tensor: return F.Log.apply(self._to_float())
   def log2(self) -> Tensor: return self.log() / math.log(2)
   def exp(self) -> Tensor: return F.Exp.apply(self._to_float())
@@ -752,6 +792,39 @@ class Tensor:
   def sin(self) -> Tensor: return F.Sin.apply(self._to_float())
   def cos(self) -> Tensor: return ((math.pi / 2) - self._to_float()).sin()
   def tan(self) -> Tensor: return self.sin() / self.cos()
+  # the hyperbolic functions, from exp, log and sqrt (gradients follow by autograd and equal the analytic ones)
+  def sinh(self) -> Tensor:
+    x = self._to_float()
+    return (x.exp() - (-x).exp()) / 2
+  def cosh(self) -> Tensor:
+    x = self._to_float()
+    return (x.exp() + (-x).exp()) / 2
+  def _odd(self, f: Callable[[Tensor], Tensor]) -> Tensor:
+    """An odd function from its values on x >= 0: f(|x|), negated where x < 0. |x| is a where, not x * sign(x), so
+    the gradient at 0 is f'(0) (sign's gradient is 0 and would zero it), and f never sees the cancelling -|x| side."""
+    x = self._to_float()
+    neg = x < 0
+    fy = f(neg.where(-x, x))
+    return neg.where(-fy, fy)
+  def asinh(self) -> Tensor: return self._odd(lambda y: (y + (y * y + 1).sqrt()).log())
+  def acosh(self) -> Tensor:
+    """log(x + sqrt(x^2 - 1)): nan below 1, like torch."""
+    x = self._to_float()
+    return (x + (x * x - 1).sqrt()).log()
+  def atanh(self) -> Tensor:
+    """(log(1 + x) - log(1 - x)) / 2: +-inf at +-1, nan outside [-1, 1], like torch (two logs, not the log of a
+    quotient, so the gradient at +-1 is inf as torch's, not inf - inf = nan)."""
+    x = self._to_float()
+    return ((1 + x).log() - (1 - x).log()) / 2
+  def erf(self) -> Tensor:
+    """The error function, by Abramowitz and Stegun's formula 7.1.26 (absolute error below 1.5e-7 for float32):
+    1 - t(a1 + t(a2 + t(a3 + t(a4 + t a5)))) e^(-x^2) with t = 1 / (1 + p x), on |x|, odd."""
+    p, a = 0.3275911, (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+    def on_nonneg(y: Tensor) -> Tensor:
+      t = 1 / (1 + p * y)
+      poly = functools.reduce(lambda acc, c: (acc + c) * t, reversed(a[:-1]), a[-1] * t)
+      return 1 - poly * (-(y * y)).exp()
+    return self._odd(on_nonneg)
   def reciprocal(self) -> Tensor: return F.Reciprocal.apply(self._to_float())
   def square(self) -> Tensor: return self * self
   def sign(self) -> Tensor: return F.Sign.apply(self)
@@ -776,7 +849,17 @@ class Tensor:
   def isnan(self) -> Tensor: return self != self
   def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
     return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative
-  def lerp(self, end: Tensor, weight) -> Tensor: return self + (end - self) * weight
+  def lerp(self, end: Tensor, weight) -> Tensor:
+    """self + (end - self) * weight. Integer inputs are computed in float (the difference of two uint8s would wrap
+    around); the result has the promoted dtype of self, end and weight, as before (float for a float weight). torch
+    has no integer lerp; tinygrad 0.10.0 wraps for a scalar weight, which we take for a bug."""
+    if not dtypes.is_float(self.dtype) or (isinstance(end, Tensor) and not dtypes.is_float(end.dtype)):
+      out_dtype = (self + (end - self) * weight).dtype  # the promotion only: nothing of this graph is realized
+      a = self._to_float()
+      b = end._to_float() if isinstance(end, Tensor) else end
+      ret = a + (b - a) * weight
+      return ret if ret.dtype == out_dtype else (ret.round() if dtypes.is_int(out_dtype) else ret).cast(out_dtype)
+    return self + (end - self) * weight
 
   # activations
   def tanh(self) -> Tensor: return 2.0 * ((2.0 * self).sigmoid()) - 1.0
@@ -833,7 +916,7 @@ class Tensor:
   def idiv(self, x, reverse: bool = False) -> Tensor:
     """C-style integer division (truncates toward zero)."""
     a, b = self._broadcasted(x, reverse)
-    if not dtypes.is_int(a.dtype): raise TypeError(f"idiv needs integer tensors, got {a.dtype}")
+    if not dtypes.is_int(a.dtype): raise DTypeError(f"idiv needs integer tensors, got {a.dtype}")
     return F.IDiv.apply(a, b)
   def floordiv(self, x, reverse: bool = False) -> Tensor:
     """Floor division like Python, numpy and torch."""
@@ -849,16 +932,32 @@ class Tensor:
     r = F.Mod.apply(a, b)
     return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
   def pow(self, x, reverse: bool = False) -> Tensor:
+    """self ** x (x ** self when reverse). Its gradient is torch's, for every exponent and base: d/dbase is
+    e * b**(e - 1), 0 where e == 0 (so x ** 0 stays in the graph with gradient 0 everywhere, x = 0 included); d/dexp
+    is b**e * log(b), 0 where b == 0 and e >= 0. So a negative base with a fractional exponent gives nan, 0 ** -1
+    gives -inf, like torch (the old gradient, through exp/log, was 0 or nan there; tinygrad 0.10.0 differs too)."""
+    value = self.detach()._pow_value(x.detach() if isinstance(x, Tensor) else x, reverse)
+    wants = self.requires_grad or (isinstance(x, Tensor) and x.requires_grad)
+    if Tensor.no_grad or not wants or not dtypes.is_float(value.dtype): return value
+    base, exponent = self._broadcasted(x, reverse)
+    bf, ef = base.detach().cast(value.dtype), exponent.detach().cast(value.dtype)
+    scalar_e = isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse
+    if scalar_e: d_base = bf.zeros_like() if x == 0 else x * bf._pow_value(x - 1, False)
+    else: d_base = (ef == 0).where(0.0, ef * bf._pow_value(ef - 1, False))
+    d_exp = ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
+    return F.Chain.apply(base, exponent, value, d_base.cast(value.dtype), d_exp.cast(value.dtype))
+  def _pow_value(self, x, reverse: bool) -> Tensor:
+    """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, else exp/log."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse:
       if x == 0: return self.ones_like()
       if x == 0.5: return self.sqrt()
       if float(x).is_integer() and 0 < x <= 1024:
         # exact and cheap: square-and-multiply (x**3 is x*x*x, not exp(3*log|x|))
-        half = self.pow(int(x) // 2) if x >= 2 else None
+        half = self._pow_value(int(x) // 2, False) if x >= 2 else None
         sq = half * half if half is not None else None
         return self if sq is None else (sq * self if int(x) % 2 else sq)
       if float(x).is_integer() and -1024 <= x < 0 and not dtypes.is_int(self.dtype) and not dtypes.is_bool(self.dtype):
-        return self.pow(-int(x)).reciprocal()
+        return self._pow_value(-int(x), False).reciprocal()
     base, exponent = self._broadcasted(x, reverse)
     bf = base._to_float()
     ef = exponent.cast(bf.dtype)
@@ -895,11 +994,11 @@ class Tensor:
   def bitwise_or(self, x) -> Tensor: return F.BitwiseOr.apply(*self._bitwise(x))
   def bitwise_not(self) -> Tensor:
     if self.dtype == dtypes.bool: return self.logical_not()
-    if not dtypes.is_int(self.dtype): raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
     return self.xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
   def _bitwise(self, x) -> tuple[Tensor, Tensor]:
     a, b = self._broadcasted(x)
-    if not (dtypes.is_int(a.dtype) or dtypes.is_bool(a.dtype)): raise TypeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
+    if not (dtypes.is_int(a.dtype) or dtypes.is_bool(a.dtype)): raise DTypeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
     return a, b
   def lshift(self, x: int) -> Tensor: return F.Shl.apply(*self._bitwise(x))
   def rshift(self, x: int) -> Tensor: return F.Shr.apply(*self._bitwise(x))
@@ -950,11 +1049,11 @@ class Tensor:
 
     (..., n, k) becomes (..., n, 1, k) and w (..., k, m) becomes (..., 1, m, k); their product broadcasts to
     (..., n, m, k) and the sum over k is the result. A 1-D side has no n (or m) to keep apart, so it gets no extra 1."""
-    if not self.ndim or not w.ndim: raise ValueError(f"both tensors need at least 1 dimension, got {self.ndim}D and {w.ndim}D")
+    if not self.ndim or not w.ndim: raise ShapeError(f"both tensors need at least 1 dimension, got {self.ndim}D and {w.ndim}D")
     w_axis = -2 if w.ndim > 1 else -1  # w's contracted axis
     inner = w.shape[w_axis]
     if resolve(sym_ne(self.shape[-1], inner)):
-      raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {inner} differ")
+      raise ShapeError(f"cannot matmul shapes {self.shape} and {w.shape}: inner dimensions {self.shape[-1]} and {inner} differ")
     gap = (1,) if self.ndim > 1 and w.ndim > 1 else ()
     lhs = self.reshape(*self.shape[:-1], *gap, self.shape[-1])
     rhs = w.reshape(*w.shape[:-2], *gap, *w.shape[w_axis:]).transpose(-1, w_axis)
@@ -989,9 +1088,9 @@ class Tensor:
       No window reaches past n, so the wrap-around of the repeats is never read.
     """
     nk = len(k_)
-    if self.ndim < nk: raise ValueError(f"can't pool {self.shape} with kernel {k_}")
+    if self.ndim < nk: raise ShapeError(f"can't pool {self.shape} with kernel {k_}")
     s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
-    if len(s_) != nk or len(d_) != nk: raise ValueError(f"stride/dilation mismatch kernel={k_}, stride={s_}, dilation={d_}")
+    if len(s_) != nk or len(d_) != nk: raise ShapeError(f"stride/dilation mismatch kernel={k_}, stride={s_}, dilation={d_}")
     lead = [None] * (self.ndim - nk)  # the batch/channel dims ride along untouched
     n_ = self.shape[-nk:]
     def view(x: Tensor, per_dim) -> Tensor: return x.reshape(*lead, *flatten(per_dim))
@@ -1007,7 +1106,7 @@ class Tensor:
       x = view(head(x, [(b,) for b in blocks]), zip(o_, s_))
       return windows_first(head(x, zip(o_, k_)), 0)
     o_ = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(n_, k_, s_, d_)]
-    if any(o <= 0 for o in o_): raise ValueError(f"kernel {k_} (dilation {d_}) is larger than the input {n_}")
+    if any(o <= 0 for o in o_): raise ShapeError(f"kernel {k_} (dilation {d_}) is larger than the input {n_}")
     rows = [(k, n + d) for k, n, d in zip(k_, n_, d_)]
     copies = [math.ceil(k * w / n) for (k, w), n in zip(rows, n_)]  # enough repeats of the dim to fill the k rows
     x = view(self, [(1, n) for n in n_]).expand(*lead, *flatten(zip(copies, n_)))
@@ -1022,17 +1121,17 @@ class Tensor:
     padding = tuple(padding)
     if len(padding) == 2 * dims: return padding
     if len(padding) == dims: return tuple(flatten((p, p) for p in reversed(padding)))
-    raise ValueError(f"padding {padding} must be an int, {dims} ints, or {2 * dims} ints for {dims} spatial dims")
+    raise ShapeError(f"padding {padding} must be an int, {dims} ints, or {2 * dims} ints for {dims} spatial dims")
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | tuple[int, ...] = 1,
              dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0, acc_dtype: DTypeLike | None = None) -> Tensor:
     """N-d convolution (NCHW input, (cout, cin/groups, *kernel) weight) from _pool windows, a multiply and a sum."""
     if self.ndim < 3 or weight.ndim != self.ndim:
-      raise ValueError(f"conv2d: input {self.shape} and weight {weight.shape} need the same number (>= 3) of dims")
+      raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same number (>= 3) of dims")
     (bs, cin_), (cout, cin), hw = self.shape[:2], weight.shape[:2], weight.shape[2:]
     if groups * cin != cin_:
-      raise ValueError(f"conv2d: input {self.shape} has {cin_} channels, weight {weight.shape} expects {cin} per group x {groups} groups")
-    if cout % groups != 0: raise ValueError(f"conv2d: {cout} output channels do not divide into {groups} groups")
-    if bias is not None and bias.shape != (cout,): raise ValueError(f"conv2d: bias shape {bias.shape} must be ({cout},)")
+      raise ShapeError(f"conv2d: input {self.shape} has {cin_} channels, weight {weight.shape} expects {cin} per group x {groups} groups")
+    if cout % groups != 0: raise ShapeError(f"conv2d: {cout} output channels do not divide into {groups} groups")
+    if bias is not None and bias.shape != (cout,): raise ShapeError(f"conv2d: bias shape {bias.shape} must be ({cout},)")
     x = self.pad(self._padding_flat(padding, len(hw)))._pool(hw, stride, dilation)  # (bs, groups*cin, *oyx, *hw)
     rcout, oyx = cout // groups, x.shape[2:-len(hw)]
     nd = len(oyx)
@@ -1047,7 +1146,7 @@ class Tensor:
     """Transposed convolution (weight (cin, cout/groups, *kernel)) as a conv2d over the stride-dilated input with a flipped kernel."""
     hw = weight.shape[2:]
     if weight.ndim != self.ndim or weight.shape[0] != self.shape[1] or weight.shape[0] % groups != 0:
-      raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} (cin, cout/groups, *kernel) do not fit with groups={groups}")
+      raise ShapeError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} (cin, cout/groups, *kernel) do not fit with groups={groups}")
     s_, d_, p_, op_ = (make_tuple(v, len(hw)) for v in (stride, dilation, padding, output_padding))
     cin, cout_g = weight.shape[:2]
     # (cin, cout/g, *k) -> (g, cin/g, cout/g, *k) -> (g, cout/g, cin/g, *k) with the kernel flipped -> conv2d's (cout, cin/g, *k)
@@ -1153,9 +1252,9 @@ class Tensor:
   def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
     """Cross entropy of logits (..., classes) against int labels Y (...); labels equal to ignore_index add nothing and are not counted."""
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if not dtypes.is_int(Y.dtype): raise TypeError(f"sparse_categorical_crossentropy: labels must be an int tensor, got {Y.dtype}")
+    if not dtypes.is_int(Y.dtype): raise DTypeError(f"sparse_categorical_crossentropy: labels must be an int tensor, got {Y.dtype}")
     if Y.shape != self.shape[:-1]:
-      raise ValueError(f"sparse_categorical_crossentropy: labels {Y.shape} must have the shape of logits {self.shape} without the class dim")
+      raise ShapeError(f"sparse_categorical_crossentropy: labels {Y.shape} must have the shape of logits {self.shape} without the class dim")
     if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
     log_probs = self.log_softmax()
     # like tinygrad, ignore_index=-1 (the default) ignores nothing
@@ -1169,16 +1268,16 @@ class Tensor:
   def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """torch-style: logits (N, C, ...) with int labels (N, ...) or class probabilities (N, C, ...)."""
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if self.ndim < 2: raise ValueError(f"cross_entropy needs logits with a class dim (N, C, ...), got {self.shape}")
+    if self.ndim < 2: raise ShapeError(f"cross_entropy needs logits with a class dim (N, C, ...), got {self.shape}")
     if Y.ndim == self.ndim - 1:
       Y = Y.one_hot(num_classes=self.shape[1])
       if self.ndim > 2: Y = Y.permute(0, Y.ndim - 1, *range(1, Y.ndim - 1))
-    if Y.shape != self.shape: raise ValueError(f"cross_entropy: target {Y.shape} does not fit logits {self.shape}")
+    if Y.shape != self.shape: raise ShapeError(f"cross_entropy: target {Y.shape} does not fit logits {self.shape}")
     Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]
     return (-self.log_softmax(axis=1).mul(Y).sum(axis=1))._do_reduction(reduction)
   def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
     """torch-style negative log likelihood of log-probabilities (N, C, ...) and int labels (N, ...)."""
-    if Y.ndim != self.ndim - 1: raise ValueError(f"nll_loss: labels {Y.shape} must have one dim less than input {self.shape}")
+    if Y.ndim != self.ndim - 1: raise ShapeError(f"nll_loss: labels {Y.shape} must have one dim less than input {self.shape}")
     # each label's weight: its class weight (1 without `weight`), 0 for ignored labels
     label_w = Y.ones_like(dtype=self.dtype, requires_grad=False) if weight is None else weight[Y]
     if ignore_index is not None: label_w = label_w * (Y != ignore_index)
@@ -1193,7 +1292,9 @@ class Tensor:
     if not isinstance(size, (tuple, list)) or not all_int(size) or not 0 < len(size) <= self.ndim:
       raise ValueError(f"interpolate: size must be a tuple of at most {self.ndim} ints, got {size}")
     if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate: unknown mode {mode!r}")
-    x, expand = self, list(self.shape)
+    # integers resize in float and round back half up once, not in their own wrapping dtype (tinygrad 0.10.0 and our
+    # old code wrapped: a bug). torch's uint8 bilinear is fixed-point, rounding after each pass: within 1 of ours
+    x, expand = (self if dtypes.is_float(self.dtype) else self._to_float()), list(self.shape)
     for i in range(-1, -len(size) - 1, -1):
       n_in, n_out = self.shape[i], size[i]
       reshape = [1] * self.ndim
@@ -1210,6 +1311,7 @@ class Tensor:
         scale = n_in / n_out
         index = (arr * scale).floor() if mode == "nearest" else ((arr + 0.5) * scale).floor()
         x = x.gather(i, index.clip(0, n_in - 1).cast(dtypes.int32).reshape(reshape).expand(expand))
+    if not dtypes.is_float(self.dtype) and mode == "linear": x = (x + 0.5).floor()
     return x.cast(self.dtype)
 
   # *** training / inference switches ***

@@ -1,0 +1,16 @@
+"""Exception types of the Tensor API that are catchable both ways: as the Python type our messages always had
+(ValueError, TypeError, IndexError, KeyError) and as the type tinygrad raises for the same mistake (RuntimeError, or
+AttributeError for an unknown dtype name), so user code written against either keeps working. Each adds no behaviour."""
+
+class ShapeError(ValueError, RuntimeError):
+  """Shapes that do not fit: a bad reshape, a broadcast, expand, permute, pad, shrink, cat/stack, matmul or conv
+  mismatch."""
+
+class AxisError(IndexError, RuntimeError):
+  """A dimension (axis) out of range for the tensor's shape."""
+
+class DTypeError(TypeError, RuntimeError):
+  """A dtype an op cannot take (an int-only op on floats, an assign across dtypes)."""
+
+class DTypeNameError(KeyError, AttributeError):
+  """An unknown dtype name (tinygrad's `getattr(dtypes, name)` raises AttributeError)."""
