@@ -33,7 +33,7 @@ def _workload_and_codegen() -> None:
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-  """`workload`'s store, plus program-level captures of some of its kernels."""
+  """`workload`'s store, plus program-level captures (GPU target) of a few more kernels."""
   return capture_store(tmp_path_factory.mktemp("coverage") / "cov.db", _workload_and_codegen, "cov")
 
 def _by_name(cov: C.Coverage) -> dict[tuple[str, str], C.RuleCount]: return {(c.rule.where, c.rule.name): c for c in cov.rules}
@@ -53,7 +53,7 @@ def test_workload_rules_counted_and_unreachable_ones_uncovered(db):
   # what the workload must fire: the kernel rewrite, the store plan, the lowering, the renderer
   for where, name in [("scheduling.kernel_ast.inline_rules", "inline_computed"), ("scheduling.kernel_ast.number_rules", "define_global"),
                       ("scheduling.stores.store_rules", "store_meta_op"), ("codegen.lowerer.ast_lowering", "elementwise"),
-                      ("symbolic.symbolic", "add_zero")]:
+                      ("codegen.opencl.opencl_rules", "alu"), ("symbolic.symbolic", "add_zero")]:
     c = rows[(where, name)]
     assert 0 < c.captures <= c.firings, (where, name, c)
   # one device, no bitcast: no COPY source is stored and nothing renders a bitcast
