@@ -193,6 +193,22 @@ def report_merge_cmd(reports, output, report_md, junit, report_html) -> None:
   click.echo(R.terminal(rep))
   sys.exit(rep.exit_code())
 
+@main.command("coverage")
+@click.argument("dbs", nargs=-1)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="also write the counts as JSON (every rule, whatever --uncovered-only)")
+@click.option("--uncovered-only", is_flag=True, help="list only the rules no capture exercised (and the totals)")
+def coverage_cmd(dbs, json_path, uncovered_only) -> None:
+  """Which named scheduler, symbolic and codegen rules the captures (default captures/*.db) exercise: per rule, the
+  captures whose replay fires it and the firings in all; rules never exercised first."""
+  from replay import coverage as C
+  report_paths_writable(json_path)
+  try: cov = C.coverage(_dbs(dbs))
+  except C.CoverageError as e: _fail(str(e), e.hint)
+  if json_path:
+    try: Path(json_path).write_text(cov.to_json(), encoding="utf-8")
+    except OSError as e: _fail(f"cannot write {json_path}: {e.strerror or e}", "name a file in a folder you can write")
+  click.echo(C.table(cov, uncovered_only))
+
 for _ci in (commits_cmd, bisect_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
 for _tr in (blame_cmd, minimize_cmd): main.add_command(_tr)  # triage: replay/cli_triage.py
 

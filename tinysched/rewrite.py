@@ -2,7 +2,8 @@
 graph_rewrite applies a matcher bottom-up to a fixed point.
 
 Rules are data: `PatternMatcher.rule_names()` lists them and `graph_rewrite(..., track=list)` records
-which rule rewrote which node, so replay reports can name the rule behind a change. `rewrite_limit(n)` lets
+which rule rewrote which node, so replay reports can name the rule behind a change; `FIRED` (a list, when set) sees
+every rule that fires, through graph_rewrite or a direct `PatternMatcher.rewrite` (replay coverage). `rewrite_limit(n)` lets
 only the first n rule applications happen (replay blame bisects it).
 """
 from __future__ import annotations
@@ -144,6 +145,7 @@ class PatternMatcher:
         ret = fn(ctx=ctx, **bound) if has_ctx else fn(**bound)
         if ret is not None and ret is not u:
           if LIMIT is not None and not LIMIT.admit(name, u, ret): return None
+          if FIRED is not None: FIRED.append((name, fn))
           return ret, name
     return None
   def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
@@ -169,6 +171,10 @@ class RewriteLimit:
   def digest(self) -> str: return self._h.hexdigest()
 
 LIMIT: RewriteLimit | None = None  # installed by rewrite_limit: None (the default) never limits
+# when set (a list), every rule that fires anywhere appends (rule name, its function): graph_rewrite's and the direct
+# PatternMatcher.rewrite calls of the renderer and the lowerer alike (replay coverage counts them). The function tells
+# apart rules of one name in different matchers, and is the same object in a combined matcher `a + b`.
+FIRED: list[tuple[str, Callable]] | None = None
 
 @contextlib.contextmanager
 def rewrite_limit(n: int) -> Iterator[RewriteLimit]:

@@ -1,0 +1,190 @@
+"""Rule coverage: which named rules of the scheduler, the symbolic simplifier and codegen the stored captures exercise.
+
+The rules are every PatternMatcher found in the modules of `MATCHER_MODULES` (tinysched/scheduling/*.py,
+tinysched/symbolic.py, tinysched/codegen/*.py), one entry per (module, matcher, rule name). A rule reachable from
+several matchers (a combined matcher `a + b`, or a matcher another module imports) is listed once, under the smallest
+matcher of the module that defines its function: compose_views is `compose_rules`', not also views_up's and views_down's.
+
+A capture exercises a rule when replaying its stored input with the current code fires that rule at least once.
+Firings are seen through `tinysched.rewrite.FIRED`, which every rule application reports (graph_rewrite's, and the
+direct `PatternMatcher.rewrite` calls of the lowerer and the OpenCL renderer). Each distinct input is replayed once
+(a capture's firings depend only on its input and the code), with the memos whose misses run rules emptied first, so what a
+capture exercises does not depend on which captures were replayed before it. Decoding the input is not counted.
+
+Firings of matchers outside these modules (UOp.substitute's one-off matcher) are not rules of the inventory: they
+are counted apart (`other_firings`). The scheduler's grouping decisions in scheduling/fusion.py are not named anywhere
+(no rule, no reason string), so they are not in the inventory; its store decisions are the named `store_rules`.
+"""
+from __future__ import annotations
+import importlib, json, pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+MATCHER_MODULES = ("tinysched.scheduling", "tinysched.symbolic", "tinysched.codegen")  # a package means all its modules
+LEFT_OUT = ("grouping decisions (scheduling/fusion.py: a reduce stored alone, chased down its readers, an arange inlined) are "
+            "not named in the scheduler, so they are not counted",)
+
+class CoverageError(Exception):
+  def __init__(self, msg: str, hint: str) -> None:
+    super().__init__(msg)
+    self.hint = hint
+
+@dataclass(frozen=True, order=True)
+class RuleKey:
+  module: str   # e.g. tinysched.scheduling.kernel_ast
+  matcher: str  # the module attribute holding the PatternMatcher
+  name: str     # the rule name (PatternMatcher.rule_names())
+  @property
+  def where(self) -> str: return f"{self.module.removeprefix('tinysched.')}.{self.matcher}"
+
+def _modules() -> list[Any]:
+  out = []
+  for name in MATCHER_MODULES:
+    mod = importlib.import_module(name)
+    out.append(mod)
+    if hasattr(mod, "__path__"):
+      for info in sorted(pkgutil.iter_modules(mod.__path__), key=lambda i: i.name):
+        out.append(importlib.import_module(f"{name}.{info.name}"))
+  return out
+
+def rule_inventory() -> tuple[list[RuleKey], dict[tuple[str, Callable], RuleKey]]:
+  """(every rule, sorted; (rule name, rule function) -> its entry), from the matchers the modules hold right now."""
+  from tinysched.rewrite import PatternMatcher
+  homes: dict[tuple[str, Callable], tuple[tuple, RuleKey]] = {}
+  for mod in _modules():
+    for attr, pm in sorted(vars(mod).items()):
+      if not isinstance(pm, PatternMatcher): continue
+      for _, fn, name, _ in pm.rules:
+        # home: the module defining the rule's function first, then the smallest matcher, then by name
+        rank = (getattr(fn, "__module__", None) != mod.__name__, len(pm.rules), mod.__name__, attr)
+        if (k := (name, fn)) not in homes or rank < homes[k][0]: homes[k] = (rank, RuleKey(mod.__name__, attr, name))
+  by_fn = {k: key for k, (_, key) in homes.items()}
+  return sorted(dict.fromkeys(by_fn.values())), by_fn
+
+def _forget_memos() -> None:
+  """Empty the process-wide memos whose misses run rules (results never change, only whether rules fire again): the view
+  algebra's tables and the lowerer's 64-bit index expressions (it simplifies). Otherwise a capture replayed after
+  another would fire fewer rules than on its own."""
+  from tinysched.shape import clear_caches
+  from tinysched.codegen import lowerer
+  clear_caches()
+  lowerer._WIDE_CACHE.clear()
+
+def fired_rules(level: str, data: bytes) -> tuple[str, list[tuple[str, Callable]]]:
+  """Replay one stored input with rule tracing: (outcome, the (rule name, function) of every firing, in order). Outcome:
+  `ran`, `error` (the current code raised: the firings until then are kept) or `incompatible` (the input cannot be
+  decoded: nothing ran)."""
+  from tinysched import rewrite, capture_hook
+  from replay.encode import IncompatibleCapture
+  from replay.runner import decode_input, run_input
+  hook, capture_hook.HOOK = capture_hook.HOOK, None  # replaying must not capture itself
+  fired: list[tuple[str, Callable]] = []
+  try:
+    try: inputs = decode_input(level, data)
+    except Exception: return "incompatible", fired  # noqa: BLE001 (the decoder's fault or the input's: nothing ran)
+    _forget_memos()
+    prev, rewrite.FIRED = rewrite.FIRED, fired
+    try: run_input(level, inputs)
+    except IncompatibleCapture: return "incompatible", fired
+    except Exception: return "error", fired  # noqa: BLE001 (`replay check` reports the error itself)
+    finally: rewrite.FIRED = prev
+    return "ran", fired
+  finally: capture_hook.HOOK = hook
+
+@dataclass
+class RuleCount:
+  rule: RuleKey
+  captures: int = 0  # capture rows whose replay fired it
+  firings: int = 0   # over all those rows
+  def to_dict(self) -> dict[str, Any]:
+    return {"rule": self.rule.name, "module": self.rule.module, "matcher": self.rule.matcher, "where": self.rule.where,
+            "captures": self.captures, "firings": self.firings}
+
+@dataclass
+class Coverage:
+  stores: list[str]
+  rules: list[RuleCount]  # uncovered first, then by module, matcher and rule name
+  captures: int = 0
+  outcomes: dict[str, int] = field(default_factory=dict)  # capture rows by replay outcome (ran / error / incompatible)
+  other_firings: int = 0  # firings of matchers outside the inventory, over all rows
+  left_out: tuple[str, ...] = LEFT_OUT
+  @property
+  def uncovered(self) -> list[RuleCount]: return [r for r in self.rules if r.captures == 0]
+  def to_dict(self) -> dict[str, Any]:
+    return {"format": "replay-coverage", "version": 1, "stores": self.stores, "captures": self.captures,
+            "outcomes": dict(sorted(self.outcomes.items())), "rules": [r.to_dict() for r in self.rules],
+            "totals": {"rules": len(self.rules), "exercised": len(self.rules) - len(self.uncovered), "uncovered": len(self.uncovered)},
+            "other_firings": self.other_firings, "left_out": list(self.left_out)}
+  def to_json(self) -> str: return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
+def _rows(paths: list[str]) -> list[tuple[str, list[dict]]]:
+  """Every store's capture rows, all read before anything is replayed (an unreadable store: CoverageError)."""
+  import sqlite3
+  from replay.store import Store, StoreError
+  out = []
+  for p in paths:
+    try:
+      store = Store(p, readonly=True)
+      try: out.append((p, list(store.captures())))
+      finally: store.close()
+    except (StoreError, sqlite3.DatabaseError) as e:
+      raise CoverageError(f"{p}: {e}" if str(p) not in str(e) else str(e),
+                          "pass capture stores written by `replay capture` or `replay suite` (`replay stats DB` shows what a "
+                          "store holds)") from None
+  return out
+
+def coverage(paths: list[str]) -> Coverage:
+  """Replay every capture row of the stores with rule tracing and count, per rule, the rows that fired it."""
+  from replay.store import Store
+  stores = _rows(paths)
+  rules, by_fn = rule_inventory()
+  counts = {k: RuleCount(k) for k in rules}
+  cov = Coverage(stores=list(paths), rules=[])
+  done: dict[tuple[str, str], tuple[str, dict[RuleKey, int], int]] = {}  # (level, input key) -> outcome, firings, other
+  for path, rows in stores:
+    store = Store(path, readonly=True)
+    try:
+      for row in rows:
+        k = (row["level"], row["input_key"])
+        if k not in done:
+          if row.get("_invalid"): done[k] = ("incompatible", {}, 0)
+          else:
+            try: data = store.blob(row["input_key"])
+            except Exception: done[k] = ("incompatible", {}, 0)  # noqa: BLE001 (a missing or corrupt payload: nothing to replay)
+            else:
+              outcome, fired = fired_rules(row["level"], data)
+              per: dict[RuleKey, int] = {}
+              other = 0
+              for f in fired:
+                if (rk := by_fn.get(f)) is None: other += 1
+                else: per[rk] = per.get(rk, 0) + 1
+              done[k] = (outcome, per, other)
+        outcome, per, other = done[k]
+        cov.captures += 1
+        cov.outcomes[outcome] = cov.outcomes.get(outcome, 0) + 1
+        cov.other_firings += other
+        for rk, n in per.items():
+          counts[rk].captures += 1
+          counts[rk].firings += n
+    finally: store.close()
+  cov.rules = sorted(counts.values(), key=lambda c: (c.captures > 0, c.rule))
+  return cov
+
+def table(cov: Coverage, uncovered_only: bool = False) -> str:
+  """The terminal table: rule, where, captures that exercised it, total firings; uncovered rules first; then totals."""
+  shown = cov.uncovered if uncovered_only else cov.rules
+  head = ("rule", "where", "captures", "firings")
+  body = [(c.rule.name, c.rule.where, str(c.captures), str(c.firings)) for c in shown]
+  w = [max(len(r[i]) for r in [head, *body]) for i in range(4)]
+  def line(r: tuple[str, ...]) -> str: return f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]:>{w[3]}}".rstrip()
+  out = [line(head), line(tuple("-" * n for n in w)), *(line(r) for r in body)]
+  n, unc = len(cov.rules), len(cov.uncovered)
+  ran = ", ".join(f"{v} {k}" for k, v in sorted(cov.outcomes.items()))
+  out.append(f"\n{n} rules: {n - unc} exercised, {unc} never; {cov.captures} captures in {len(cov.stores)} store(s) ({ran or 'none'})")
+  if cov.outcomes.get("error") or cov.outcomes.get("incompatible"):
+    out.append("  captures that did not run to the end count only the rules they fired before (`replay check` says why they failed)")
+  if cov.other_firings: out.append(f"  {cov.other_firings} firings of matchers outside the rule modules (UOp.substitute) not counted")
+  out += [f"  left out: {x}" for x in cov.left_out]
+  return "\n".join(out)
+
+__all__ = ["coverage", "table", "rule_inventory", "fired_rules", "Coverage", "RuleCount", "RuleKey", "CoverageError", "MATCHER_MODULES"]
