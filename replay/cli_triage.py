@@ -4,7 +4,7 @@ Exit codes: 0 done (blame: the culprit named, or nothing differs; minimize: the 
 capture that cannot be triaged (the old code does not reproduce it, no commit recorded...), with what to do next.
 """
 from __future__ import annotations
-import contextlib, json
+import contextlib, json, signal
 from pathlib import Path
 from typing import Iterator
 import click
@@ -27,6 +27,9 @@ def _sides(db: str, key: str, old_rev: str | None, old_tree: str | None) -> Iter
   try: store = Store(db, readonly=True)
   except StoreError as e: _fail(str(e), "pass a .db file written by `replay capture` or `replay suite`")
   new_tree = Path(__file__).resolve().parents[1]
+  # SIGTERM/SIGHUP stop it like Ctrl-C: the worktree and the probes are removed on the way out
+  def on_signal(signum: int, frame) -> None: raise KeyboardInterrupt(signal.Signals(signum).name)
+  old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
   try:
     if old_tree:
       yield store, Path(old_tree).resolve(), new_tree
@@ -42,7 +45,10 @@ def _sides(db: str, key: str, old_rev: str | None, old_tree: str | None) -> Iter
       try: old = wt.add("old", sha)  # type: ignore[arg-type]
       except CommitsError as e: _fail(str(e))
       yield store, old, new_tree
-  finally: store.close()
+  except KeyboardInterrupt as e: _fail(f"interrupted ({e or 'SIGINT'}); the temporary worktree and the probes were removed")
+  finally:
+    store.close()
+    for sig, h in old_handlers.items(): signal.signal(sig, h)
 
 @click.command("blame")
 @click.argument("db")
