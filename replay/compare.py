@@ -1,7 +1,9 @@
 """`replay diff OLD.db NEW.db`: compare two capture stores made by different code.
 
-Kernel and program captures are matched by (label, input key): the same input seen by both versions;
-schedule captures by (label, call order), since a changed front end changes the schedule's input too.
+Kernel and program captures are matched by (label, input key): the same input seen by both versions. Schedule
+captures first by (label, input key) too (the same big graph: a scheduler change), and those left by (label, call
+order among the unmatched), since a changed front end changes the schedule's input as well: so one schedule call
+more or less on one side does not shift every later pair.
 A capture present on one side only is reported as `changed` with a note, because the work itself changed.
 """
 from __future__ import annotations
@@ -12,17 +14,33 @@ from replay.encode import key_of
 from replay.runner import Result, decode_output, describe_change, replay_output
 from replay.store import Store
 
-def _index(store: Store) -> dict[tuple, dict]:
+def _index(store: Store) -> tuple[dict[tuple, dict], list[tuple[str, dict]]]:
+  """(kernel/program rows by (level, label, input key), schedule rows in call order as (label, row))."""
   out: dict[tuple, dict] = {}
-  sched_pos: dict[str, int] = {}
+  sched: list[tuple[str, dict]] = []
   for row in store.captures():
     label = row["label"] or ""
-    if row["level"] == "schedule":
-      pos = sched_pos.get(label, 0)
-      sched_pos[label] = pos + 1
-      out.setdefault(("schedule", label, pos), row)
+    if row["level"] == "schedule": sched.append((label, row))
     else: out.setdefault((row["level"], label, row["input_key"]), row)
-  return out
+  return out, sched
+
+def _pair_schedules(old: list[tuple[str, dict]], new: list[tuple[str, dict]]) -> tuple[dict[tuple, dict], dict[tuple, dict]]:
+  """Keys for both sides' schedule rows: the same (label, input key) pairs first; the rest of a label pair up in call
+  order. Keys are ("schedule", label, ("input", key)) or ("schedule", label, ("call", n)); deterministic."""
+  def keyed(rows: list[tuple[str, dict]], common: set) -> dict[tuple, dict]:
+    out: dict[tuple, dict] = {}
+    pos: dict[str, int] = {}
+    for label, row in rows:
+      if (label, row["input_key"]) in common:
+        out.setdefault(("schedule", label, ("input", row["input_key"])), row)
+        continue
+      n = pos.get(label, 0)
+      pos[label] = n + 1
+      out[("schedule", label, ("call", n))] = row
+    return out
+  # membership only: the order comes from the rows' call order
+  common = {(lb, r["input_key"]) for lb, r in old} & {(lb, r["input_key"]) for lb, r in new}
+  return keyed(old, common), keyed(new, common)
 
 def compare(old_path: str, new_path: str, level: str | None = None, label: str | None = None, allow_empty: bool = False) -> Report:
   """`allow_empty`: a side with no captures is compared (everything shows as added/removed) instead of refused; `replay
@@ -31,7 +49,9 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
   rep = Report(sources=[old_path, new_path], paired=True)
   old, new = Store(old_path, readonly=True, allow_empty=allow_empty), Store(new_path, readonly=True, allow_empty=allow_empty)
   try:
-    oi, ni = _index(old), _index(new)
+    (oi, os_), (ni, ns) = _index(old), _index(new)
+    osk, nsk = _pair_schedules(os_, ns)
+    oi, ni = {**oi, **osk}, {**ni, **nsk}
     keys = list(oi) + [k for k in ni if k not in oi]
     for k in keys:
       if (level and k[0] != level) or (label and k[1] != label): continue

@@ -198,3 +198,17 @@ def test_program_level_sees_codegen_changes(tmp_path, monkeypatch):
   assert rep.exit_code() == 1 and rep.counts()["changed"] == 2
   r = rep.results[0]
   assert "planted" in r.text_diff and r.signature.startswith("program:")
+
+def test_diff_pairs_schedule_calls_by_input_before_call_order(tmp_path):
+  """The new side makes one schedule call more, first: the calls both sides make must still pair with each other
+  (by input key), not shift by one and all look changed."""
+  from replay.compare import compare
+  from tinysched import Tensor
+  def a(): (Tensor.arange(12).reshape(3, 4).float().sum(1) + 1).realize()
+  def b(): (Tensor.arange(6).float().exp() * 2).realize()
+  def c(): (Tensor.arange(8).float().max() - 3).realize()
+  with replay.capture(tmp_path / "old.db", label="m", levels=("schedule",)): a(); b()
+  with replay.capture(tmp_path / "new.db", label="m", levels=("schedule",)): c(); a(); b()
+  rep = compare(str(tmp_path / "old.db"), str(tmp_path / "new.db"))
+  got = sorted((r.outcome, r.reason or "") for r in rep.results)
+  assert got == [("changed", "only in the new capture"), ("identical", ""), ("identical", "")], got
