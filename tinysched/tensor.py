@@ -14,7 +14,7 @@ from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
-from tinysched.errors import ShapeError, AxisError, DTypeError
+from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError
 
 DTypeLike = Union[DType, str]
 
@@ -376,15 +376,26 @@ class Tensor:
     if all(x == (0, s) for x, s in zip(norm, self.shape) if isinstance(s, int) and all(isinstance(v, int) for v in x)) and \
         all_int(flatten(norm)): return self
     return F.Shrink.apply(self, arg=norm)
-  def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
-    """padding: per dimension (before, after) for every dim, or a flat torch-style tuple starting from the last dim."""
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} (only 'constant')")
+  def _pad_pairs(self, padding) -> tuple[tuple[sint, sint], ...]:
+    """pad's argument as one (before, after) pair per dim: per-dim pairs (None for (0, 0)), or the flat torch-style form."""
     if padding and all(isinstance(p, int) for p in padding):
       if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
       padding = tuple([None] * (self.ndim - len(pairs)) + pairs)
     if len(padding) != self.ndim: raise ShapeError(f"padding {padding} needs {self.ndim} entries for shape {self.shape}")
-    pads = tuple(p if p is not None else (0, 0) for p in padding)
+    return tuple(p if p is not None else (0, 0) for p in padding)
+  def pad(self, padding, mode: str = "constant", value: float | None = None) -> Tensor:
+    """padding: per dimension (before, after) for every dim, or a flat torch-style tuple starting from the last dim.
+
+    mode 'constant' fills with `value` (default 0); 'reflect', 'replicate' and 'circular' are torch's
+    (numpy's reflect, edge and wrap) and take no value. Negative pads crop first, in every mode."""
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+      raise NotImplementedError(f"unknown pad mode {mode!r}: use 'constant', 'reflect', 'replicate' or 'circular'")
+    if mode != "constant":
+      if value is not None: raise ArgumentError(f"pad mode {mode!r} takes no value (got value={value!r}); only 'constant' fills with one")
+      return self._pad_edges(self._pad_pairs(padding), mode)
+    value = 0.0 if value is None else value
+    pads = self._pad_pairs(padding)
     if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
       # negative padding crops, like torch
       shr = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape))
@@ -394,6 +405,29 @@ class Tensor:
     if value == 0: return ret
     inside = F.Pad.apply(Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device, requires_grad=False), arg=pads)
     return inside.where(ret, Tensor(dtypes.as_const(value, self.dtype), device=self.device, dtype=self.dtype))
+  def _pad_edges(self, pads: tuple[tuple[sint, sint], ...], mode: str) -> Tensor:
+    """reflect / replicate / circular padding from movement ops only, one dim at a time (so corners are the padding of
+    the padding, as torch's): negative pads crop first (torch's order), then each side is a shrunk piece of the
+    cropped dim (flipped for reflect, one edge element expanded for replicate, the far end for circular) and cat puts
+    the three pieces together (pads and adds: it fuses like a constant pad). Any number of dims, where torch takes
+    only the last 1 to 3."""
+    if not all_int(flatten(pads)): raise ShapeError(f"pad mode {mode!r} needs int pads, got {pads}")
+    x = self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, self.shape)))
+    for d, (b, a) in enumerate(pads):
+      b, a, n = max(b, 0), max(a, 0), x.shape[d]
+      if b == 0 and a == 0: continue
+      if mode == "reflect" and (b >= n or a >= n):
+        raise ShapeError(f"reflect padding ({b}, {a}) of dim {d} must be less than its size {n} (shape {x.shape})")
+      if mode == "circular" and (b > n or a > n):
+        raise ShapeError(f"circular padding ({b}, {a}) of dim {d} can be at most its size {n} (shape {x.shape}): it wraps once")
+      if n == 0: raise ShapeError(f"pad mode {mode!r} cannot pad the empty dim {d} of shape {x.shape}")
+      def piece(lo: int, hi: int) -> Tensor: return x.shrink(tuple((lo, hi) if j == d else None for j in range(x.ndim)))
+      def run(t: Tensor, k: int) -> Tensor: return t.expand(tuple(k if j == d else s for j, s in enumerate(t.shape)))
+      if mode == "reflect": left, right = piece(1, b + 1).flip(d), piece(n - 1 - a, n - 1).flip(d)
+      elif mode == "replicate": left, right = run(piece(0, 1), b), run(piece(n - 1, n), a)
+      else: left, right = piece(n - b, n), piece(0, a)
+      x = Tensor.cat(*[t for t, k in ((left, b), (x, n), (right, a)) if k], dim=d)
+    return x
   def pad2d(self, padding: Sequence[int], value: float = 0.0) -> Tensor:
     """Pad the last len(padding)//2 dims with a flat (left, right, top, bottom, ...) tuple, last dim first."""
     return self.pad(tuple(padding), value=value)
