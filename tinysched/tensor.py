@@ -469,8 +469,7 @@ class Tensor:
     """One entry per index item, Ellipsis expanded, lists turned into int Tensors, missing trailing dims as full slices."""
     items = list(indices) if isinstance(indices, tuple) else [indices]
     for i, it in enumerate(items):
-      if isinstance(it, list): items[i] = Tensor(it, device=self.device, requires_grad=False)
-      elif isinstance(it, np.ndarray): items[i] = Tensor(it, device=self.device, requires_grad=False)
+      if isinstance(it, (list, tuple, np.ndarray)): items[i] = self._sequence_index(it)
       elif isinstance(it, bool) or not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
         raise TypeError(f"invalid index {it!r} of type {type(it).__name__}: use int, slice, None, Ellipsis, or an int Tensor/list")
     if sum(1 for it in items if it is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
@@ -481,6 +480,30 @@ class Tensor:
       at = next(i for i, it in enumerate(items) if it is Ellipsis)
       return items[:at] + fill + items[at + 1:]
     return items + fill
+  def _sequence_index(self, seq) -> Tensor | np.ndarray:
+    """A list / tuple (nested or not) or ndarray used as one index: numpy's rule, one index array however deep (torch
+    2.13 still reads a list of lists as a tuple of indices, with a deprecation warning; tinygrad 0.10.0 always does).
+    Host data stays an int ndarray (__getitem__ checks its bounds); a sequence holding Tensors stacks them (ints and
+    nested lists in it become Tensors first), so they must all have one shape."""
+    def has_tensor(v) -> bool: return isinstance(v, Tensor) or (isinstance(v, (list, tuple)) and any(has_tensor(e) for e in v))
+    if isinstance(seq, (list, tuple)) and has_tensor(seq):
+      parts = [e if isinstance(e, Tensor) else self._index_tensor(self._sequence_index(e) if isinstance(e, (list, tuple)) else np.array(e))
+               for e in seq]
+      if len({p.shape for p in parts}) > 1: raise IndexError(f"a list of index Tensors needs them all of the same shape, got {[p.shape for p in parts]}")
+      if not all(dtypes.is_int(p.dtype) for p in parts): raise IndexError("index Tensors in a list must be int tensors (boolean masks are not supported)")
+      dt = least_upper_dtype(*(p.dtype for p in parts))
+      return Tensor.stack(*[p.cast(dt) for p in parts])
+    try: arr = np.array(seq)
+    except ValueError: raise IndexError(f"a ragged list cannot be an index: {seq!r}") from None
+    if arr.dtype == np.object_: raise IndexError(f"a ragged list cannot be an index: {seq!r}")
+    if arr.size == 0 and arr.dtype == np.float64: arr = arr.astype(np.int32)  # [] selects nothing
+    if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
+    if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index list must hold ints (or be an int Tensor), got {arr.dtype}")
+    return arr
+  def _index_tensor(self, arr: np.ndarray) -> Tensor:
+    if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
+    if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index must hold ints (or be an int Tensor), got {arr.dtype}")
+    return Tensor(arr.astype(np.int64) if arr.dtype == np.uint64 else arr, device=self.device, requires_grad=False)
   def __getitem__(self, indices) -> Tensor:
     """numpy-style indexing: ints, slices (any step), None, Ellipsis, and int Tensors/lists (advanced indexing).
 
@@ -500,6 +523,10 @@ class Tensor:
       if it is None:
         out_shape.append(1); continue
       size = self.shape[dim]
+      if isinstance(it, np.ndarray):  # host index data: out of range raises, as in numpy and torch
+        if it.size and isinstance(size, int) and not (-size <= int(it.min()) and int(it.max()) < size):
+          raise IndexError(f"index {int(it.max()) if int(it.max()) >= size else int(it.min())} is out of bounds for dimension {dim} with size {size}")
+        it = self._index_tensor(it)
       if isinstance(it, Tensor):
         if not (dtypes.is_int(it.dtype)):
           raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} (boolean masks have a data-dependent shape)")
@@ -558,9 +585,13 @@ class Tensor:
     xp = self.permute(*dims, *rest).reshape(*[1] * nb, *sizes, *[self.shape[d] for d in rest])
     picked = mask.reshape(*mask.shape, *[1] * nr).where(xp, Tensor(0, device=self.device, dtype=self.dtype))
     ret = picked.sum(tuple(range(nb, nb + k))).cast(self.dtype)  # one non-zero term per sum: exact for every dtype
-    # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first
-    if dims == list(range(dims[0], dims[0] + k)) and dims[0] > 0:
-      before = sum(1 for d in rest if d < dims[0])
+    # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first. A 0-d
+    # index counts as an int (torch's rule), so it separates nothing: only the indices with dims are checked
+    scalar = {d for d, t in tensor_idx if not t.ndim}
+    placed = [d for d in dims if d not in scalar] or dims
+    rank = [sum(1 for e in range(d) if e not in scalar) for d in placed]  # positions with the 0-d indices taken out
+    if rank == list(range(rank[0], rank[0] + len(rank))) and placed[0] > 0:
+      before = sum(1 for d in rest if d < placed[0])
       order = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, nb + nr))
       ret = ret.permute(order)
     return ret

@@ -69,3 +69,66 @@ def test_pad_modes_bad_arguments_raise():
   with pytest.raises(ValueError, match="value"): Tensor(rand(2, 3)).pad((1, 1), mode="reflect", value=2.0)
   with pytest.raises(RuntimeError, match="value"): Tensor(rand(2, 3)).pad((1, 1), mode="reflect", value=2.0)
   with pytest.raises(ShapeError, match="empty"): Tensor.zeros(2, 0).pad((1, 1), mode="replicate")
+
+# *** advanced indexing: lists, nested lists, Tensors, with slices ***
+
+A3 = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+def _ti(v): return Tensor(np.array(v, dtype=np.int32))
+def _npi(v): return np.array(v)
+
+# each case builds the index from a maker of index arrays: numpy's rule is the reference (the lists are numpy's
+# sequence indices: a list is one index array however deep, as in torch's announced behaviour; torch 2.13 still reads
+# a list of lists as a tuple, with a deprecation warning)
+INDEX_CASES = {
+  "nested_list": lambda m: [[[0]]], "list": lambda m: [0, 2], "list_of_lists": lambda m: [[0, 1], [2, 0]],
+  "negative_list": lambda m: [-1, 0, -3], "empty_list": lambda m: [], "tuple_in_tuple": lambda m: ((0, 1),),
+  "list_of_tuple": lambda m: [(0, 1)], "tensor": lambda m: (m([0, 2]),), "two_tensors": lambda m: (m([0, 2]), m([1, 3])),
+  "slice_tensor": lambda m: (slice(None), m([[0, 1], [2, 3]])), "tensor_slice_tensor": lambda m: (m([0, 2]), slice(None), m([1, 3])),
+  "slice_two_tensors": lambda m: (slice(None), m([0, 2]), m([1, 3])), "broadcast_col_row": lambda m: (m([[0], [2]]), m([[1, 3]])),
+  "broadcast_after_slice": lambda m: (slice(1, None), m([[0], [3]]), m([1, 2, 4])), "tensor_none_tensor": lambda m: (m([0, 2]), None, m([1, 3])),
+  "none_tensor": lambda m: (None, m([0, 2])), "ellipsis_tensor": lambda m: (Ellipsis, m([0, 2])),
+  "reversed_slice_tensor": lambda m: (slice(None, None, -1), m([0, 3])), "strided_slice_list": lambda m: (slice(0, 3, 2), [3, 1], slice(None)),
+  "tensor_int_slice": lambda m: (m([2, 0]), 1, slice(None)), "list_pair_tuple": lambda m: ([0, 1], [1, 2]),
+}
+
+@pytest.mark.parametrize("name", list(INDEX_CASES))
+def test_advanced_indexing_matches_numpy(name):
+  want = A3[INDEX_CASES[name](_npi)]
+  assert_close(Tensor(A3)[INDEX_CASES[name](_ti)], want, dtype=np.float32)
+  assert_close(Tensor(A3)[INDEX_CASES[name](lambda v: v)], want, dtype=np.float32)  # plain lists in place of the arrays
+
+def test_list_of_tensors_is_one_index():
+  # a list of Tensors stacks into one index, like a list of numpy arrays (tinygrad 0.10.0 and torch 2.13 read it as a tuple)
+  got = Tensor(A3)[[_ti([0, 2]), _ti([1, 1])]]
+  assert_close(got, A3[np.array([[0, 2], [1, 1]])], dtype=np.float32)
+  assert_close(Tensor(A3)[[_ti(2), 0, _ti(1)]], A3[[2, 0, 1]], dtype=np.float32)  # 0-d Tensors and ints mixed
+  with pytest.raises(IndexError, match="same shape"): Tensor(A3)[[_ti([0, 1]), _ti([1])]]
+
+@needs_torch
+def test_int_and_0d_tensor_are_basic_like_torch():
+  # an int (and a 0-d int Tensor, as in torch) is applied first and does not separate tensor indices: x[1, :, idx] has
+  # idx's dims where idx was (numpy would put them first). torch and tinygrad agree on this
+  a4 = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
+  tt = torch.tensor(a4)
+  for idx in ((1, slice(None), [1, 3]), (_ti(1), slice(None), _ti([1, 3])), (slice(None), _ti(2), slice(None)),
+              (slice(None), _ti([0, 2]), _ti(1), _ti([1, 3])), (_ti([1, 0]), _ti(0), slice(None), _ti([[1], [3]]))):
+    t_idx = tuple(torch.tensor(i.numpy()) if isinstance(i, Tensor) else (torch.tensor(i) if isinstance(i, list) else i) for i in idx)
+    assert_close(Tensor(a4)[idx], tt[t_idx])
+
+@needs_torch
+def test_advanced_indexing_gradient():
+  x, tx = Tensor(A3, requires_grad=True), torch.tensor(A3, requires_grad=True)
+  idx = ([[0, 2], [2, 2]], slice(1, 3), [[4], [0]])  # a repeated row: its gradient adds up
+  got, want = x[idx], tx[tuple(torch.tensor(i) if isinstance(i, list) else i for i in idx)]
+  assert_close(got, want)
+  w = rand(*want.shape, seed=3)
+  (got * Tensor(w)).sum().backward(); (want * torch.tensor(w)).sum().backward()
+  assert_close(x.grad, tx.grad)
+
+def test_unsupported_indices_raise_clearly():
+  x = Tensor(A3)
+  with pytest.raises(IndexError, match="boolean"): x[[True, False, True]]
+  with pytest.raises(IndexError, match="boolean"): x[Tensor([True, False, True])]
+  with pytest.raises(IndexError, match="ragged"): x[[[0, 1], [2]]]
+  with pytest.raises(IndexError, match="int Tensor"): x[[0.5, 1.0]]
+  with pytest.raises(IndexError, match="out of bounds"): x[[0, 3]]
