@@ -1132,8 +1132,13 @@ class Tensor:
     return out if bias is None else out + bias
 
   def _cumsum(self, axis: int = 0) -> Tensor:
-    """Inclusive prefix sum along axis via a padded, strided view and one reduce."""
+    """Inclusive prefix sum along axis via a padded, strided view and one reduce.
+
+    As torch: a 0-d tensor is its own cumsum (axis 0 or -1), and an empty axis gives an empty result of the shape;
+    both in the dtype a cumsum of that dtype has (sum's)."""
     ax = self._resolve_dim(axis)
+    if self.ndim == 0: return self.reshape(1)._cumsum(0).reshape(())
+    if self.shape[ax] == 0: return self.cast(reduce_output_dtype(self.dtype))  # nothing to add up
     x = self.transpose(ax, -1)
     n = x.shape[-1]
     # each output position i sums x[0..i]: pad to 2n-1, take sliding windows of length n
@@ -1292,7 +1297,10 @@ class Tensor:
 
     The mask enters as an additive bias: a bool mask becomes 0 where kept and -inf where dropped; is_causal builds the
     bool mask that lets query i see keys 0..i. Scores accumulate in at least float32."""
-    if is_causal and attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+    # torch 2.13 raises RuntimeError for both together; ArgumentError is that and the ValueError we raised before
+    if is_causal and attn_mask is not None:
+      raise ArgumentError("scaled_dot_product_attention: pass attn_mask or is_causal, not both (torch raises for both too): "
+                          "fold the causal mask into attn_mask, e.g. attn_mask & Tensor.ones(L, S, dtype=dtypes.bool).tril()")
     bias = attn_mask
     if is_causal:
       q_len, k_len = self.shape[-2], key.shape[-2]

@@ -132,3 +132,35 @@ def test_unsupported_indices_raise_clearly():
   with pytest.raises(IndexError, match="ragged"): x[[[0, 1], [2]]]
   with pytest.raises(IndexError, match="int Tensor"): x[[0.5, 1.0]]
   with pytest.raises(IndexError, match="out of bounds"): x[[0, 3]]
+
+# *** cumsum on a 0-d tensor and along an empty axis ***
+
+@needs_torch
+@pytest.mark.parametrize("shape,axis", [((), 0), ((), -1), ((0,), 0), ((2, 0), 1), ((0, 3), 0), ((0, 3), 1), ((2, 3, 0), -1)])
+def test_cumsum_0d_and_empty(shape, axis):
+  x = rand(*shape) if shape else np.array(1.5, np.float32)
+  t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+  got, want = t.cumsum(axis), tt.cumsum(axis)
+  assert got.dtype == dtypes.float32
+  assert_close(got, want)
+  got.sum().backward(); want.sum().backward()
+  assert_close(t.grad, tt.grad)
+  xi = x.astype(np.int32)
+  assert Tensor(xi).cumsum(axis).dtype == Tensor(np.ones((2,), np.int32)).cumsum(0).dtype  # as a non-empty int cumsum
+  assert_close(Tensor(xi).cumsum(axis), torch.tensor(xi).cumsum(axis).numpy().astype(Tensor(xi).cumsum(axis).dtype.np))
+  with pytest.raises(IndexError): Tensor(x).cumsum(1 if not shape else len(shape))
+
+# *** scaled_dot_product_attention with attn_mask and is_causal: torch raises RuntimeError ***
+
+@needs_torch
+def test_sdpa_mask_and_causal_raise_like_torch():
+  q = Tensor(rand(2, 3, 4))
+  m = Tensor.ones(3, 3, dtype=dtypes.bool)
+  tq = torch.tensor(q.numpy())
+  with pytest.raises(RuntimeError):
+    TF.scaled_dot_product_attention(tq, tq, tq, attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True)
+  with pytest.raises(RuntimeError, match="attn_mask.*is_causal"): q.scaled_dot_product_attention(q, q, attn_mask=m, is_causal=True)
+  with pytest.raises(ValueError, match="attn_mask.*is_causal"): q.scaled_dot_product_attention(q, q, attn_mask=m, is_causal=True)
+  # each alone still works (against torch)
+  for kw, tkw in (({"attn_mask": m}, {"attn_mask": torch.ones(3, 3, dtype=torch.bool)}), ({"is_causal": True}, {"is_causal": True})):
+    assert_close(q.scaled_dot_product_attention(q, q, **kw), TF.scaled_dot_product_attention(tq, tq, tq, **tkw), atol=1e-5)
