@@ -796,6 +796,51 @@ class Tensor:
     best = hits.where(countdown, 0).max(axis=ax, keepdim=keepdim)
     return (n - best).cast(dtypes.int32)
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis=axis, keepdim=keepdim)
+  SORT_LIMIT = 4096  # the most elements along the sorted dim: sort compares every pair, O(n^2) work per row
+  def sort(self, dim: int = -1, descending: bool = False, stable: bool = True) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along dim, always stable (torch's stable=True: ties keep their order); nan sorts as
+    the largest value, as in torch. Indices are int32, like argmax (torch's are int64).
+
+    No data-dependent control flow: element i's place is the number of elements that go before it (smaller, or
+    larger when descending; or equal and earlier), from a pairwise compare and a sum, and a one-hot of those places
+    against an arange moves the values (a where and a sum, so the gradient flows back through the values) and the
+    positions. That is O(n^2) work along the dim, so dims past Tensor.SORT_LIMIT (4096) raise a ShapeError."""
+    if self.ndim == 0:
+      self._resolve_dim(dim)
+      return self, Tensor(0, dtype=dtypes.int32, device=self.device)
+    ax = self._resolve_dim(dim)
+    n = self.shape[ax]
+    if not isinstance(n, int): raise ShapeError(f"sort needs a concrete size along dim {dim}, got {n}")
+    if n > Tensor.SORT_LIMIT:
+      raise ShapeError(f"sort compares every pair along the dim (O(n^2)): dim {dim} of shape {self.shape} has {n} elements, at most {Tensor.SORT_LIMIT}")
+    x = self.transpose(ax, -1)
+    if n == 0: return self, self.zeros_like(dtype=dtypes.int32)
+    # (..., n_i, n_j) views of x: element i against element j (bools compare False < True). Broadcast before any
+    # elementwise op (the nan tests), so nothing elementwise is expanded and has to be stored: two kernels, one per sum
+    pair = (*x.shape, n)
+    mine, other = (v.expand(pair) for v in (x.detach().unsqueeze(-1), x.detach().unsqueeze(-2)))
+    ahead, tie = (other > mine) if descending else (other < mine), other == mine
+    if dtypes.is_float(self.dtype):
+      mine_nan, other_nan = mine.isnan(), other.isnan()
+      ahead = ahead | ((mine_nan & other_nan.logical_not()) if not descending else (other_nan & mine_nan.logical_not()))
+      tie = tie | (mine_nan & other_nan)
+    pos = Tensor.arange(n, device=self.device, requires_grad=False)
+    earlier = pos.reshape(1, n) < pos.reshape(n, 1)  # [i, j]: j comes before i
+    place = (ahead | (tie & earlier)).sum(-1)  # (..., n_i): where element i goes
+    lands = place.unsqueeze(-2) == pos.reshape(n, 1)  # (..., n_out, n_i)
+    values = lands.where(x.unsqueeze(-2), Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
+    indices = lands.where(pos, 0).sum(-1).cast(dtypes.int32)
+    return values.transpose(ax, -1), indices.transpose(ax, -1)
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """The k largest (smallest with largest=False) along dim, in sorted order whatever sorted_ says (torch leaves the
+    order open without it), ties in index order; the first k of sort, so the same size limit."""
+    ax = self._resolve_dim(dim)
+    n = self.shape[ax] if self.ndim else 1
+    if not isinstance(k, int) or not 0 <= k <= n: raise ShapeError(f"topk: k={k} must be in [0, {n}] for dim {dim} of shape {self.shape}")
+    values, indices = self.sort(dim, descending=largest)
+    if self.ndim == 0: return values, indices
+    keep = tuple((0, k) if j == ax else None for j in range(self.ndim))
+    return values.shrink(keep), indices.shrink(keep)
   def _softmax(self, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, Tensor, Tensor]:
     x = self.cast(dtype) if dtype is not None else self
     # subtracting the (detached: it cancels in the gradient) max keeps exp from overflowing

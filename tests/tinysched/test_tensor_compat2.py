@@ -164,3 +164,61 @@ def test_sdpa_mask_and_causal_raise_like_torch():
   # each alone still works (against torch)
   for kw, tkw in (({"attn_mask": m}, {"attn_mask": torch.ones(3, 3, dtype=torch.bool)}), ({"is_causal": True}, {"is_causal": True})):
     assert_close(q.scaled_dot_product_attention(q, q, **kw), TF.scaled_dot_product_attention(tq, tq, tq, **tkw), atol=1e-5)
+
+# *** sort / topk: stable (torch's stable=True), values and int32 indices, gradients through the values ***
+
+NAN, INF = float("nan"), float("inf")
+SORT_DATA = [
+  np.array([3.0, NAN, 1.0, 3.0, -INF, 1.0, INF, NAN, -0.0, 0.0], np.float32),  # ties, nans last (first descending), +-inf, +-0
+  rand(4, 7, seed=5), np.round(rand(3, 4, 6, seed=6)),  # rounding makes many ties
+]
+
+@needs_torch
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("which", range(len(SORT_DATA)))
+def test_sort_matches_torch_stable(which, descending):
+  x = SORT_DATA[which]
+  for dim in range(-x.ndim, x.ndim):
+    t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (v, i), (tv, ti) = t.sort(dim=dim, descending=descending), torch.sort(tt, dim=dim, descending=descending, stable=True)
+    assert v.dtype == dtypes.float32 and i.dtype == dtypes.int32  # int32 indices like argmax (torch: int64)
+    assert_close(v, tv)
+    assert_close(i, ti.numpy().astype(np.int32))
+    w = rand(*x.shape, seed=7)
+    (v.isnan().where(0, v) * Tensor(w)).sum().backward()
+    (torch.where(tv.isnan(), 0, tv) * torch.tensor(w)).sum().backward()
+    assert_close(t.grad, tt.grad)
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int8, np.bool_])
+def test_sort_ints_and_bools(dtype):
+  x = rand(3, 9, seed=8, dtype=dtype, low=-5 if dtype != np.uint8 else 0, high=6)
+  for descending in (False, True):
+    v, i = Tensor(x).sort(descending=descending)
+    tv, ti = torch.sort(torch.tensor(x), descending=descending, stable=True)
+    assert_close(v, tv, dtype=dtype)
+    assert_close(i, ti.numpy().astype(np.int32), dtype=np.int32)
+
+@needs_torch
+@pytest.mark.parametrize("k,dim,largest", [(1, -1, True), (3, -1, True), (3, -1, False), (2, 0, True), (7, 1, False), (0, -1, True)])
+def test_topk_matches_torch(k, dim, largest):
+  x = rand(4, 7, 5, seed=9)  # distinct values: torch's topk does not promise an order among ties
+  t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+  (v, i), (tv, ti) = t.topk(k, dim=dim, largest=largest), torch.topk(tt, k, dim=dim, largest=largest)
+  assert_close(v, tv)
+  assert_close(i, ti.numpy().astype(np.int32), dtype=np.int32)
+  if k:
+    w = rand(*tv.shape, seed=10)
+    (v * Tensor(w)).sum().backward(); (tv * torch.tensor(w)).sum().backward()
+    assert_close(t.grad, tt.grad)
+
+def test_sort_topk_edges_and_errors():
+  v, i = Tensor(3.0).sort()
+  assert v.shape == () and v.item() == 3.0 and i.item() == 0
+  v, i = Tensor.zeros(2, 0).sort(dim=1)
+  assert v.shape == (2, 0) and i.shape == (2, 0)
+  with pytest.raises(ShapeError, match="k=5"): Tensor(rand(4)).topk(5)
+  with pytest.raises(ShapeError, match="at most 4096"): Tensor.zeros(4097).sort()
+  with pytest.raises(IndexError): Tensor(rand(4)).sort(dim=1)
+  for dt in (np.float32, np.int32, np.bool_):  # comparisons and two sums (the places, the moved values): two kernels
+    assert len(Tensor(rand(8, dtype=dt)).realize().sort()[0].schedule()) == 2
