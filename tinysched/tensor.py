@@ -1169,6 +1169,60 @@ class Tensor:
     rhs = w.reshape(*w.shape[:-2], *gap, *w.shape[w_axis:]).transpose(-1, w_axis)
     out_dtype = least_upper_dtype(lhs.dtype, w.dtype) if acc_dtype is None else to_dtype(acc_dtype)
     return (lhs * rhs).sum(-1, acc_dtype=acc_dtype).cast(out_dtype)
+  @staticmethod
+  def einsum(formula: str, *operands, acc_dtype: DTypeLike | None = None) -> Tensor:
+    """Einstein summation: 'ij,jk->ik' (matmul), 'bij,bjk->bik', 'ij->ji', 'ii->' (trace), 'ii->i' (diagonal),
+    'i,j->ij' (outer), 'ijk->j' (sums), any number of operands (given spread out or as one list). Without '->' the
+    output is the letters that appear once, in alphabetical order (numpy's and torch's rule). Spaces are ignored.
+
+    A letter repeated within an operand takes its diagonal (movement ops); then every operand is permuted and
+    reshaped onto one axis order (output letters first, then the summed ones), multiplied with broadcasting and summed
+    over the letters the output leaves out: one fused multiply-reduce, as a matmul is. Not supported (raised
+    clearly): ellipsis ('...'), a letter repeated in the output, size-1 broadcasting between operands."""
+    ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    eq = formula.replace(" ", "")
+    if "." in eq: raise NotImplementedError(f"einsum {formula!r}: ellipsis ('...') is not supported, name every dim with a letter")
+    lhs, arrow, rhs = eq.partition("->")
+    ins = lhs.split(",")
+    if not all(c.isalpha() and c.isascii() for c in "".join(ins) + rhs):
+      raise ArgumentError(f"einsum {formula!r}: subscripts must be letters a-z / A-Z, separated by ',' with an optional '->'")
+    if len(ins) != len(ops): raise ArgumentError(f"einsum {formula!r} names {len(ins)} operands, got {len(ops)}")
+    if not arrow: rhs = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1 and c.isalpha()))
+    if len(set(rhs)) != len(rhs): raise ArgumentError(f"einsum {formula!r}: a letter repeats in the output {rhs!r}")
+    if set(rhs) - set("".join(ins)): raise ArgumentError(f"einsum {formula!r}: output letters {sorted(set(rhs) - set(''.join(ins)))} not in any input")
+    sizes: dict[str, sint] = {}
+    def size_of(c: str, n: sint) -> None:
+      if c in sizes and resolve(sym_ne(sizes[c], n)): raise ShapeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
+      sizes[c] = n
+    prepared: list[tuple[str, Tensor]] = []
+    for k, (sub, t) in enumerate(zip(ins, ops)):
+      if len(sub) != t.ndim: raise ShapeError(f"einsum {formula!r}: operand {k} has {t.ndim} dims {t.shape} but {len(sub)} letters {sub!r}")
+      while (c := next((c for c in sub if sub.count(c) > 1), None)) is not None:
+        i, j = sub.index(c), sub.index(c, sub.index(c) + 1)
+        size_of(c, t.shape[i]); size_of(c, t.shape[j])
+        t, sub = t._diagonal(i, j), sub[:j] + sub[j + 1:]
+      for c, n in zip(sub, t.shape): size_of(c, n)
+      prepared.append((sub, t))
+    order = rhs + "".join(sorted(set(sizes) - set(rhs)))
+    def aligned(sub: str, t: Tensor) -> Tensor:
+      mine = sorted(sub, key=order.index)
+      t = t.permute(*[sub.index(c) for c in mine]) if t.ndim else t
+      return t.reshape(*[sizes[c] if c in sub else 1 for c in order])
+    prod_ = functools.reduce(Tensor.mul, [aligned(sub, t) for sub, t in prepared])
+    prod_ = prod_._broadcast_to(tuple(sizes[c] for c in order))
+    summed = tuple(range(len(rhs), len(order)))
+    return prod_.sum(summed, acc_dtype=acc_dtype) if summed else (prod_ if acc_dtype is None else prod_.cast(acc_dtype))
+  def _diagonal(self, i: int, j: int) -> Tensor:
+    """The diagonal of dims i < j (of one size n), in place of dim i, dim j gone: with the pair moved last and
+    flattened, element k of the diagonal sits at k*(n+1), so padding to n*(n+1) and reading rows of n+1 puts the
+    diagonal in column 0."""
+    n = self.shape[i]
+    others = [d for d in range(self.ndim) if d not in (i, j)]
+    x = self.permute(*others, i, j).flatten(-2)
+    x = x.pad(tuple([None] * (x.ndim - 1) + [(0, n)])).reshape(*x.shape[:-1], n, n + 1)
+    x = x.shrink(tuple([None] * (x.ndim - 1) + [(0, 1)])).reshape(*x.shape[:-2], n)
+    last = x.ndim - 1
+    return x.permute(*range(i), last, *range(i, last))
   def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -222,3 +222,47 @@ def test_sort_topk_edges_and_errors():
   with pytest.raises(IndexError): Tensor(rand(4)).sort(dim=1)
   for dt in (np.float32, np.int32, np.bool_):  # comparisons and two sums (the places, the moved values): two kernels
     assert len(Tensor(rand(8, dtype=dt)).realize().sort()[0].schedule()) == 2
+
+# *** einsum ***
+
+EINSUM_CASES = [  # equation, operand shapes
+  ("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]), ("ii->", [(4, 4)]),
+  ("ii->i", [(4, 4)]), ("i,j->ij", [(3,), (4,)]), ("ijk->j", [(2, 3, 4)]), ("ijk->", [(2, 3, 4)]), ("ij,ij->ij", [(3, 4), (3, 4)]),
+  ("i,i->", [(5,), (5,)]), ("ij,jk", [(3, 4), (4, 5)]), ("ba", [(3, 4)]), ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+  ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]), (" i j , j k -> i k ", [(3, 4), (4, 5)]), ("iij->ji", [(3, 3, 2)]), ("i,->i", [(3,), ()]),
+  ("ij,j->i", [(3, 4), (4,)]), ("ij->", [(0, 3)]),
+]
+
+@needs_torch
+@pytest.mark.parametrize("eq,shapes", EINSUM_CASES, ids=[c[0].replace(" ", "_") for c in EINSUM_CASES])
+def test_einsum_matches_torch(eq, shapes):
+  arrs = [rand(*s, seed=i) for i, s in enumerate(shapes)]
+  ours = [Tensor(a, requires_grad=True) for a in arrs]
+  theirs = [torch.tensor(a, requires_grad=True) for a in arrs]
+  got, want = Tensor.einsum(eq, *ours), torch.einsum(eq, *theirs)
+  assert got.dtype == dtypes.float32
+  assert_close(got, want, atol=1e-5)
+  w = rand(*want.shape, seed=11)
+  (got * Tensor(w)).sum().backward(); (want * torch.tensor(w)).sum().backward()
+  for o, t in zip(ours, theirs): assert_close(o.grad, t.grad, atol=1e-5)
+
+@needs_torch
+def test_einsum_list_form_and_ints():
+  a, b = rand(3, 4, dtype=np.int32, low=-5, high=5), rand(4, 2, dtype=np.int32, low=-5, high=5, seed=1)
+  assert_close(Tensor.einsum("ij,jk->ik", [Tensor(a), Tensor(b)]), torch.einsum("ij,jk->ik", torch.tensor(a), torch.tensor(b)), dtype=np.int32)
+
+EINSUM_ERRORS = [
+  ("...ij->ij", [(2, 3, 4)], NotImplementedError, "ellipsis"), ("ij->ii", [(3, 3)], ValueError, "repeats"),
+  ("ij->k", [(3, 3)], ValueError, "not in any input"), ("ij,jk->ik", [(3, 4)], ValueError, "2 operands"),
+  ("ijk->i", [(3, 4)], ShapeError, "3 letters"), ("ij,jk->ik", [(3, 4), (5, 2)], ShapeError, "letter 'j'"),
+  ("i1->i", [(3, 4)], ValueError, "letters"), ("ii->i", [(3, 4)], ShapeError, "letter 'i'"),
+]
+
+@pytest.mark.parametrize("eq,shapes,exc,msg", EINSUM_ERRORS)
+def test_einsum_errors(eq, shapes, exc, msg):
+  with pytest.raises(exc, match=msg): Tensor.einsum(eq, *[Tensor(rand(*s)) for s in shapes])
+
+def test_einsum_fuses_like_matmul():
+  a, b = Tensor(rand(3, 4)).realize(), Tensor(rand(4, 5)).realize()
+  assert len(Tensor.einsum("ij,jk->ik", a, b).schedule()) == len((a @ b).schedule()) == 1
+  assert len(Tensor.einsum("ii->", Tensor(rand(4, 4)).realize()).schedule()) == 1  # the diagonal is a view
