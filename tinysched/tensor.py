@@ -286,6 +286,31 @@ class Tensor:
     """He init for a leaky ReLU of slope a: normal with std gain / sqrt(fan_in)."""
     dims = _argfix(*shape)
     return Tensor.normal(*dims, mean=0.0, std=_he_gain(a) / _sqrt_fan_in(dims), **kwargs)
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """num_samples category indices drawn from the weights along the last dim (1-D: (num_samples,); 2-D (B, n): one
+    draw per row, (B, num_samples)), int32 (torch: int64). Weights need not sum to 1. Seeded through
+    Tensor.manual_seed (the uniforms come from Tensor.rand), so a seed gives the same samples in any process.
+
+    With replacement: inverse CDF, the index of a uniform scaled to the row's total among the running sums.
+    Without: each category gets the key log(u)/w (an exponential race: the smallest exponential E/w wins, which is
+    drawing one by one without replacement), and the num_samples largest keys, in order, are the samples (topk, so
+    n is limited by Tensor.SORT_LIMIT). Zero weights are never drawn while a positive one is left (torch too).
+    Checks that need the data (negative or nan weights, an all-zero row) are left out: the graph stays lazy."""
+    if self.ndim not in (1, 2): raise ShapeError(f"multinomial needs 1-D or 2-D weights, got shape {self.shape}")
+    if not isinstance(num_samples, int) or num_samples < 1: raise ArgumentError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    w = (self.reshape(1, -1) if self.ndim == 1 else self).detach()._to_float()
+    rows, n = w.shape
+    if not replacement and num_samples > n:
+      raise ArgumentError(f"multinomial: cannot draw {num_samples} samples without replacement from {n} categories")
+    if replacement:
+      running = w.cumsum(1)
+      u = Tensor.rand(rows, num_samples, device=self.device, requires_grad=False) * running[:, n - 1:]
+      picked = (running[:, :n - 1].unsqueeze(1) <= u.unsqueeze(-1)).sum(-1)
+    else:
+      keys = Tensor.rand(rows, n, device=self.device, requires_grad=False).log() / w
+      picked = keys.topk(num_samples, dim=1)[1]
+    picked = picked.cast(dtypes.int32)
+    return picked.reshape(num_samples) if self.ndim == 1 else picked
   def rand_like(self, **kwargs) -> Tensor:
     return Tensor.rand(*self.shape, device=kwargs.pop("device", self.device), dtype=kwargs.pop("dtype", self.dtype), **kwargs)
   def randn_like(self, **kwargs) -> Tensor:

@@ -266,3 +266,45 @@ def test_einsum_fuses_like_matmul():
   a, b = Tensor(rand(3, 4)).realize(), Tensor(rand(4, 5)).realize()
   assert len(Tensor.einsum("ij,jk->ik", a, b).schedule()) == len((a @ b).schedule()) == 1
   assert len(Tensor.einsum("ii->", Tensor(rand(4, 4)).realize()).schedule()) == 1  # the diagonal is a view
+
+# *** multinomial: statistics over a large sample with a fixed seed, bounds 6 sigma wide (cannot flake: the seed fixes
+# the draw, and a correct sampler is inside 6 sigma with probability 1 - 2e-9 for any seed) ***
+
+P4 = np.array([1.0, 2.0, 3.0, 4.0]) / 10
+
+def _within_6_sigma(freq: np.ndarray, p: np.ndarray, n: int) -> None:
+  sigma = np.sqrt(p * (1 - p) / n)
+  assert np.all(np.abs(freq - p) <= 6 * sigma + 1e-12), f"frequencies {freq} vs {p} (6 sigma {6 * sigma})"
+
+def test_multinomial_with_replacement_statistics():
+  Tensor.manual_seed(1234)
+  n = 200_000
+  got = Tensor(P4 * 10, dtype=dtypes.float32).multinomial(n, replacement=True)
+  assert got.shape == (n,) and got.dtype == dtypes.int32
+  s = got.numpy()
+  _within_6_sigma(np.bincount(s, minlength=4) / n, P4, n)
+  rows = Tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 5.0]]).multinomial(20_000, replacement=True).numpy()
+  assert rows.shape == (2, 20_000) and not (rows[0] == 1).any() and (rows[1] == 2).all()  # zero weights never drawn
+  _within_6_sigma(np.array([(rows[0] == 0).mean()]), np.array([0.5]), 20_000)
+
+def test_multinomial_without_replacement_statistics():
+  Tensor.manual_seed(99)
+  b = 40_000
+  s = Tensor(np.tile(P4 * 10, (b, 1)).astype(np.float32)).multinomial(2).numpy()
+  assert s.shape == (b, 2) and (s[:, 0] != s[:, 1]).all()
+  _within_6_sigma(np.bincount(s[:, 0], minlength=4) / b, P4, b)
+  second = np.array([sum(P4[j] * P4[k] / (1 - P4[j]) for j in range(4) if j != k) for k in range(4)])  # drawn one by one
+  _within_6_sigma(np.bincount(s[:, 1], minlength=4) / b, second, b)
+  perm = Tensor(np.tile([1.0, 2.0, 0.0, 4.0], (50, 1)).astype(np.float32)).multinomial(4).numpy()
+  assert (np.sort(perm, axis=1) == np.arange(4)).all() and (perm[:, 3] == 2).all()  # all drawn, the zero weight last
+
+def test_multinomial_seeded_and_errors():
+  w = Tensor([0.2, 0.5, 0.3])
+  Tensor.manual_seed(7); a = w.multinomial(50, replacement=True).numpy()
+  Tensor.manual_seed(7); b = w.multinomial(50, replacement=True).numpy()
+  Tensor.manual_seed(8); c = w.multinomial(50, replacement=True).numpy()
+  assert (a == b).all() and (a != c).any()
+  with pytest.raises(RuntimeError, match="without replacement"): w.multinomial(4)
+  with pytest.raises(ValueError, match="without replacement"): w.multinomial(4)
+  with pytest.raises(ShapeError, match="1-D or 2-D"): Tensor.ones(2, 2, 2).multinomial(1)
+  with pytest.raises(ValueError, match="positive"): w.multinomial(0)
