@@ -22,7 +22,7 @@ PAD_CASES = [  # shape, flat torch-style pads (last dim first)
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
 @pytest.mark.parametrize("shape,pads", PAD_CASES)
 def test_pad_modes_match_torch(mode, shape, pads):
-  if mode == "circular" and any(p > s for p, s in zip(pads[::2] + pads[1::2], shape[::-1] * 2)): pytest.skip("circular wraps once")
+  if mode == "circular" and any(max(pads[2 * i:2 * i + 2]) > shape[-1 - i] for i in range(len(pads) // 2)): pytest.skip("circular wraps once")
   x = rand(*shape)
   t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
   got, want = t.pad(pads, mode=mode), TF.pad(tt, pads, mode=mode)
