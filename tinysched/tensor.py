@@ -856,8 +856,8 @@ class Tensor:
     values = lands.where(x.unsqueeze(-2), Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
     indices = lands.where(pos, 0).sum(-1).cast(dtypes.int32)
     return values.transpose(ax, -1), indices.transpose(ax, -1)
-  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
-    """The k largest (smallest with largest=False) along dim, in sorted order whatever sorted_ says (torch leaves the
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002 (torch's name)
+    """The k largest (smallest with largest=False) along dim, in sorted order whatever `sorted` says (torch leaves the
     order open without it), ties in index order; the first k of sort, so the same size limit."""
     ax = self._resolve_dim(dim)
     n = self.shape[ax] if self.ndim else 1

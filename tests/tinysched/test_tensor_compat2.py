@@ -204,7 +204,7 @@ def test_sort_ints_and_bools(dtype):
 def test_topk_matches_torch(k, dim, largest):
   x = rand(4, 7, 5, seed=9)  # distinct values: torch's topk does not promise an order among ties
   t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-  (v, i), (tv, ti) = t.topk(k, dim=dim, largest=largest), torch.topk(tt, k, dim=dim, largest=largest)
+  (v, i), (tv, ti) = t.topk(k, dim=dim, largest=largest, sorted=True), torch.topk(tt, k, dim=dim, largest=largest, sorted=True)
   assert_close(v, tv)
   assert_close(i, ti.numpy().astype(np.int32), dtype=np.int32)
   if k:
