@@ -441,6 +441,7 @@ class Tensor:
     for d, (b, a) in enumerate(pads):
       b, a, n = max(b, 0), max(a, 0), x.shape[d]
       if b == 0 and a == 0: continue
+      if not isinstance(n, int): raise ShapeError(f"pad mode {mode!r} needs a concrete size for padded dim {d}, got {n}")
       if mode == "reflect" and (b >= n or a >= n):
         raise ShapeError(f"reflect padding ({b}, {a}) of dim {d} must be less than its size {n} (shape {x.shape})")
       if mode == "circular" and (b > n or a > n):
@@ -491,7 +492,8 @@ class Tensor:
   def __iter__(self):
     for i in range(len(self)): yield self[i]
   def _normalize_indices(self, indices) -> list[Any]:
-    """One entry per index item, Ellipsis expanded, lists turned into int Tensors, missing trailing dims as full slices."""
+    """One entry per index item, Ellipsis expanded, lists / tuples / ndarrays turned into int index arrays
+    (_sequence_index), missing trailing dims as full slices."""
     items = list(indices) if isinstance(indices, tuple) else [indices]
     for i, it in enumerate(items):
       if isinstance(it, (list, tuple, np.ndarray)): items[i] = self._sequence_index(it)
@@ -536,6 +538,8 @@ class Tensor:
     masked sum (a gather that stays lazy and differentiable); out-of-range tensor index values select zeros.
     Int indices are applied first, like torch and tinygrad, so they do not separate tensor indices when placing the
     broadcast dims: x[1, :, idx] has shape (4, *idx.shape) for x of shape (3, 4, 5) (numpy would put idx's dims first).
+    A 0-d index Tensor counts as an int there too (torch's rule). A list is one index array however deep (numpy's
+    rule, see _sequence_index), and host index data out of range raises IndexError.
     """
     items = self._normalize_indices(indices)
     x, dim = self, 0
