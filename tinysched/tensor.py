@@ -526,6 +526,9 @@ class Tensor:
     if arr.size == 0 and arr.dtype == np.float64: arr = arr.astype(np.int32)  # [] selects nothing
     if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
     if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index list must hold ints (or be an int Tensor), got {arr.dtype}")
+    # a Python list keeps the dtype Tensor(list) gives it (the default int where the values fit), as before
+    info = np.iinfo(dtypes.default_int.np)
+    if not isinstance(seq, np.ndarray) and (not arr.size or (info.min <= arr.min() and arr.max() <= info.max)): arr = arr.astype(dtypes.default_int.np)
     return arr
   def _index_tensor(self, arr: np.ndarray) -> Tensor:
     if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")

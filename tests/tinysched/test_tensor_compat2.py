@@ -308,3 +308,10 @@ def test_multinomial_seeded_and_errors():
   with pytest.raises(ValueError, match="without replacement"): w.multinomial(4)
   with pytest.raises(ShapeError, match="1-D or 2-D"): Tensor.ones(2, 2, 2).multinomial(1)
   with pytest.raises(ValueError, match="positive"): w.multinomial(0)
+
+def test_list_index_builds_the_graph_an_int_tensor_does():
+  # a Python list index is a default-int Tensor, as it was before lists went through numpy (no int64 kernels appear)
+  x = Tensor(A3).realize()
+  want = x[Tensor([0, 2])].schedule()
+  got = x[[0, 2]].schedule()
+  assert [si.ast.key for si in got] == [si.ast.key for si in want]
