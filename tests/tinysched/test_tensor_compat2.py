@@ -2,7 +2,6 @@
 lists and Tensors, cumsum edge cases, sdpa's mask checks, sort/topk, einsum and multinomial. Checked against torch
 (values, shapes, dtypes, gradients), numpy where the two disagree and we follow numpy."""
 from __future__ import annotations
-import warnings
 import numpy as np
 import pytest
 from tinysched import Tensor, dtypes
