@@ -14,3 +14,7 @@ class DTypeError(TypeError, RuntimeError):
 
 class DTypeNameError(KeyError, AttributeError):
   """An unknown dtype name (tinygrad's `getattr(dtypes, name)` raises AttributeError)."""
+
+class ArgumentError(ValueError, RuntimeError):
+  """An argument, or a combination of arguments, an op does not take (a fill value with a non-constant pad mode,
+  attn_mask together with is_causal): torch raises RuntimeError for these."""

@@ -14,7 +14,7 @@ from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
-from tinysched.errors import ShapeError, AxisError, DTypeError
+from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError
 
 DTypeLike = Union[DType, str]
 
@@ -286,6 +286,31 @@ class Tensor:
     """He init for a leaky ReLU of slope a: normal with std gain / sqrt(fan_in)."""
     dims = _argfix(*shape)
     return Tensor.normal(*dims, mean=0.0, std=_he_gain(a) / _sqrt_fan_in(dims), **kwargs)
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """num_samples category indices drawn from the weights along the last dim (1-D: (num_samples,); 2-D (B, n): one
+    draw per row, (B, num_samples)), int32 (torch: int64). Weights need not sum to 1. Seeded through
+    Tensor.manual_seed (the uniforms come from Tensor.rand), so a seed gives the same samples in any process.
+
+    With replacement: inverse CDF, the index of a uniform scaled to the row's total among the running sums.
+    Without: each category gets the key log(u)/w (an exponential race: the smallest exponential E/w wins, which is
+    drawing one by one without replacement), and the num_samples largest keys, in order, are the samples (topk, so
+    n is limited by Tensor.SORT_LIMIT). Zero weights are never drawn while a positive one is left (torch too).
+    Checks that need the data (negative or nan weights, an all-zero row) are left out: the graph stays lazy."""
+    if self.ndim not in (1, 2): raise ShapeError(f"multinomial needs 1-D or 2-D weights, got shape {self.shape}")
+    if not isinstance(num_samples, int) or num_samples < 1: raise ArgumentError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    w = (self.reshape(1, -1) if self.ndim == 1 else self).detach()._to_float()
+    rows, n = w.shape
+    if not replacement and num_samples > n:
+      raise ArgumentError(f"multinomial: cannot draw {num_samples} samples without replacement from {n} categories")
+    if replacement:
+      running = w.cumsum(1)
+      u = Tensor.rand(rows, num_samples, device=self.device, requires_grad=False) * running[:, n - 1:]
+      picked = (running[:, :n - 1].unsqueeze(1) <= u.unsqueeze(-1)).sum(-1)
+    else:
+      keys = Tensor.rand(rows, n, device=self.device, requires_grad=False).log() / w
+      picked = keys.topk(num_samples, dim=1)[1]
+    picked = picked.cast(dtypes.int32)
+    return picked.reshape(num_samples) if self.ndim == 1 else picked
   def rand_like(self, **kwargs) -> Tensor:
     return Tensor.rand(*self.shape, device=kwargs.pop("device", self.device), dtype=kwargs.pop("dtype", self.dtype), **kwargs)
   def randn_like(self, **kwargs) -> Tensor:
@@ -376,15 +401,26 @@ class Tensor:
     if all(x == (0, s) for x, s in zip(norm, self.shape) if isinstance(s, int) and all(isinstance(v, int) for v in x)) and \
         all_int(flatten(norm)): return self
     return F.Shrink.apply(self, arg=norm)
-  def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
-    """padding: per dimension (before, after) for every dim, or a flat torch-style tuple starting from the last dim."""
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} (only 'constant')")
+  def _pad_pairs(self, padding) -> tuple[tuple[sint, sint], ...]:
+    """pad's argument as one (before, after) pair per dim: per-dim pairs (None for (0, 0)), or the flat torch-style form."""
     if padding and all(isinstance(p, int) for p in padding):
       if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
       padding = tuple([None] * (self.ndim - len(pairs)) + pairs)
     if len(padding) != self.ndim: raise ShapeError(f"padding {padding} needs {self.ndim} entries for shape {self.shape}")
-    pads = tuple(p if p is not None else (0, 0) for p in padding)
+    return tuple(p if p is not None else (0, 0) for p in padding)
+  def pad(self, padding, mode: str = "constant", value: float | None = None) -> Tensor:
+    """padding: per dimension (before, after) for every dim, or a flat torch-style tuple starting from the last dim.
+
+    mode 'constant' fills with `value` (default 0); 'reflect', 'replicate' and 'circular' are torch's
+    (numpy's reflect, edge and wrap) and take no value. Negative pads crop first, in every mode."""
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+      raise NotImplementedError(f"unknown pad mode {mode!r}: use 'constant', 'reflect', 'replicate' or 'circular'")
+    if mode != "constant":
+      if value is not None: raise ArgumentError(f"pad mode {mode!r} takes no value (got value={value!r}); only 'constant' fills with one")
+      return self._pad_edges(self._pad_pairs(padding), mode)
+    value = 0.0 if value is None else value
+    pads = self._pad_pairs(padding)
     if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
       # negative padding crops, like torch
       shr = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape))
@@ -394,6 +430,30 @@ class Tensor:
     if value == 0: return ret
     inside = F.Pad.apply(Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device, requires_grad=False), arg=pads)
     return inside.where(ret, Tensor(dtypes.as_const(value, self.dtype), device=self.device, dtype=self.dtype))
+  def _pad_edges(self, pads: tuple[tuple[sint, sint], ...], mode: str) -> Tensor:
+    """reflect / replicate / circular padding from movement ops only, one dim at a time (so corners are the padding of
+    the padding, as torch's): negative pads crop first (torch's order), then each side is a shrunk piece of the
+    cropped dim (flipped for reflect, one edge element expanded for replicate, the far end for circular) and cat puts
+    the three pieces together (pads and adds: it fuses like a constant pad). Any number of dims, where torch takes
+    only the last 1 to 3."""
+    if not all_int(flatten(pads)): raise ShapeError(f"pad mode {mode!r} needs int pads, got {pads}")
+    x = self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, self.shape)))
+    for d, (b, a) in enumerate(pads):
+      b, a, n = max(b, 0), max(a, 0), x.shape[d]
+      if b == 0 and a == 0: continue
+      if not isinstance(n, int): raise ShapeError(f"pad mode {mode!r} needs a concrete size for padded dim {d}, got {n}")
+      if mode == "reflect" and (b >= n or a >= n):
+        raise ShapeError(f"reflect padding ({b}, {a}) of dim {d} must be less than its size {n} (shape {x.shape})")
+      if mode == "circular" and (b > n or a > n):
+        raise ShapeError(f"circular padding ({b}, {a}) of dim {d} can be at most its size {n} (shape {x.shape}): it wraps once")
+      if n == 0: raise ShapeError(f"pad mode {mode!r} cannot pad the empty dim {d} of shape {x.shape}")
+      def piece(lo: int, hi: int) -> Tensor: return x.shrink(tuple((lo, hi) if j == d else None for j in range(x.ndim)))
+      def run(t: Tensor, k: int) -> Tensor: return t.expand(tuple(k if j == d else s for j, s in enumerate(t.shape)))
+      if mode == "reflect": left, right = piece(1, b + 1).flip(d), piece(n - 1 - a, n - 1).flip(d)
+      elif mode == "replicate": left, right = run(piece(0, 1), b), run(piece(n - 1, n), a)
+      else: left, right = piece(n - b, n), piece(0, a)
+      x = Tensor.cat(*[t for t, k in ((left, b), (x, n), (right, a)) if k], dim=d)
+    return x
   def pad2d(self, padding: Sequence[int], value: float = 0.0) -> Tensor:
     """Pad the last len(padding)//2 dims with a flat (left, right, top, bottom, ...) tuple, last dim first."""
     return self.pad(tuple(padding), value=value)
@@ -432,11 +492,11 @@ class Tensor:
   def __iter__(self):
     for i in range(len(self)): yield self[i]
   def _normalize_indices(self, indices) -> list[Any]:
-    """One entry per index item, Ellipsis expanded, lists turned into int Tensors, missing trailing dims as full slices."""
+    """One entry per index item, Ellipsis expanded, lists / tuples / ndarrays turned into int index arrays
+    (_sequence_index), missing trailing dims as full slices."""
     items = list(indices) if isinstance(indices, tuple) else [indices]
     for i, it in enumerate(items):
-      if isinstance(it, list): items[i] = Tensor(it, device=self.device, requires_grad=False)
-      elif isinstance(it, np.ndarray): items[i] = Tensor(it, device=self.device, requires_grad=False)
+      if isinstance(it, (list, tuple, np.ndarray)): items[i] = self._sequence_index(it)
       elif isinstance(it, bool) or not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
         raise TypeError(f"invalid index {it!r} of type {type(it).__name__}: use int, slice, None, Ellipsis, or an int Tensor/list")
     if sum(1 for it in items if it is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
@@ -447,6 +507,33 @@ class Tensor:
       at = next(i for i, it in enumerate(items) if it is Ellipsis)
       return items[:at] + fill + items[at + 1:]
     return items + fill
+  def _sequence_index(self, seq) -> Tensor | np.ndarray:
+    """A list / tuple (nested or not) or ndarray used as one index: numpy's rule, one index array however deep (torch
+    2.13 still reads a list of lists as a tuple of indices, with a deprecation warning; tinygrad 0.10.0 always does).
+    Host data stays an int ndarray (__getitem__ checks its bounds); a sequence holding Tensors stacks them (ints and
+    nested lists in it become Tensors first), so they must all have one shape."""
+    def has_tensor(v) -> bool: return isinstance(v, Tensor) or (isinstance(v, (list, tuple)) and any(has_tensor(e) for e in v))
+    if isinstance(seq, (list, tuple)) and has_tensor(seq):
+      parts = [e if isinstance(e, Tensor) else self._index_tensor(self._sequence_index(e) if isinstance(e, (list, tuple)) else np.array(e))
+               for e in seq]
+      if len({p.shape for p in parts}) > 1: raise IndexError(f"a list of index Tensors needs them all of the same shape, got {[p.shape for p in parts]}")
+      if not all(dtypes.is_int(p.dtype) for p in parts): raise IndexError("index Tensors in a list must be int tensors (boolean masks are not supported)")
+      dt = least_upper_dtype(*(p.dtype for p in parts))
+      return Tensor.stack(*[p.cast(dt) for p in parts])
+    try: arr = np.array(seq)
+    except ValueError: raise IndexError(f"a ragged list cannot be an index: {seq!r}") from None
+    if arr.dtype == np.object_: raise IndexError(f"a ragged list cannot be an index: {seq!r}")
+    if arr.size == 0 and arr.dtype == np.float64: arr = arr.astype(np.int32)  # [] selects nothing
+    if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
+    if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index list must hold ints (or be an int Tensor), got {arr.dtype}")
+    # a Python list keeps the dtype Tensor(list) gives it (the default int where the values fit), as before
+    info = np.iinfo(dtypes.default_int.np)
+    if not isinstance(seq, np.ndarray) and (not arr.size or (info.min <= arr.min() and arr.max() <= info.max)): arr = arr.astype(dtypes.default_int.np)
+    return arr
+  def _index_tensor(self, arr: np.ndarray) -> Tensor:
+    if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
+    if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index must hold ints (or be an int Tensor), got {arr.dtype}")
+    return Tensor(arr.astype(np.int64) if arr.dtype == np.uint64 else arr, device=self.device, requires_grad=False)
   def __getitem__(self, indices) -> Tensor:
     """numpy-style indexing: ints, slices (any step), None, Ellipsis, and int Tensors/lists (advanced indexing).
 
@@ -454,6 +541,8 @@ class Tensor:
     masked sum (a gather that stays lazy and differentiable); out-of-range tensor index values select zeros.
     Int indices are applied first, like torch and tinygrad, so they do not separate tensor indices when placing the
     broadcast dims: x[1, :, idx] has shape (4, *idx.shape) for x of shape (3, 4, 5) (numpy would put idx's dims first).
+    A 0-d index Tensor counts as an int there too (torch's rule). A list is one index array however deep (numpy's
+    rule, see _sequence_index), and host index data out of range raises IndexError.
     """
     items = self._normalize_indices(indices)
     x, dim = self, 0
@@ -466,6 +555,10 @@ class Tensor:
       if it is None:
         out_shape.append(1); continue
       size = self.shape[dim]
+      if isinstance(it, np.ndarray):  # host index data: out of range raises, as in numpy and torch
+        if it.size and isinstance(size, int) and not (-size <= int(it.min()) and int(it.max()) < size):
+          raise IndexError(f"index {int(it.max()) if int(it.max()) >= size else int(it.min())} is out of bounds for dimension {dim} with size {size}")
+        it = self._index_tensor(it)
       if isinstance(it, Tensor):
         if not (dtypes.is_int(it.dtype)):
           raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} (boolean masks have a data-dependent shape)")
@@ -524,9 +617,13 @@ class Tensor:
     xp = self.permute(*dims, *rest).reshape(*[1] * nb, *sizes, *[self.shape[d] for d in rest])
     picked = mask.reshape(*mask.shape, *[1] * nr).where(xp, Tensor(0, device=self.device, dtype=self.dtype))
     ret = picked.sum(tuple(range(nb, nb + k))).cast(self.dtype)  # one non-zero term per sum: exact for every dtype
-    # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first
-    if dims == list(range(dims[0], dims[0] + k)) and dims[0] > 0:
-      before = sum(1 for d in rest if d < dims[0])
+    # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first. A 0-d
+    # index counts as an int (torch's rule), so it separates nothing: only the indices with dims are checked
+    scalar = {d for d, t in tensor_idx if not t.ndim}
+    placed = [d for d in dims if d not in scalar] or dims
+    rank = [sum(1 for e in range(d) if e not in scalar) for d in placed]  # positions with the 0-d indices taken out
+    if rank == list(range(rank[0], rank[0] + len(rank))) and placed[0] > 0:
+      before = sum(1 for d in rest if d < placed[0])
       order = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, nb + nr))
       ret = ret.permute(order)
     return ret
@@ -731,6 +828,51 @@ class Tensor:
     best = hits.where(countdown, 0).max(axis=ax, keepdim=keepdim)
     return (n - best).cast(dtypes.int32)
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis=axis, keepdim=keepdim)
+  SORT_LIMIT = 4096  # the most elements along the sorted dim: sort compares every pair, O(n^2) work per row
+  def sort(self, dim: int = -1, descending: bool = False, stable: bool = True) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along dim, always stable (torch's stable=True: ties keep their order); nan sorts as
+    the largest value, as in torch. Indices are int32, like argmax (torch's are int64).
+
+    No data-dependent control flow: element i's place is the number of elements that go before it (smaller, or
+    larger when descending; or equal and earlier), from a pairwise compare and a sum, and a one-hot of those places
+    against an arange moves the values (a where and a sum, so the gradient flows back through the values) and the
+    positions. That is O(n^2) work along the dim, so dims past Tensor.SORT_LIMIT (4096) raise a ShapeError."""
+    if self.ndim == 0:
+      self._resolve_dim(dim)
+      return self, Tensor(0, dtype=dtypes.int32, device=self.device)
+    ax = self._resolve_dim(dim)
+    n = self.shape[ax]
+    if not isinstance(n, int): raise ShapeError(f"sort needs a concrete size along dim {dim}, got {n}")
+    if n > Tensor.SORT_LIMIT:
+      raise ShapeError(f"sort compares every pair along the dim (O(n^2)): dim {dim} of shape {self.shape} has {n} elements, at most {Tensor.SORT_LIMIT}")
+    x = self.transpose(ax, -1)
+    if n == 0: return self, self.zeros_like(dtype=dtypes.int32)
+    # (..., n_i, n_j) views of x: element i against element j (bools compare False < True). Broadcast before any
+    # elementwise op (the nan tests), so nothing elementwise is expanded and has to be stored: two kernels, one per sum
+    pair = (*x.shape, n)
+    mine, other = (v.expand(pair) for v in (x.detach().unsqueeze(-1), x.detach().unsqueeze(-2)))
+    ahead, tie = (other > mine) if descending else (other < mine), other == mine
+    if dtypes.is_float(self.dtype):
+      mine_nan, other_nan = mine.isnan(), other.isnan()
+      ahead = ahead | ((mine_nan & other_nan.logical_not()) if not descending else (other_nan & mine_nan.logical_not()))
+      tie = tie | (mine_nan & other_nan)
+    pos = Tensor.arange(n, device=self.device, requires_grad=False)
+    earlier = pos.reshape(1, n) < pos.reshape(n, 1)  # [i, j]: j comes before i
+    place = (ahead | (tie & earlier)).sum(-1)  # (..., n_i): where element i goes
+    lands = place.unsqueeze(-2) == pos.reshape(n, 1)  # (..., n_out, n_i)
+    values = lands.where(x.unsqueeze(-2), Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
+    indices = lands.where(pos, 0).sum(-1).cast(dtypes.int32)
+    return values.transpose(ax, -1), indices.transpose(ax, -1)
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002 (torch's name)
+    """The k largest (smallest with largest=False) along dim, in sorted order whatever `sorted` says (torch leaves the
+    order open without it), ties in index order; the first k of sort, so the same size limit."""
+    ax = self._resolve_dim(dim)
+    n = self.shape[ax] if self.ndim else 1
+    if not isinstance(k, int) or not 0 <= k <= n: raise ShapeError(f"topk: k={k} must be in [0, {n}] for dim {dim} of shape {self.shape}")
+    values, indices = self.sort(dim, descending=largest)
+    if self.ndim == 0: return values, indices
+    keep = tuple((0, k) if j == ax else None for j in range(self.ndim))
+    return values.shrink(keep), indices.shrink(keep)
   def _softmax(self, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, Tensor, Tensor]:
     x = self.cast(dtype) if dtype is not None else self
     # subtracting the (detached: it cancels in the gradient) max keeps exp from overflowing
@@ -1059,6 +1201,60 @@ class Tensor:
     rhs = w.reshape(*w.shape[:-2], *gap, *w.shape[w_axis:]).transpose(-1, w_axis)
     out_dtype = least_upper_dtype(lhs.dtype, w.dtype) if acc_dtype is None else to_dtype(acc_dtype)
     return (lhs * rhs).sum(-1, acc_dtype=acc_dtype).cast(out_dtype)
+  @staticmethod
+  def einsum(formula: str, *operands, acc_dtype: DTypeLike | None = None) -> Tensor:
+    """Einstein summation: 'ij,jk->ik' (matmul), 'bij,bjk->bik', 'ij->ji', 'ii->' (trace), 'ii->i' (diagonal),
+    'i,j->ij' (outer), 'ijk->j' (sums), any number of operands (given spread out or as one list). Without '->' the
+    output is the letters that appear once, in alphabetical order (numpy's and torch's rule). Spaces are ignored.
+
+    A letter repeated within an operand takes its diagonal (movement ops); then every operand is permuted and
+    reshaped onto one axis order (output letters first, then the summed ones), multiplied with broadcasting and summed
+    over the letters the output leaves out: one fused multiply-reduce, as a matmul is. Not supported (raised
+    clearly): ellipsis ('...'), a letter repeated in the output, size-1 broadcasting between operands."""
+    ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    eq = formula.replace(" ", "")
+    if "." in eq: raise NotImplementedError(f"einsum {formula!r}: ellipsis ('...') is not supported, name every dim with a letter")
+    lhs, arrow, rhs = eq.partition("->")
+    ins = lhs.split(",")
+    if not all(c.isalpha() and c.isascii() for c in "".join(ins) + rhs):
+      raise ArgumentError(f"einsum {formula!r}: subscripts must be letters a-z / A-Z, separated by ',' with an optional '->'")
+    if len(ins) != len(ops): raise ArgumentError(f"einsum {formula!r} names {len(ins)} operands, got {len(ops)}")
+    if not arrow: rhs = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1 and c.isalpha()))
+    if len(set(rhs)) != len(rhs): raise ArgumentError(f"einsum {formula!r}: a letter repeats in the output {rhs!r}")
+    if set(rhs) - set("".join(ins)): raise ArgumentError(f"einsum {formula!r}: output letters {sorted(set(rhs) - set(''.join(ins)))} not in any input")
+    sizes: dict[str, sint] = {}
+    def size_of(c: str, n: sint) -> None:
+      if c in sizes and resolve(sym_ne(sizes[c], n)): raise ShapeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
+      sizes[c] = n
+    prepared: list[tuple[str, Tensor]] = []
+    for k, (sub, t) in enumerate(zip(ins, ops)):
+      if len(sub) != t.ndim: raise ShapeError(f"einsum {formula!r}: operand {k} has {t.ndim} dims {t.shape} but {len(sub)} letters {sub!r}")
+      while (c := next((c for c in sub if sub.count(c) > 1), None)) is not None:
+        i, j = sub.index(c), sub.index(c, sub.index(c) + 1)
+        size_of(c, t.shape[i]); size_of(c, t.shape[j])
+        t, sub = t._diagonal(i, j), sub[:j] + sub[j + 1:]
+      for c, n in zip(sub, t.shape): size_of(c, n)
+      prepared.append((sub, t))
+    order = rhs + "".join(sorted(set(sizes) - set(rhs)))
+    def aligned(sub: str, t: Tensor) -> Tensor:
+      mine = sorted(sub, key=order.index)
+      t = t.permute(*[sub.index(c) for c in mine]) if t.ndim else t
+      return t.reshape(*[sizes[c] if c in sub else 1 for c in order])
+    prod_ = functools.reduce(Tensor.mul, [aligned(sub, t) for sub, t in prepared])
+    prod_ = prod_._broadcast_to(tuple(sizes[c] for c in order))
+    summed = tuple(range(len(rhs), len(order)))
+    return prod_.sum(summed, acc_dtype=acc_dtype) if summed else (prod_ if acc_dtype is None else prod_.cast(acc_dtype))
+  def _diagonal(self, i: int, j: int) -> Tensor:
+    """The diagonal of dims i < j (of one size n), in place of dim i, dim j gone: with the pair moved last and
+    flattened, element k of the diagonal sits at k*(n+1), so padding to n*(n+1) and reading rows of n+1 puts the
+    diagonal in column 0."""
+    n = self.shape[i]
+    others = [d for d in range(self.ndim) if d not in (i, j)]
+    x = self.permute(*others, i, j).flatten(-2)
+    x = x.pad(tuple([None] * (x.ndim - 1) + [(0, n)])).reshape(*x.shape[:-1], n, n + 1)
+    x = x.shrink(tuple([None] * (x.ndim - 1) + [(0, 1)])).reshape(*x.shape[:-2], n)
+    last = x.ndim - 1
+    return x.permute(*range(i), last, *range(i, last))
   def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -1067,8 +1263,13 @@ class Tensor:
     return out if bias is None else out + bias
 
   def _cumsum(self, axis: int = 0) -> Tensor:
-    """Inclusive prefix sum along axis via a padded, strided view and one reduce."""
+    """Inclusive prefix sum along axis via a padded, strided view and one reduce.
+
+    As torch: a 0-d tensor is its own cumsum (axis 0 or -1), and an empty axis gives an empty result of the shape;
+    both in the dtype a cumsum of that dtype has (sum's)."""
     ax = self._resolve_dim(axis)
+    if self.ndim == 0: return self.reshape(1)._cumsum(0).reshape(())
+    if self.shape[ax] == 0: return self.cast(reduce_output_dtype(self.dtype))  # nothing to add up
     x = self.transpose(ax, -1)
     n = x.shape[-1]
     # each output position i sums x[0..i]: pad to 2n-1, take sliding windows of length n
@@ -1227,7 +1428,10 @@ class Tensor:
 
     The mask enters as an additive bias: a bool mask becomes 0 where kept and -inf where dropped; is_causal builds the
     bool mask that lets query i see keys 0..i. Scores accumulate in at least float32."""
-    if is_causal and attn_mask is not None: raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+    # torch 2.13 raises RuntimeError for both together; ArgumentError is that and the ValueError we raised before
+    if is_causal and attn_mask is not None:
+      raise ArgumentError("scaled_dot_product_attention: pass attn_mask or is_causal, not both (torch raises for both too): "
+                          "fold the causal mask into attn_mask, e.g. attn_mask & Tensor.ones(L, S, dtype=dtypes.bool).tril()")
     bias = attn_mask
     if is_causal:
       q_len, k_len = self.shape[-2], key.shape[-2]
