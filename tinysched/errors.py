@@ -14,3 +14,7 @@ class DTypeError(TypeError, RuntimeError):
 
 class DTypeNameError(KeyError, AttributeError):
   """An unknown dtype name (tinygrad's `getattr(dtypes, name)` raises AttributeError)."""
+
+class JitError(ValueError, RuntimeError):
+  """A TinyJit call that cannot replay its recording: an input of another shape, dtype, device or layout than the
+  recorded call's, a changed plain argument, or a function the jit cannot record (tinysched/jit.py)."""
