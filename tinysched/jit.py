@@ -29,7 +29,10 @@ semantics; our code).
   replayed call schedules and compiles nothing, so it is never captured.
 
 `TinyJit.reset()` forgets the recording (the next call is a warm-up again). Nested jitted calls during a recording
-are refused.
+are refused, and so are Tensors inside a list / tuple / dict argument (they would not be rebound). An input that is
+not realized yet is realized before the call (that schedules the input's own graph, not the function's). Other
+arguments (a model object, a callable) are not checked; a jitted method has one recording for all instances of its
+class, as in tinygrad.
 """
 from __future__ import annotations
 import functools, inspect
@@ -52,6 +55,11 @@ def _shape_str(shape: tuple) -> str:
   return "(" + ", ".join(str(s) if isinstance(s, int) else s.render_sym() for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 def _plain(x: Any) -> bool: return isinstance(x, _PLAIN) or (isinstance(x, tuple) and all(_plain(y) for y in x))
+def _same(a: Any, b: Any) -> bool:
+  """The same plain value: equal and of one type (2 and 2.0 build different kernels), nan equal to nan."""
+  if type(a) is not type(b): return False
+  if isinstance(a, tuple): return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+  return a == b or repr(a) == repr(b)
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -87,6 +95,7 @@ class JitLaunch:
 class CapturedJit:
   """The recording: launches in run order, what the inputs must be, how to rebuild the return value."""
   inputs: tuple[InputSpec, ...]
+  names: tuple[str, ...]                     # every argument, in _arguments order
   plain: tuple[tuple[str, Any], ...]         # plain (non-Tensor, non-Variable) arguments, by name
   var_args: tuple[tuple[str, UOp], ...]      # arguments that are bound Variables: their (unbound) Variable
   launches: list[JitLaunch]
@@ -153,6 +162,9 @@ class TinyJit(Generic[ReturnType]):
                          "recorded kernels): pass a realized tensor, e.g. Tensor(value).contiguous().realize()")
         tensors.append((name, a))
         for v, val in a.lazydata.st.unbind()[1].items(): bound(v, val, name)
+      elif isinstance(a, (tuple, list, dict)) and _tensors_in(a):
+        raise JitError(f"TinyJit {self.name}: {name} holds Tensors inside a {type(a).__name__}: the jit only binds Tensors passed as "
+                       "arguments themselves (the ones inside would be the recorded call's on every replay); pass each as an argument")
       elif isinstance(a, UOp):
         if a.op is not Ops.BIND:
           raise JitError(f"TinyJit {self.name}: {name} is an unbound {a.op.name}: pass a bound Variable (Variable(...).bind(value))")
@@ -219,12 +231,15 @@ class TinyJit(Generic[ReturnType]):
     spec = tuple(InputSpec(name, t.lazydata.st.unbind()[0], t.dtype, t.device) for name, t in tensors)
     plain = tuple((name, a) for name, a in named if _plain(a))
     var_args = tuple((name, a.unbind()[0]) for name, a in named if isinstance(a, UOp))
-    captured = CapturedJit(spec, plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own, in_bufs)))
+    captured = CapturedJit(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own, in_bufs)))
     return ret, captured
 
   def _check(self, named, tensors) -> None:
     c = self.captured
     assert c is not None
+    if tuple(n for n, _ in named) != c.names:
+      raise JitError(f"TinyJit {self.name}: this call passes {', '.join(n for n, _ in named) or 'no arguments'}; the recorded call "
+                     f"passed {', '.join(c.names) or 'none'}")
     if [n for n, _ in tensors] != [s.name for s in c.inputs]:
       raise JitError(f"TinyJit {self.name}: this call passes Tensors as {[n for n, _ in tensors]}, the recorded call passed "
                      f"{[s.name for s in c.inputs]}")
@@ -240,7 +255,7 @@ class TinyJit(Generic[ReturnType]):
                        f"{st.views} vs the recorded {s.st.views}): pass it as the recorded call did (e.g. .contiguous().realize())")
     now = dict((n, a) for n, a in named)
     for name, val in c.plain:
-      if name not in now or not _plain(now[name]) or now[name] != val:
+      if name not in now or not _same(now[name], val):
         raise JitError(f"TinyJit {self.name}: {name} is {now.get(name, '<missing>')!r}, the recorded call's was {val!r}: plain "
                        "arguments are baked into the recorded kernels (pass a bound Variable to change a number per call)")
     for name, v in c.var_args:

@@ -202,6 +202,11 @@ def test_semantics(dev):
   scale = TinyJit(lambda x, k: x * k)
   for _ in range(3): scale(Tensor(xn, device=dev), 2.0)
   with pytest.raises(JitError, match=r"argument 1 \('k'\) is 3.0, the recorded call's was 2.0"): scale(Tensor(xn, device=dev), 3.0)
+  with pytest.raises(JitError, match=r"argument 1 \('k'\) is 2, the recorded call's was 2.0"): scale(Tensor(xn, device=dev), 2)
+  np.testing.assert_allclose(scale(Tensor(xn, device=dev), 2.0).numpy(), xn * 2, rtol=1e-6)
+  with pytest.raises(JitError, match="this call passes argument 0 \\('x'\\); the recorded call passed argument 0 \\('x'\\), argument 1"):
+    scale(Tensor(xn, device=dev))
+  with pytest.raises(JitError, match="holds Tensors inside a list"): scale([Tensor(xn, device=dev)], 2.0)
   scale.reset()
   assert scale.cnt == 0 and scale.captured is None
   np.testing.assert_allclose(scale(Tensor(xn, device=dev), 3.0).numpy(), xn * 3, rtol=1e-6)
