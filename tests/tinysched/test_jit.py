@@ -169,6 +169,28 @@ def check_views_and_inplace(dev: str) -> None:
     np.testing.assert_allclose(r.numpy(), xn * 2 + 1, rtol=1e-6)
     np.testing.assert_allclose(t.numpy(), xn * 2 + 1, rtol=1e-6)
 
+def check_gpt2_decode(dev: str) -> None:
+  """GPT-2 (the suite's tiny config) decoding with its KV cache: prefill unjitted, then jitted one-token steps at
+  start_pos = Variable.bind(position) give the unjitted generate()'s tokens and logits."""
+  import tinysched.models.gpt2 as G
+  c, prompt, n = G.GPT2_TINY, [5, 17, 300, 42], 7
+  sd = G.random_gpt2_weights(c)
+  prev, Device.DEFAULT = Device.DEFAULT, dev
+  try:
+    ref_ids, ref_logits = G.GPT2(c, sd).generate(prompt, n)
+    m = G.GPT2(c, sd)
+    logits, tok = m.forward(prompt, 0)
+    G.realize(logits, tok)
+    ids = [int(tok.numpy()[0])]
+    step = TinyJit(m.forward)
+    for i in range(n - 1):
+      logits, tok = step(Tensor(np.array([[ids[-1]]], np.int32), device=dev), m.start_pos_var.bind(len(prompt) + i))
+      np.testing.assert_allclose(logits.numpy()[0], ref_logits[i + 1], rtol=1e-5, atol=1e-5)
+      ids.append(int(tok.numpy()[0]))
+    assert ids == ref_ids
+    assert step.captured is not None and len(step.captured.launches) > 20
+  finally: Device.DEFAULT = prev
+
 # *** the tests, on both devices ***
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -179,6 +201,8 @@ def test_no_scheduling(dev): check_no_scheduling(dev)
 def test_variable_rebinds(dev): check_variable(dev)
 @pytest.mark.parametrize("dev", DEVICES)
 def test_kv_cache(dev): check_kv_cache(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_gpt2_decode(dev): check_gpt2_decode(dev)
 @pytest.mark.parametrize("dev", DEVICES)
 def test_shape_change_raises(dev): check_shape_change(dev)
 @pytest.mark.parametrize("dev", DEVICES)
@@ -260,6 +284,7 @@ def test_plant_stale_variable(monkeypatch):
   monkeypatch.setattr(J.TinyJit, "_inputs", stale)
   red(check_variable, "NUMPY")
   red(check_kv_cache, "NUMPY")
+  red(check_gpt2_decode, "NUMPY")
 
 def _rerun_every_call(monkeypatch) -> None:
   """A jit that never keeps its recording: every call runs the function (and the scheduler) again."""
