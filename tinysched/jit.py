@@ -125,8 +125,8 @@ class TinyJit(Generic[ReturnType]):
     try: params = list(inspect.signature(fxn).parameters.values())
     except (TypeError, ValueError): params = []
     self._positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    self.reset()
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+    self.reset()
 
   def reset(self) -> None:
     """Forget the recording: the next call is a warm-up, the one after it records again."""
@@ -186,7 +186,17 @@ class TinyJit(Generic[ReturnType]):
     self.cnt = 2
     return ret
 
+  def _distinct(self, tensors: list[tuple[str, Tensor]]) -> dict[int, int]:
+    """id(input buffer) -> input index; two inputs on one buffer are an error (a replay could not tell them apart)."""
+    own: dict[int, int] = {}
+    for i, (name, t) in enumerate(tensors):
+      b = t.lazydata.base.realized
+      if (j := own.get(id(b))) is not None: raise JitError(f"TinyJit {self.name}: {tensors[j][0]} and {name} are the same buffer: pass distinct tensors")
+      own[id(b)] = i
+    return own
+
   def _record(self, args, kwargs, named, tensors, var_vals) -> tuple[Any, CapturedJit]:
+    self._distinct(tensors)
     items: list[tuple[Any, dict[UOp, int]]] = []
     realize.RECORDER = lambda si, kv: items.append((si, kv))
     try:
@@ -195,13 +205,9 @@ class TinyJit(Generic[ReturnType]):
       _realize(outs)
     finally: realize.RECORDER = None
     in_bufs = [t.lazydata.base.realized for _, t in tensors]
-    own: dict[int, int] = {}    # id(input buffer) -> input index (lookup only)
-    bases: dict[int, int] = {}  # id(base of an input's memory) -> input index (lookup only)
-    for i, b in enumerate(in_bufs):
-      if id(b) in own:
-        raise JitError(f"TinyJit {self.name}: {tensors[own[id(b)]][0]} and {tensors[i][0]} are the same buffer: pass distinct tensors")
-      own[id(b)] = i
-      bases.setdefault(id(b.base), i)
+    own = self._distinct(tensors)  # id(input buffer) -> input index (lookup only)
+    bases: dict[int, int] = {}     # id(base of an input's memory) -> input index (lookup only)
+    for i, b in enumerate(in_bufs): bases.setdefault(id(b.base), i)
     launches: list[JitLaunch] = []
     for si, kv in items:
       if si.ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): continue  # nothing runs (a view's memory is its source's)
@@ -243,6 +249,7 @@ class TinyJit(Generic[ReturnType]):
     if [n for n, _ in tensors] != [s.name for s in c.inputs]:
       raise JitError(f"TinyJit {self.name}: this call passes Tensors as {[n for n, _ in tensors]}, the recorded call passed "
                      f"{[s.name for s in c.inputs]}")
+    self._distinct(tensors)
     for (name, t), s in zip(tensors, c.inputs):
       if t.device != s.device: raise JitError(f"TinyJit {self.name}: {name} is on {t.device}, the recorded call's was on {s.device}")
       if t.dtype != s.dtype: raise JitError(f"TinyJit {self.name}: {name} has dtype {t.dtype!r}, the recorded call's had {s.dtype!r}")
