@@ -19,8 +19,8 @@ semantics; our code).
   function body (not reachable from the arguments) cannot be rebound: recording it is a `JitError`.
 - Outputs: the returned Tensors (a Tensor, or tuples / lists / dicts of them) are realized in the recorded call. A
   replay returns new Tensor objects over the *recorded output buffers*: each call writes the same memory, so a
-  Tensor returned by one call is overwritten by the next call; copy it (`.numpy()`, or `(out + 0).realize()` outside
-  the jitted function) to keep it. An output that is an input's memory (an in-place assign) is this call's input.
+  Tensor returned by one call is overwritten by the next call; copy it to keep it (`.numpy()`, or `Tensor(out.numpy())`;
+  not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
 - Buffers: every buffer the recorded launches use that is not an input (intermediates, outputs, weights the function
   reads from its closure) is kept by the jit and reused as is: intermediates are allocated once, in the recorded
   call, and never again. Tensors created inside the function from Python data, and weights replaced by a new Tensor
