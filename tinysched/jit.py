@@ -23,8 +23,10 @@ semantics; our code).
   not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
 - Buffers: every buffer the recorded launches use that is not an input (intermediates, outputs, weights the function
   reads from its closure) is kept by the jit and reused as is: intermediates are allocated once, in the recorded
-  call, and never again. Tensors created inside the function from Python data, and weights replaced by a new Tensor
-  object after the recording, are the recorded call's (as in tinygrad): update weights in place with `assign`.
+  call, and never again. Tensors created inside the function from Python data (Tensor.rand/randn too: they are drawn
+  on the host here, so a jitted dropout repeats one mask: pass random tensors as arguments), and weights replaced by a
+  new Tensor object after the recording, are the recorded call's (as in tinygrad): update weights in place with
+  `assign`. Python work in the body (control flow on values, `.numpy()`) runs in the first two calls only.
 - Capture (replay/ via tinysched/capture_hook.py) sees the recorded call, and the warm-up call, which schedule; a
   replayed call schedules and compiles nothing, so it is never captured.
 

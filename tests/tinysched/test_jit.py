@@ -73,7 +73,8 @@ def check_no_scheduling(dev: str) -> None:
   assert m.runs == 2
 
 def check_variable(dev: str) -> None:
-  """A bound Variable passed as an argument is rebound on every call: an int index and a symbolic-length slice."""
+  """A bound Variable is rebound on every call: passed as an argument (an int index and a symbolic-length slice) and
+  bound in an input's view (a symbolic-length input)."""
   data = rand(12, 4)
   x = Tensor(data, device=dev)
   pos = Variable("pos", 0, 11)
@@ -82,6 +83,11 @@ def check_variable(dev: str) -> None:
     got = f(x, pos.bind(v)).numpy()
     np.testing.assert_allclose(got, data[v] * 2 + data[:v + 1].sum(0), rtol=1e-5, atol=1e-5)
   assert f.captured is not None and any(pos in ln.vars for ln in f.captured.launches)
+  n = Variable("n", 1, 12)  # bound in an input's view: the input has the symbolic shape (n, 4)
+  g = TinyJit(lambda xv: xv.sum(0).contiguous())
+  for v in (3, 7, 1, 12, 5):
+    np.testing.assert_allclose(g(x[0:n.bind(v)]).numpy(), data[:v].sum(0), rtol=1e-5, atol=1e-5)
+  with pytest.raises(JitError, match=r"has shape \(5, 4\), the recorded call's had \(n, 4\)"): g(x[0:5])
 
 def check_kv_cache(dev: str) -> None:
   """A decode step with a KV cache: the cache is written in place at start_pos (a realize inside the function) and
