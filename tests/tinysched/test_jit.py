@@ -305,8 +305,22 @@ def test_plant_rerun(monkeypatch, tmp_path):
   red(check_captures, "NUMPY", tmp_path)
 
 def test_plant_no_shape_check(monkeypatch):
+  """Replay checks nothing about its arguments."""
   monkeypatch.setattr(J.TinyJit, "_check", lambda self, named, tensors: None)
   red(check_shape_change, "NUMPY")
+  red(test_semantics, "NUMPY")
+
+@pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+def test_plant_copies_dropped(monkeypatch):
+  """The recording leaves COPY items out (a jit that records kernels only)."""
+  from tinysched.ops import Ops
+  real = J.TinyJit._record
+  def kernels_only(self, *a):
+    ret, c = real(self, *a)
+    c.launches = [ln for ln in c.launches if ln.ast.op is not Ops.COPY]
+    return ret, c
+  monkeypatch.setattr(J.TinyJit, "_record", kernels_only)
+  red(test_copies_are_recorded)
 
 def test_plant_uncaptured_recording(monkeypatch, tmp_path):
   """The recording call runs with the capture hook switched off."""
