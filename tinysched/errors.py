@@ -18,3 +18,7 @@ class DTypeNameError(KeyError, AttributeError):
 class ArgumentError(ValueError, RuntimeError):
   """An argument, or a combination of arguments, an op does not take (a fill value with a non-constant pad mode,
   attn_mask together with is_causal): torch raises RuntimeError for these."""
+
+class JitError(ValueError, RuntimeError):
+  """A TinyJit call that cannot replay its recording: an input of another shape, dtype, device or layout than the
+  recorded call's, a changed plain argument, or a function the jit cannot record (tinysched/jit.py)."""

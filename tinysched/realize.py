@@ -3,12 +3,15 @@
 Before running, the memory planner (tinysched/memory.py) lets intermediate buffers that only this
 schedule uses share memory; PLAN_MEMORY (env TINYSCHED_MEMORY_PLANNER, default on) or the
 `plan_memory` argument switches it.
+
+`RECORDER` is the jit's hook (tinysched/jit.py): while TinyJit records a call it sees every item that runs.
 """
 from __future__ import annotations
 import os
+from typing import Callable, Sequence
 from tinysched.ops import Ops
 from tinysched.uop import UOp
-from tinysched.device import Device
+from tinysched.device import Backend, Buffer, Device
 from tinysched.schedule import ScheduleItem
 
 def kernel_vars(ast: UOp) -> list[UOp]:
@@ -22,6 +25,21 @@ def kernel_vars(ast: UOp) -> list[UOp]:
 
 PLAN_MEMORY = os.environ.get("TINYSCHED_MEMORY_PLANNER", "1") not in ("0", "")
 
+# Set by tinysched.jit (TinyJit) while it records a call: called as RECORDER(item, var_vals) for every item that
+# runs, after its buffers are allocated and before it runs. None (the default) costs one global lookup per item.
+RECORDER: Callable[[ScheduleItem, dict[UOp, int]], None] | None = None
+
+def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backend: Backend) -> None:
+  """Run one item's work on its (allocated) buffers: a kernel on `backend`, a COPY, nothing for EMPTY / BUFFER_VIEW
+  (a view's memory is its source's from the start). The one way an item runs: run_schedule and the jit's replay."""
+  if ast.op is Ops.COPY:
+    dst, src = bufs
+    if dst.device == src.device: Device[dst.device].exec_ast(ast, list(bufs), {})
+    else: dst.copyin(src.numpy().view(dst.dtype.np)[:dst.size])
+    return
+  if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
+  backend.exec_ast(ast, list(bufs), var_vals)
+
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:
   var_vals = var_vals or {}
   if PLAN_MEMORY if plan_memory is None else plan_memory:
@@ -29,11 +47,6 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None =
     _plan(schedule)
   for si in schedule:
     for b in si.bufs: b.allocate()
-    if si.ast.op is Ops.COPY:
-      dst, src = si.bufs
-      if dst.device == src.device: Device[dst.device].exec_ast(si.ast, list(si.bufs), {})
-      else: dst.copyin(src.numpy().view(dst.dtype.np)[:dst.size])
-      continue
-    if si.ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): continue
-    kv = {v: var_vals[v] for v in kernel_vars(si.ast)}
-    Device[si.outputs[0].device].exec_ast(si.ast, list(si.bufs), kv)
+    kv = {v: var_vals[v] for v in kernel_vars(si.ast)} if si.ast.op is Ops.SINK else {}
+    if RECORDER is not None: RECORDER(si, kv)
+    exec_item(si.ast, si.bufs, kv, Device[si.outputs[0].device])

@@ -59,12 +59,14 @@ class GPT2:
 
   def _ln(self, x: Tensor, w: Tensor, b: Tensor) -> Tensor: return x.layernorm(eps=self.c.layer_norm_epsilon) * w + b
 
-  def _hidden(self, tokens: Sequence[int], start_pos: int | UOp) -> Tensor:
-    """Residual stream (1, T, n_embd) after the last block, lazy; the KV caches are written now."""
+  def _hidden(self, tokens: Sequence[int] | Tensor, start_pos: int | UOp) -> Tensor:
+    """Residual stream (1, T, n_embd) after the last block, lazy; the KV caches are written now. `tokens`: ids, or a
+    (1, T) int32 Tensor of them (what a jitted decode step takes: its input is then a buffer, not baked-in data)."""
     c = self.c
     if not self.cache: self.cache = new_cache(c.n_layer, 1, c.n_positions, c.n_head, c.n_embd // c.n_head)
-    t = len(tokens)
-    x = self.wte(token_ids([list(tokens)], c.vocab_size))
+    is_tensor = isinstance(tokens, Tensor)
+    t = tokens.shape[1] if is_tensor else len(tokens)
+    x = self.wte(tokens if is_tensor else token_ids([list(tokens)], c.vocab_size))
     x = x + self.wpe[start_pos:start_pos + t].reshape(1, t, c.n_embd)
     hd = c.n_embd // c.n_head
     for blk, cache_kv in zip(self.blocks, self.cache):
@@ -78,8 +80,9 @@ class GPT2:
 
   def _head(self, x: Tensor) -> Tensor: return self._ln(x, self.ln_f_w, self.ln_f_b).matmul(self.wte.weight.transpose())
 
-  def forward(self, tokens: Sequence[int], start_pos: int | UOp) -> tuple[Tensor, Tensor]:
-    """(logits (1, vocab) of the last position, greedy next token (1,)), lazy; the KV caches are written now."""
+  def forward(self, tokens: Sequence[int] | Tensor, start_pos: int | UOp) -> tuple[Tensor, Tensor]:
+    """(logits (1, vocab) of the last position, greedy next token (1,)), lazy; the KV caches are written now.
+    `tokens` may be a (1, T) int32 Tensor (a TinyJit decode step: tests/tinysched/test_jit.py)."""
     x = self._hidden(tokens, start_pos)
     logits = self._head(x[:, x.shape[1] - 1:, :]).reshape(1, self.c.vocab_size)  # one row through the vocab x dim head, not T
     return logits, logits.argmax(-1)

@@ -1,0 +1,394 @@
+"""TinyJit (tinysched/jit.py): launch replay. Every property is a `check_*` function run on NUMPY and OPENCL; the
+`test_plant_*` tests plant the bug each check exists for (stale inputs, stale Variable values, a jit that re-runs the
+function, no shape check, a recording call that is not captured, fresh intermediates per call) and require the check
+to go red."""
+import numpy as np
+import pytest
+import tinysched.jit as J
+import tinysched.lazy as L
+import tinysched.schedule as S
+from tinysched import Tensor, TinyJit, Variable, JitError, Device, capture_hook
+from tinysched.device import Buffer
+from tinysched.models.layers import write_cache, cached_attention
+
+def _opencl() -> bool:
+  try:
+    from tinysched.runtime.opencl import opencl_available
+    return opencl_available()
+  except ImportError: return False
+
+DEVICES = ["NUMPY", pytest.param("OPENCL", marks=pytest.mark.skipif(not _opencl(), reason="no OpenCL platform"))]
+RNG = np.random.default_rng(20)
+
+def rand(*shape) -> np.ndarray: return RNG.standard_normal(shape).astype(np.float32)
+
+class Tracked:
+  """A jitted MLP forward whose body counts its runs (the jit must stop running it after the recording)."""
+  def __init__(self, dev: str):
+    self.w1, self.b1, self.w2 = rand(8, 16), rand(16), rand(16, 4)
+    self.t = [Tensor(a, device=dev) for a in (self.w1, self.b1, self.w2)]
+    self.runs = 0
+    self.jit = TinyJit(self.forward)
+  def forward(self, x: Tensor) -> Tensor:
+    self.runs += 1
+    w1, b1, w2 = self.t
+    return ((x @ w1 + b1).relu() @ w2).relu().sum(1)
+  def numpy(self, x: np.ndarray) -> np.ndarray: return np.maximum(np.maximum(x @ self.w1 + self.b1, 0) @ self.w2, 0).sum(1)
+
+# *** the checks ***
+
+def check_numbers(dev: str) -> None:
+  """Seven calls with new inputs: each output equals the unjitted call's and numpy's; outputs of replayed calls are
+  the recorded output buffer (overwritten by the next call)."""
+  m = Tracked(dev)
+  w = Tensor(rand(8, 8), device=dev)
+  mmr = TinyJit(lambda x, y: ((x @ w).relu() + y).sum())
+  outs = []
+  for i in range(7):
+    xn, yn = rand(5, 8), rand(5, 8)
+    got = m.jit(Tensor(xn, device=dev)).numpy()
+    np.testing.assert_allclose(got, m.forward(Tensor(xn, device=dev)).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, m.numpy(xn), rtol=1e-4, atol=1e-4)
+    r = mmr(Tensor(xn, device=dev), y=Tensor(yn, device=dev))
+    np.testing.assert_allclose(r.item(), float((np.maximum(xn @ w.numpy(), 0) + yn).sum()), rtol=1e-4)
+    outs.append(r)
+  assert m.runs == 2 + 7  # the jit ran the body twice (warm-up, record), the 7 unjitted references once each
+  bufs = [o.lazydata.base.realized for o in outs[2:]]
+  assert all(b is bufs[0] for b in bufs), "replayed calls return the recorded output buffer"
+
+def check_no_scheduling(dev: str) -> None:
+  """Replayed calls build no lazy graph, run no scheduler and do not run the function body."""
+  m = Tracked(dev)
+  xs = [rand(3, 8) for _ in range(6)]
+  ts = [Tensor(x, device=dev) for x in xs]  # made before the patch: creating inputs is not the jit's work
+  for t in ts[:2]: m.jit(t)
+  class SchedulerCalled(AssertionError): pass
+  def boom(*a, **k): raise SchedulerCalled("the scheduler or the lazy graph was used by a replayed call")
+  for x, t in zip(xs[2:], ts[2:]):
+    with pytest.MonkeyPatch.context() as mp:  # during the call only: reading the result back (numpy()) realizes
+      for mod, name in ((S, "create_schedule_with_vars"), (S, "schedule_graph"), (S, "build_big_graph"), (L, "create_lazybuffer")):
+        mp.setattr(mod, name, boom)
+      out = m.jit(t)
+    np.testing.assert_allclose(out.numpy(), m.numpy(x), rtol=1e-4, atol=1e-4)
+  assert m.runs == 2
+
+def check_variable(dev: str) -> None:
+  """A bound Variable is rebound on every call: passed as an argument (an int index and a symbolic-length slice) and
+  bound in an input's view (a symbolic-length input)."""
+  data = rand(12, 4)
+  x = Tensor(data, device=dev)
+  pos = Variable("pos", 0, 11)
+  f = TinyJit(lambda x, p: (x[p] * 2 + x[0:p + 1].sum(0)).contiguous())
+  for v in (3, 7, 0, 11, 5, 9, 1):
+    got = f(x, pos.bind(v)).numpy()
+    np.testing.assert_allclose(got, data[v] * 2 + data[:v + 1].sum(0), rtol=1e-5, atol=1e-5)
+  assert f.captured is not None and any(pos in ln.vars for ln in f.captured.launches)
+  n = Variable("n", 1, 12)  # bound in an input's view: the input has the symbolic shape (n, 4)
+  g = TinyJit(lambda xv: xv.sum(0).contiguous())
+  for v in (3, 7, 1, 12, 5):
+    np.testing.assert_allclose(g(x[0:n.bind(v)]).numpy(), data[:v].sum(0), rtol=1e-5, atol=1e-5)
+  with pytest.raises(JitError, match=r"has shape \(5, 4\), the recorded call's had \(n, 4\)"): g(x[0:5])
+
+def check_kv_cache(dev: str) -> None:
+  """A decode step with a KV cache: the cache is written in place at start_pos (a realize inside the function) and
+  attention reads the symbolic length start_pos + 1; jitted and unjitted decoding agree at every position."""
+  H, D, N = 2, 4, 8
+  caches = [Tensor.zeros(2, 1, N, H, D, device=dev).contiguous().realize() for _ in range(2)]
+  def step(cache, q, k, v, start_pos):
+    write_cache(cache, k, v, start_pos)
+    return cached_attention(q, cache, start_pos).realize()
+  jitted = TinyJit(lambda q, k, v, start_pos: step(caches[0], q, k, v, start_pos))
+  sp = Variable("start_pos", 0, N - 1)
+  for i in range(6):
+    q, k, v = (rand(1, 1, H, D) for _ in range(3))
+    got = jitted(*(Tensor(a, device=dev) for a in (q, k, v)), start_pos=sp.bind(i)).numpy()
+    ref = step(caches[1], *(Tensor(a, device=dev) for a in (q, k, v)), sp.bind(i)).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(caches[0].numpy(), caches[1].numpy())
+
+def check_shape_change(dev: str) -> None:
+  m = Tracked(dev)
+  for _ in range(3): m.jit(Tensor(rand(3, 8), device=dev))
+  with pytest.raises(JitError, match=r"argument 0 \('x'\) has shape \(4, 8\), the recorded call's had \(3, 8\)"):
+    m.jit(Tensor(rand(4, 8), device=dev))
+  with pytest.raises(ValueError, match="dtype"): m.jit(Tensor(rand(3, 8).astype(np.float16), device=dev))
+  with pytest.raises(RuntimeError, match="layout"): m.jit(Tensor(rand(8, 3), device=dev).T)
+  assert m.runs == 2
+
+def check_captures(dev: str, tmp_path) -> None:
+  """Captures see the recording call (its kernels, its schedule) and nothing of replayed calls."""
+  import replay, sqlite3
+  m = Tracked(dev)
+  m.jit(Tensor(rand(3, 8), device=dev))  # warm-up, not captured
+  rec, rep = tmp_path / "record.db", tmp_path / "replayed.db"
+  with replay.capture(rec, label="record"): m.jit(Tensor(rand(3, 8), device=dev))
+  with replay.capture(rep, label="replayed"):
+    for _ in range(4): m.jit(Tensor(rand(3, 8), device=dev))
+  def levels(db) -> dict:
+    with sqlite3.connect(db) as c: return dict(c.execute("select level, count(*) from captures group by level order by level"))
+  assert levels(rep) == {}, "a replayed call schedules nothing: nothing to capture"
+  assert m.jit.captured is not None
+  kernels = len({ln.ast.key for ln in m.jit.captured.launches})
+  got = levels(rec)
+  assert got.get("kernel") == kernels and got.get("schedule", 0) >= 1, got
+
+def check_no_realloc(dev: str) -> None:
+  """The recorded call allocates the intermediates; replayed calls allocate nothing and bind the same buffers."""
+  m = Tracked(dev)
+  backend = Device[dev]
+  count = [0]
+  alloc = backend.alloc
+  def counting(*a, **k):
+    count[0] += 1
+    return alloc(*a, **k)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(backend, "alloc", counting)
+    _realloc_calls(m, dev, count)
+
+def _realloc_calls(m: Tracked, dev: str, count: list) -> None:
+  ts = [Tensor(rand(3, 8), device=dev) for _ in range(6)]
+  m.forward(ts[0]).realize()
+  assert count[0] > 1, "an unjitted call allocates its intermediates and output (the counter works)"
+  m.jit(ts[0]); m.jit(ts[1])
+  assert m.jit.captured is not None
+  kept = m.jit.captured.intermediates()
+  assert len(m.jit.captured.launches) >= 2 and len(kept) > len(m.t)  # weights, intermediates, output
+  count[0] = 0
+  for t in ts[2:]: m.jit(t)
+  assert count[0] == 0, f"replayed calls allocated {count[0]} buffers"
+  assert [id(b) for b in m.jit.captured.intermediates()] == [id(b) for b in kept]
+
+def check_views_and_inplace(dev: str) -> None:
+  """A BUFFER_VIEW of an input is re-made over each call's input (same byte offset); an in-place assign into an input
+  writes this call's input, and the returned Tensor is this call's input."""
+  from tinysched.lazy import LazyBuffer
+  from tinysched.ops import Ops
+  def window(x: Tensor) -> Tensor:
+    return Tensor(LazyBuffer.metaop(Ops.BUFFER_VIEW, (4,), x.dtype, x.device, arg=(4, 2), src=(x.lazydata,)))
+  f = TinyJit(lambda x: (window(x) * 2).contiguous())
+  g = TinyJit(lambda x: x.assign(x * 2 + 1))
+  for i in range(5):
+    xn = rand(8)
+    np.testing.assert_allclose(f(Tensor(xn, device=dev)).numpy(), xn[2:6] * 2, rtol=1e-6)
+    t = Tensor(xn, device=dev)
+    r = g(t)
+    np.testing.assert_allclose(r.numpy(), xn * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(t.numpy(), xn * 2 + 1, rtol=1e-6)
+
+def check_gpt2_decode(dev: str) -> None:
+  """GPT-2 (the suite's tiny config) decoding with its KV cache: prefill unjitted, then jitted one-token steps at
+  start_pos = Variable.bind(position) give the unjitted generate()'s tokens and logits."""
+  import tinysched.models.gpt2 as G
+  c, prompt, n = G.GPT2_TINY, [5, 17, 300, 42], 7
+  sd = G.random_gpt2_weights(c)
+  prev, Device.DEFAULT = Device.DEFAULT, dev
+  try:
+    ref_ids, ref_logits = G.GPT2(c, sd).generate(prompt, n)
+    m = G.GPT2(c, sd)
+    logits, tok = m.forward(prompt, 0)
+    G.realize(logits, tok)
+    ids = [int(tok.numpy()[0])]
+    step = TinyJit(m.forward)
+    for i in range(n - 1):
+      logits, tok = step(Tensor(np.array([[ids[-1]]], np.int32), device=dev), m.start_pos_var.bind(len(prompt) + i))
+      np.testing.assert_allclose(logits.numpy()[0], ref_logits[i + 1], rtol=1e-5, atol=1e-5)
+      ids.append(int(tok.numpy()[0]))
+    assert ids == ref_ids
+    assert step.captured is not None and len(step.captured.launches) > 20
+  finally: Device.DEFAULT = prev
+
+def check_train_step(dev: str) -> None:
+  """A jitted SGD step (forward, backward, in-place weight updates through assign) trains exactly like the unjitted one:
+  the same losses per step and the same final weights."""
+  from tinysched import nn
+  from tinysched.nn.optim import SGD
+  batches = [(rand(5, 8), RNG.integers(0, 4, 5).astype(np.int32)) for _ in range(6)]
+  init = [rand(16, 8) * 0.3, rand(16) * 0.1, rand(4, 16) * 0.3, rand(4) * 0.1]
+  losses, weights = {}, {}
+  for mode in ("plain", "jit"):
+    l1, l2 = nn.Linear(8, 16), nn.Linear(16, 4)
+    params = [l1.weight, l1.bias, l2.weight, l2.bias]
+    for p, a in zip(params, init): p.assign(Tensor(a, device=p.device)).realize()
+    params = [p.to(dev).realize() for p in params]
+    l1.weight, l1.bias, l2.weight, l2.bias = params
+    opt = SGD(params, lr=0.1)
+    def step(x, y):
+      with Tensor.train():
+        opt.zero_grad()
+        loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+        loss.backward()
+        opt.step()
+      return loss.realize()
+    f = TinyJit(step) if mode == "jit" else step
+    losses[mode] = [f(Tensor(x, device=dev), Tensor(y, device=dev)).item() for x, y in batches]
+    weights[mode] = [p.numpy() for p in params]
+  np.testing.assert_allclose(losses["jit"], losses["plain"], rtol=1e-6)
+  for a, b in zip(weights["jit"], weights["plain"]): np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+# *** the tests, on both devices ***
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_numbers(dev): check_numbers(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_no_scheduling(dev): check_no_scheduling(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_variable_rebinds(dev): check_variable(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_kv_cache(dev): check_kv_cache(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_gpt2_decode(dev): check_gpt2_decode(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_train_step(dev): check_train_step(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_shape_change_raises(dev): check_shape_change(dev)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_captures_on_recording_calls_only(dev, tmp_path): check_captures(dev, tmp_path)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_intermediates_not_reallocated(dev): check_no_realloc(dev)
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_views_and_inplace(dev): check_views_and_inplace(dev)
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_semantics(dev):
+  """tinygrad's counting (warm-up, record, replay), methods, reset, and the errors for what cannot replay."""
+  class Model:
+    def __init__(self): self.w = Tensor(rand(4, 4), device=dev)
+    @TinyJit
+    def __call__(self, x): return x @ self.w
+  mdl = Model()
+  xn = rand(2, 4)
+  for i in range(4): np.testing.assert_allclose(mdl(Tensor(xn * i, device=dev)).numpy(), (xn * i) @ mdl.w.numpy(), rtol=1e-5, atol=1e-5)
+  scale = TinyJit(lambda x, k: x * k)
+  for _ in range(3): scale(Tensor(xn, device=dev), 2.0)
+  with pytest.raises(JitError, match=r"argument 1 \('k'\) is 3.0, the recorded call's was 2.0"): scale(Tensor(xn, device=dev), 3.0)
+  with pytest.raises(JitError, match=r"argument 1 \('k'\) is 2, the recorded call's was 2.0"): scale(Tensor(xn, device=dev), 2)
+  np.testing.assert_allclose(scale(Tensor(xn, device=dev), 2.0).numpy(), xn * 2, rtol=1e-6)
+  with pytest.raises(JitError, match="this call passes argument 0 \\('x'\\); the recorded call passed argument 0 \\('x'\\), argument 1"):
+    scale(Tensor(xn, device=dev))
+  with pytest.raises(JitError, match="holds Tensors inside a list"): scale([Tensor(xn, device=dev)], 2.0)
+  scale.reset()
+  assert scale.cnt == 0 and scale.captured is None
+  np.testing.assert_allclose(scale(Tensor(xn, device=dev), 3.0).numpy(), xn * 3, rtol=1e-6)
+  add = TinyJit(lambda a, b: a + b)
+  same = Tensor(xn, device=dev)
+  add(same, same)  # the warm-up checks nothing; recording and replaying refuse one buffer as two inputs
+  with pytest.raises(JitError, match=r"argument 0 \('a'\) and argument 1 \('b'\) are the same buffer"): add(same, same)
+  for _ in range(3): add(Tensor(xn, device=dev), Tensor(xn, device=dev))
+  with pytest.raises(JitError, match="same buffer"): add(same, same)
+  with pytest.raises(JitError, match="constant Tensor"): add(Tensor(1.0, device=dev), same)
+  inner = TinyJit(lambda x: x * 2)
+  outer = TinyJit(lambda x: inner(x) + 1)
+  outer(Tensor(xn, device=dev))
+  with pytest.raises(JitError, match="nested"): outer(Tensor(xn, device=dev))
+  baked = TinyJit(lambda x: x[Variable("i", 0, 1).bind(1)].contiguous())
+  baked(Tensor(xn, device=dev))
+  with pytest.raises(JitError, match="Variable 'i' .* no argument binds"): baked(Tensor(xn, device=dev))
+
+@pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+def test_copies_are_recorded():
+  """A function that copies between devices (COPY items) replays its copies."""
+  f = TinyJit(lambda x: (x.to("NUMPY") * 2).to("OPENCL") + 1)
+  for _ in range(5):
+    xn = rand(6)
+    np.testing.assert_allclose(f(Tensor(xn, device="OPENCL")).numpy(), xn * 2 + 1, rtol=1e-6)
+  assert f.captured is not None
+  from tinysched.ops import Ops
+  assert sum(ln.ast.op is Ops.COPY for ln in f.captured.launches) == 2
+
+# *** the plants: each check goes red on the bug it is for ***
+
+def red(check, *args) -> None:
+  try: check(*args)
+  except (Exception, pytest.fail.Exception) as e:
+    print(f"{check.__name__}: red: {type(e).__name__}: {next((ln for ln in str(e).splitlines() if ln.strip()), '')}")  # -s shows why
+    return
+  raise AssertionError(f"{check.__name__} passed with the bug planted")
+
+def test_plant_stale_inputs(monkeypatch):
+  """Replay binds the first replayed call's inputs on every later call."""
+  first: dict = {}
+  real = J.JitLaunch.buffers
+  monkeypatch.setattr(J.JitLaunch, "buffers", lambda self, inputs: first.setdefault(id(self), real(self, inputs)))
+  red(check_numbers, "NUMPY")
+  first.clear()
+  red(check_train_step, "NUMPY")
+
+def test_plant_stale_variable(monkeypatch):
+  """Replay takes the Variable values of the first call instead of the current one."""
+  first: dict = {}
+  real = J.TinyJit._inputs
+  def stale(self, named):
+    tensors, vv = real(self, named)
+    return tensors, first.setdefault(id(self), vv)
+  monkeypatch.setattr(J.TinyJit, "_inputs", stale)
+  red(check_variable, "NUMPY")
+  red(check_kv_cache, "NUMPY")
+  red(check_gpt2_decode, "NUMPY")
+
+def _rerun_every_call(monkeypatch) -> None:
+  """A jit that never keeps its recording: every call runs the function (and the scheduler) again."""
+  real = J.TinyJit._record
+  monkeypatch.setattr(J.TinyJit, "_record", lambda self, *a: (real(self, *a)[0], None))
+
+def test_plant_rerun(monkeypatch, tmp_path):
+  _rerun_every_call(monkeypatch)
+  red(check_no_scheduling, "NUMPY")
+  red(check_captures, "NUMPY", tmp_path)
+
+def test_plant_no_shape_check(monkeypatch):
+  """Replay checks nothing about its arguments."""
+  monkeypatch.setattr(J.TinyJit, "_check", lambda self, named, tensors: None)
+  red(check_shape_change, "NUMPY")
+  red(test_semantics, "NUMPY")
+
+@pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+def test_plant_copies_dropped(monkeypatch):
+  """The recording leaves COPY items out (a jit that records kernels only)."""
+  from tinysched.ops import Ops
+  real = J.TinyJit._record
+  def kernels_only(self, *a):
+    ret, c = real(self, *a)
+    c.launches = [ln for ln in c.launches if ln.ast.op is not Ops.COPY]
+    return ret, c
+  monkeypatch.setattr(J.TinyJit, "_record", kernels_only)
+  red(test_copies_are_recorded)
+
+def test_plant_uncaptured_recording(monkeypatch, tmp_path):
+  """The recording call runs with the capture hook switched off."""
+  real = J.TinyJit._record
+  def hidden(self, *a):
+    hook, capture_hook.HOOK = capture_hook.HOOK, None
+    try: return real(self, *a)
+    finally: capture_hook.HOOK = hook
+  monkeypatch.setattr(J.TinyJit, "_record", hidden)
+  red(check_captures, "NUMPY", tmp_path)
+
+def test_plant_fresh_intermediates(monkeypatch):
+  """Replay allocates a new buffer for every intermediate (and keeps it, as a naive jit would)."""
+  real = J.JitLaunch.buffers
+  fresh: dict = {}
+  def realloc(self, inputs):
+    out = []
+    for b in real(self, inputs):
+      if b.is_allocated and b in self.bufs and b.nbytes:
+        nb = fresh.setdefault(id(b), Buffer(b.device, b.size, b.dtype).allocate())
+        nb.copyin(b.numpy())
+        b = nb
+      out.append(b)
+    fresh.clear()
+    return tuple(out)
+  monkeypatch.setattr(J.JitLaunch, "buffers", realloc)
+  red(check_no_realloc, "NUMPY")
+
+def test_plant_view_offset_dropped(monkeypatch):
+  """A view of an input is re-made at the input's start, not at its offset."""
+  real = J.JitLaunch.buffers
+  monkeypatch.setattr(J.JitLaunch, "buffers", lambda self, inputs: real(J.JitLaunch(self.ast, self.backend, self.bufs,
+    tuple((p, i, v and (v[0], v[1], 0)) for p, i, v in self.binds), self.vars), inputs))
+  red(check_views_and_inplace, "NUMPY")
+
+def test_plant_output_of_recorded_input(monkeypatch):
+  """An output that is an input's memory is returned as the recorded call's buffer, not this call's input."""
+  monkeypatch.setattr(J, "_out_spec", lambda t, own, in_bufs: J._Out(t.lazydata))
+  red(check_views_and_inplace, "NUMPY")
