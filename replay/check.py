@@ -1,10 +1,10 @@
 """`replay check`: replay every stored capture of one or more stores, in parallel, and group the changes."""
 from __future__ import annotations
-import hashlib, multiprocessing as mp, os, sys, time
+import hashlib, json, multiprocessing as mp, os, sys, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from replay.store import Store, StoreError
-from replay.runner import Result, replay_row, OUTCOMES
+from replay.runner import Result, replay_row, row_host, OUTCOMES
 from replay.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
 
 @dataclass
@@ -57,23 +57,24 @@ def _select(store: Store, level: str | None, label: str | None, key: str | None,
   if shard is not None: rows = [r for r in rows if shard_of(f"{r['level']}:{r['input_key']}", shard[1]) == shard[0]]
   return rows
 
-def _work(args: tuple[str, list[dict], bool, str | None]) -> list[Result]:
-  path, rows, detail, exec_mode = args
+def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
+  path, rows, detail, exec_mode, reoptimize = args
   from tinysched.scheduling.kernel_ast import KernelMemo, rules_fingerprint
   kernels = KernelMemo(rules_fingerprint())  # this chunk's rows share kernel rewrites (the rules cannot change meanwhile)
   store = Store(path, readonly=True)
   try:
     out: list[Result] = []
-    memo: dict[tuple[str, str], Result] = {}
+    memo: dict[tuple, Result] = {}
     for row in rows:
-      k = (row["level"], row["input_key"])
+      # with --reoptimize a program row's outcome also depends on the host facts it recorded (two hosts, one input)
+      k: tuple = (row["level"], row["input_key"]) + ((json.dumps(row_host(row), sort_keys=True),) if reoptimize and row["level"] == "program" else ())
       if (m := memo.get(k)) is not None and m.stored_key == row["output_key"]:
         # the same input replayed once: copy the verdict for this row
         out.append(Result(**{**m.to_dict(), "run_id": row["run_id"], "seq": row["seq"], "label": row["label"] or "",
                              "metadata": row.get("metadata")}))
         continue
       full: dict | None = {} if exec_mode else None
-      r = replay_row(store, row, detail, full, kernels)
+      r = replay_row(store, row, detail, full, kernels, reoptimize)
       if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
         # the execution check's job, from the output just computed; exec_report takes it (never in a report)
         from replay.execcheck import prebuild
@@ -85,12 +86,13 @@ def _work(args: tuple[str, list[dict], bool, str | None]) -> list[Result]:
 
 def check(paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None, jobs: int | None = None,
           shard: tuple[int, int] | None = None, detail: bool = True, progress: Callable[[int, int], None] | None = None,
-          exec_mode: str | None = None) -> Report:
+          exec_mode: str | None = None, reoptimize: bool = False) -> Report:
   """Replay every selected row of `paths` with the current code. `exec_mode` ("changed" or "all", as exec_report will
-  be called): also build the execution check's jobs while the current outputs are at hand."""
+  be called): also build the execution check's jobs while the current outputs are at hand. `reoptimize`: program rows
+  choose their opts with the current heuristic instead of replaying the stored ones (replay/runner.py replay_row)."""
   rep = Report(sources=[str(p) for p in paths], shard=f"{shard[0]}/{shard[1]}" if shard else None)
   t0 = time.perf_counter()
-  tasks: list[tuple[str, list[dict], bool, str | None]] = []
+  tasks: list[tuple[str, list[dict], bool, str | None, bool]] = []
   for p in paths:
     try: store = Store(p, readonly=True)
     except StoreError as e:
@@ -100,7 +102,8 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
       rows = _select(store, level, label, key, shard)
       rep.accepted += [{**a, "db": str(p)} for a in store.accepts()]
     finally: store.close()
-    tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))), exec_mode)
+    tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))), exec_mode,
+                     reoptimize)
   total = sum(len(t[1]) for t in tasks)
   jobs = max(1, jobs or os.cpu_count() or 1)
   rep.workers = min(jobs, max(1, len(tasks)))
@@ -120,16 +123,17 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
   rep.elapsed = time.perf_counter() - t0
   return rep
 
-def _chunks(path: str, rows: list[dict], detail: bool, size: int, exec_mode: str | None = None) -> list[tuple[str, list[dict], bool, str | None]]:
+def _chunks(path: str, rows: list[dict], detail: bool, size: int, exec_mode: str | None = None,
+            reoptimize: bool = False) -> list[tuple[str, list[dict], bool, str | None, bool]]:
   """About two chunks per worker (each worker warms its caches once), never splitting rows of one input."""
   # rows with the same input go to one chunk so they are replayed once
   rows = sorted(rows, key=lambda r: (r["level"], r["input_key"], r["run_id"], r["seq"]))
   out, cur = [], []
   for r in rows:
     if len(cur) >= size and (cur[-1]["level"], cur[-1]["input_key"]) != (r["level"], r["input_key"]):
-      out.append((path, cur, detail, exec_mode)); cur = []
+      out.append((path, cur, detail, exec_mode, reoptimize)); cur = []
     cur.append(r)
-  if cur: out.append((path, cur, detail, exec_mode))
+  if cur: out.append((path, cur, detail, exec_mode, reoptimize))
   return out
 
 def terminal_progress() -> Callable[[int, int], None] | None:

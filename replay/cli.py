@@ -35,23 +35,40 @@ def main() -> None:
 @click.option("--slower-threshold", type=float, default=0.10, show_default=True, help="flag kernels slower by more than this fraction")
 @click.option("--twice", is_flag=True, help="also replay every capture in two processes with different PYTHONHASHSEED: outputs that differ are `unstable`")
 @click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
+@click.option("--reoptimize", is_flag=True, help="program level: choose the opts again with the current heuristic (stored AST and "
+              "target) instead of rendering the stored opts, so a heuristic change shows as changed opts and source")
 @exec_options
 @report_options()
-def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, timeout, perf_gate, report_md,
-              report_json, junit, report_html, verbose) -> None:
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, reoptimize, timeout, perf_gate,
+              report_md, report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   from replay.check import check, terminal_progress
   report_paths_writable(report_md, report_json, junit, report_html)
   seeds = _seeds(twice, hash_seeds)
+  if twice and reoptimize: _fail("--twice and --reoptimize cannot be combined (--twice replays the stored opts)", "run them one at a time")
   device = _exec_device(exec_mode, device)
   paths, sh = _dbs(dbs), _shard(shard)
-  rep = check(paths, level=level, label=label, key=key, jobs=jobs, shard=sh, progress=terminal_progress(), exec_mode=exec_mode)
+  rep = check(paths, level=level, label=label, key=key, jobs=jobs, shard=sh, progress=terminal_progress(), exec_mode=exec_mode,
+              reoptimize=reoptimize)
+  if reoptimize: _say_not_reoptimized(rep, verbose)
   if twice and not rep.fatal:
     from replay.determinism import DeterminismError, mark_unstable
     try: mark_unstable(rep, paths, level, label, key, sh, seeds)
     except DeterminismError as e: _fail(str(e), e.hint)
   run_exec(rep, exec_mode, device, slower_threshold, timeout, perf_gate)
   _emit(rep, report_md, report_json, junit, report_html, verbose)
+
+def _say_not_reoptimized(rep, verbose: bool) -> None:
+  """--reoptimize: the program rows replayed with their stored opts (no host facts recorded), counted per store; each
+  row with --verbose (and in --report-json: the result's `note`)."""
+  skipped = [r for r in rep.results if r.note]
+  if not skipped: return
+  per_db: dict[str, int] = {}
+  for r in skipped: per_db[r.db] = per_db.get(r.db, 0) + 1
+  click.echo(f"replay: --reoptimize: {len(skipped)} program row(s) {skipped[0].note}:", err=True)
+  for db, n in per_db.items(): click.echo(f"  {db}: {n}", err=True)
+  if verbose:
+    for r in skipped: click.echo(f"    {r.db} run {r.run_id} seq {r.seq} {r.label} {r.input_key[:16]}", err=True)
 
 def _emit(rep, report_md, report_json, junit, report_html, verbose) -> None:
   from replay import report as R
@@ -86,19 +103,30 @@ def diff_cmd(old_db, new_db, level, label, exec_mode, device, timeout, perf_gate
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="capture store to write (created if missing)")
 @click.option("--label", default="", help="label for this run (e.g. the model name)")
 @click.option("--levels", default=",".join(LEVELS), show_default=True, help="comma-separated capture levels")
+@click.option("--target", "target_name", metavar="NAME", help="also render every scheduled kernel for this named target "
+              "(tinysched/codegen/target.py TARGETS), program level, without the device")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def capture_cmd(db, label, levels, command) -> None:
+def capture_cmd(db, label, levels, target_name, command) -> None:
   """Run COMMAND with capture on: replay capture --db x.db --label mlp -- python train.py"""
   lv = [x for x in levels.split(",") if x]
   if bad := [x for x in lv if x not in LEVELS]: _fail(f"unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
+  _check_target(target_name, lv)
   try: Store(db).close()  # fail early, before running anything, if the file is not a usable store
   except StoreError as e: _fail(str(e), "choose a new file name or an existing capture store")
-  env = {**os.environ, "TINYSCHED_CAPTURE": str(Path(db).resolve()), "TINYSCHED_CAPTURE_LABEL": label, "TINYSCHED_CAPTURE_LEVELS": ",".join(lv)}
+  env = {**os.environ, "TINYSCHED_CAPTURE": str(Path(db).resolve()), "TINYSCHED_CAPTURE_LABEL": label, "TINYSCHED_CAPTURE_LEVELS": ",".join(lv),
+         **({"TINYSCHED_CAPTURE_TARGET": target_name} if target_name else {})}
   try: rc = subprocess.call(list(command), env=env)
   except OSError as e: _fail(f"cannot run {command[0]!r}: {e}")
   except KeyboardInterrupt: rc = 130
   if rc != 0: click.echo(f"replay: the command exited with {rc}; what it captured before is kept in {db}", err=True)
   sys.exit(rc if rc in (0,) else (rc if rc < 128 else 2))
+
+def _check_target(name: str | None, levels) -> None:
+  """--target NAME: exit 2 at the start, naming it and the known targets, when TARGETS has no such name."""
+  if name is None: return
+  from tinysched.codegen.target import TARGETS
+  if name not in TARGETS: _fail(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}", "pass one of those names to --target")
+  if "program" not in levels: _fail(f"--target {name} renders program-level captures, but the levels leave program out", "add program to --levels")
 
 @main.command("stats")
 @click.argument("db")
@@ -138,11 +166,17 @@ def show_cmd(db, key, html_path) -> None:
 @click.option("--levels", default=",".join(LEVELS), show_default=True)
 @click.option("--twice", is_flag=True, help="capture each model a second time under another PYTHONHASHSEED and report key sets that differ")
 @click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
-def suite_cmd(models, db, out, full, levels, twice, hash_seeds) -> None:
+@click.option("--target", "target_name", metavar="NAME", help="also render every scheduled kernel for this named target "
+              "(tinysched/codegen/target.py TARGETS), program level, without the device")
+def suite_cmd(models, db, out, full, levels, twice, hash_seeds, target_name) -> None:
   """Run the real-model suite with capture on."""
   from replay.suite import suite_models, run_model
   from replay import determinism as D
   seeds = _seeds(twice, hash_seeds)
+  _check_target(target_name, levels.split(","))
+  if twice and target_name: _fail("--twice and --target cannot be combined yet (the second capture would not render for the target)",
+                                  "run them one at a time")
+  model_env = {**({"PYTHONHASHSEED": str(seeds[0])} if twice else {}), **({"TINYSCHED_CAPTURE_TARGET": target_name} if target_name else {})}
   names = models.split(",") if models else suite_models()
   unknown = [n for n in names if n not in suite_models()]
   if unknown: _fail(f"unknown model(s) {unknown}; the suite has {', '.join(suite_models())}")
@@ -153,7 +187,7 @@ def suite_cmd(models, db, out, full, levels, twice, hash_seeds) -> None:
     before = D.last_run(target) if db and twice else 0
     # without --db the model's store replaces the old one only after a complete, non-empty run (atomic rename)
     r = run_model(name, target, quick=not full, levels=tuple(levels.split(",")), replace=not db,
-                  env={"PYTHONHASHSEED": str(seeds[0])} if twice else None)
+                  env=model_env or None)
     if r.get("skipped"): click.echo(f"  {name}: skipped ({r['skipped']})")
     elif r.get("ok"): click.echo(f"  {name}: captured into {target} in {r['seconds']}s  {json.dumps(r.get('summary'))[:160]}")
     else:

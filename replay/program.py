@@ -24,8 +24,21 @@ def launch_json(prg) -> dict:
           "vars": [v.arg[0] for v in prg.vars],
           "var_bits": [8 * v.dtype.itemsize for v in prg.vars], "dtypes": [d.name for d in prg.buf_dtypes]}
 
-def replay_program_full(doc):
-  """`doc`: a parsed program-input document (replay.encode.parse): one AST root plus "opts" and "target"."""
+def host_json(target) -> dict[str, Any]:
+  """The host facts of a target (HOST_FIELDS): stored in a program row's `extra["host"]`, never in its keyed input, so
+  `replay check --reoptimize` can run the heuristic (which reads compute_units) for the target the capture saw."""
+  d = target.to_dict()
+  return {k: d[k] for k in HOST_FIELDS if k in d}
+
+# why a program row is replayed with its stored opts under --reoptimize (rows captured before host facts were recorded)
+NO_HOST_NOTE = ("not reoptimized: captured without host facts (extra.host: compute_units, which the heuristic reads), "
+                "so replayed with its stored opts; re-capture it to replay the heuristic")
+
+def replay_program_full(doc, reoptimize: bool = False, host: dict | None = None):
+  """`doc`: a parsed program-input document (replay.encode.parse): one AST root plus "opts" and "target".
+  reoptimize: choose the opts again with the current heuristic (to_program(ast, None, target)) instead of rendering the
+  stored ones; `host` (the row's extra["host"]) completes the target with the host facts the keyed input leaves out.
+  The caller decides what to do without `host` (replay/runner.py: the stored opts, with a note): here it is required."""
   from tinysched.codegen.kernel import Opt
   from tinysched.codegen.target import Target
   from tinysched.codegen.program import to_program
@@ -33,9 +46,21 @@ def replay_program_full(doc):
   if len(roots) != 1: raise IncompatibleCapture("a program input must have one AST root")
   try:
     opts = tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
-    target = Target.from_dict(doc.doc.get("target") or {})
+    tdict = doc.doc.get("target") or {}
+    if reoptimize:
+      if not isinstance(host, dict): raise IncompatibleCapture("--reoptimize needs the row's host facts (extra.host)")
+      tdict = {**tdict, **{k: v for k, v in host.items() if k in HOST_FIELDS}}
+    target = Target.from_dict(tdict)
   except (ValueError, TypeError) as e: raise IncompatibleCapture(f"optimization choices or target unreadable: {e}") from None
-  return to_program(roots[0], opts, target)
+  return to_program(roots[0], None if reoptimize else opts, target)
+
+def stored_opts(doc) -> tuple:
+  from tinysched.codegen.kernel import Opt
+  return tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
+
+def opts_text(opts) -> str:
+  """Opts as the report shows them: OP(axis,amount) in order, `none` for no opts."""
+  return ", ".join(f"{o.op.name}({o.axis},{o.amount})" for o in opts) or "none"
 
 # generated names (counters) shift when a node is added or removed: compared without their numbers
 _COUNTED_NAME = re.compile(r"\b(acc|alu|val|temp|cast|ridx|sidx)\d+\b")

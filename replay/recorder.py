@@ -19,7 +19,7 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from replay.encode import bound_values, encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
 from replay.store import Store, StoreError, graph_row, dumps, LEVELS, pause_point
-from replay.program import opts_to_json, target_to_json, launch_json
+from replay.program import opts_to_json, target_to_json, launch_json, host_json
 from replay.git import query as _git  # metadata: None when git cannot tell, within 10s
 
 FLUSH_EVERY = 512
@@ -55,9 +55,15 @@ class Capturer:
   (same nodes, same values); encoding, hashing and the SQLite transaction happen in `flush`, every
   FLUSH_EVERY queued captures (or SCHEDULE_FLUSH_EVERY schedules, whose graphs are big), at stop, at exit
   and on SIGTERM."""
-  def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS):
+  def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None):
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(LEVELS)}")
+    if target is not None and "program" not in levels: raise ValueError("a capture target renders program-level captures: add the program level")
+    # a named Target (tinysched/codegen/target.py TARGETS): every scheduled kernel is also rendered for it, with its
+    # default opts, under capture (program rows only; nothing runs), so a machine without the device captures its code
+    self.target = target
+    self.rendered: set[UOp] = set()  # kernel ASTs already rendered for `target` (membership only)
+    self.target_failed: list[str] = []
     self.path, self.label, self.levels = Path(path), label, tuple(levels)
     self.store = Store(self.path)
     try: self.run_id = self.store.new_run(run_info(label, self.levels))
@@ -79,15 +85,29 @@ class Capturer:
     self.exit_code: int | None = None   # set by SIGTERM arriving inside the capturer
 
   def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
-    if level not in self.levels or self.closed: return
+    if self.closed or (level not in self.levels and not (level == "schedule" and self.target is not None)): return
     if self.accept is not None and not self.accept():
       self.dropped += 1
       return
     self.depth += 1
-    try: self._record(level, inputs, output, info)
+    try:
+      self._record(level, inputs, output, info)
+      if level == "schedule" and self.target is not None: self._render_for_target(output)
     finally:
       self.depth -= 1
       if self.exit_code is not None and self.depth == 0: self._exit_now()
+
+  def _render_for_target(self, asts: list[UOp]) -> None:
+    """Render each new kernel of a schedule for the capture target: to_program's own hook records the program row. A
+    kernel the target cannot take (an unsupported dtype, a limit) is counted and named at close, never raised into the
+    program being captured."""
+    from tinysched.codegen.program import to_program
+    for ast in asts:
+      if ast in self.rendered: continue
+      self.rendered.add(ast)
+      try: to_program(ast, None, self.target)
+      except Exception as e:  # noqa: BLE001 (the user's program must not fail because another device could not take a kernel)
+        self.target_failed.append(f"{type(e).__name__}: {e}".splitlines()[0][:200])
 
   def _exit_now(self) -> None:
     code = self.exit_code or 143
@@ -95,6 +115,7 @@ class Capturer:
     finally: os._exit(code)
 
   def _record(self, level: str, inputs: Any, output: Any, info: dict | None) -> None:
+    if level not in self.levels: return  # a schedule call seen only for the capture target
     with self.lock:
       if level == "kernel":
         pre, var_vals, assigns = inputs
@@ -168,7 +189,8 @@ class Capturer:
           extra = {"opts": opts_to_json(opts), "target": target_to_json(target)}
           si = {}
           # the launch sizes go with the row (not the keyed input): the execution check launches the stored source with them
-          row_extra = {**extra, **({"launch": launch_json(info["program"])} if info and "program" in info else {})}
+          # host facts (compute_units...) go with the row too: replay check --reoptimize runs the heuristic, which reads them
+          row_extra = {**extra, "host": host_json(target), **({"launch": launch_json(info["program"])} if info and "program" in info else {})}
           add("program", graph(encode_graph([ast], extra, stats=si), "program_input", si), graph(str(output).encode(), "source"),
               node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(row_extra))
       self.store.write_batch(list(graphs.values()), rows)
@@ -181,6 +203,9 @@ class Capturer:
     with self.lock:
       if self.closed: return
       self.flush()
+      if self.target_failed:
+        sys.stderr.write(f"replay: capture target {self.target.name}: {len(self.target_failed)} kernel(s) could not be rendered for it "
+                         f"(not captured), first: {self.target_failed[0]}\n")
       self.store.finish_run(self.run_id, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
       self.store.close()
       self.closed = True
@@ -195,7 +220,7 @@ def relabel(label: str) -> None:
   """Label what the active capture records from now on (pytest --replay-capture: the running test's node id)."""
   if _active is not None: _active.label = label
 
-def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Capturer:
+def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None) -> Capturer:
   global _active
   if _active is not None and _active.yields:  # a test of capture itself, inside a session capture: pause the session
     _active.flush()
@@ -203,7 +228,7 @@ def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LE
     _active = capture_hook.HOOK = None
   if _active is not None: raise RuntimeError(f"capture is already on (into {_active.path}); stop it first")
   if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None  # an explicit start wins over the environment
-  _active = Capturer(path, label, levels)
+  _active = Capturer(path, label, levels, target)
   capture_hook.HOOK = _active
   return _active
 
@@ -219,9 +244,10 @@ def stop() -> None:
       capture_hook.HOOK = _active
 
 @contextlib.contextmanager
-def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS) -> Iterator[Capturer]:
-  """Capture everything tinysched schedules and compiles inside the block into the store at `path`."""
-  c = start(path, label, levels)
+def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None) -> Iterator[Capturer]:
+  """Capture everything tinysched schedules and compiles inside the block into the store at `path`. `target` (a
+  Target, e.g. TARGETS["nvidia-like-gpu"]): also render every scheduled kernel for it (program level)."""
+  c = start(path, label, levels, target)
   try: yield c
   finally: stop()
 
@@ -281,10 +307,25 @@ def env_config() -> tuple[Path, str, tuple[str, ...]] | None:
                         "create the directory, or name a file in an existing one")
   return path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels
 
+def env_target(levels: tuple[str, ...] = LEVELS):
+  """The Target TINYSCHED_CAPTURE_TARGET names (tinysched/codegen/target.py TARGETS), or None when unset; exits 2
+  naming the value and the known names for an unknown one."""
+  raw = os.environ.get("TINYSCHED_CAPTURE_TARGET")
+  if not raw: return None
+  from tinysched.codegen.target import TARGETS, UnknownTargetError, named_target
+  try: t = named_target(raw)
+  except UnknownTargetError:
+    raise _config_error("TINYSCHED_CAPTURE_TARGET", raw, "names no known target", f"use one of {', '.join(TARGETS)}, or unset it") from None
+  if "program" not in levels:
+    raise _config_error("TINYSCHED_CAPTURE_TARGET", raw, "renders program-level captures, but TINYSCHED_CAPTURE_LEVELS leaves program out",
+                        "add program to TINYSCHED_CAPTURE_LEVELS, or unset TINYSCHED_CAPTURE_TARGET")
+  return t
+
 def check_env() -> None:
   """Called by tinysched at import when TINYSCHED_CAPTURE is set (capture_hook.autoload): the settings are checked
   before any user code runs, though capture itself starts at the first capture point. Exits 2 naming the variable."""
   if (cfg := env_config()) is None: return
+  env_target(cfg[2])
   path = cfg[0]
   if path.is_file() and path.stat().st_size:
     with open(path, "rb") as f: head = f.read(16)
@@ -300,7 +341,8 @@ def install_from_env() -> None:
   if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None
   if (cfg := env_config()) is None: return
   path, label, levels = cfg
-  try: start(path, label, levels)
+  target = env_target(levels)
+  try: start(path, label, levels, target)
   except StoreError as e:
     raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"], f"not usable as a capture store: {e}",
                         "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE") from None

@@ -10,7 +10,7 @@ to fix). A stored input or output that cannot be read or decoded, for whatever r
 capture must never read as the user's bug, nor as a reviewable change that `[replay:accept]` could wave through.
 """
 from __future__ import annotations
-import traceback
+import json, traceback
 from dataclasses import dataclass, field, asdict
 from typing import Any
 from tinysched import capture_hook
@@ -48,6 +48,7 @@ class Result:
   metadata: str | None = None
   exec: dict | None = None             # filled by the execution check
   pair: dict | None = None             # replay diff: {"old_db", "old": [run_id, seq], "new": [run_id, seq]} of the two stored rows
+  note: str | None = None              # replay check --reoptimize: why a program row was replayed with its stored opts
   def to_dict(self) -> dict[str, Any]: return asdict(self)
 
 def decode_input(level: str, data: bytes) -> Any:
@@ -60,11 +61,14 @@ def decode_input(level: str, data: bytes) -> Any:
     return d
   raise IncompatibleCapture(f"unknown capture level {level!r}")
 
-def run_input(level: str, inputs: Any, full: dict | None = None, memo: Any = None) -> tuple[Any, bytes]:
+def run_input(level: str, inputs: Any, full: dict | None = None, memo: Any = None, reoptimize: bool = False,
+              host: dict | None = None) -> tuple[Any, bytes]:
   """Run the current code on a decoded input: (new output object, its canonical bytes). `full` (a dict) receives what
   the output alone does not hold and the execution check needs: the buffer maps of kernels, the Variables the
   scheduler bound, the rendered Program. `memo`: a scheduler KernelMemo shared by the rows one worker replays (kernel
-  rewrites are pure: a model's captures share most kernels, and each distinct one is rewritten once)."""
+  rewrites are pure: a model's captures share most kernels, and each distinct one is rewritten once). `reoptimize`
+  (program level; other levels ignore it): choose the opts with the current heuristic for the stored AST and the target
+  completed with `host` (the row's extra["host"]) instead of rendering the stored opts (replay/program.py)."""
   if level == "kernel":
     from tinysched.schedule import full_ast_rewrite
     pre, var_vals, assigns = inputs
@@ -79,7 +83,7 @@ def run_input(level: str, inputs: Any, full: dict | None = None, memo: Any = Non
     asts = [k.ast for k in kernels]
     return asts, _encode_list(asts)
   from replay.program import replay_program_full
-  prg = replay_program_full(inputs)
+  prg = replay_program_full(inputs, reoptimize, host)
   if full is not None: full["program"] = prg
   return prg.src, prg.src.encode()
 
@@ -107,9 +111,17 @@ def _decode_list(data: bytes) -> list[UOp]:
   if not d.doc.get("roots"): return []
   return d.roots()
 
-def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None, memo: Any = None) -> Result:
+def row_host(row: dict) -> dict | None:
+  """The host facts a program row recorded at capture (extra["host"]), or None (rows captured before they were)."""
+  try: host = json.loads(row.get("extra") or "{}").get("host")
+  except (ValueError, AttributeError): return None
+  return host if isinstance(host, dict) else None
+
+def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None, memo: Any = None, reoptimize: bool = False) -> Result:
   """Replay one stored row with the current code. `full`, `memo`: see run_input (`full` is filled when the current
-  code ran)."""
+  code ran). `reoptimize`: program rows choose their opts again with the current heuristic; a row without host facts
+  (captured before extra["host"] was recorded) is replayed with its stored opts and says so in `note`; a changed row
+  names the stored and the chosen opts first in its diff and signature ("opts changed: A -> B")."""
   res = Result(str(store.path), row["run_id"], row["seq"], row["level"], row["label"] or "", row["input_key"], row["output_key"],
                metadata=row.get("metadata"))
   def incompatible(why: str) -> Result:
@@ -122,7 +134,12 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
-    try: new, new_bytes = run_input(row["level"], inputs, full, memo)
+    reopt, host = reoptimize and row["level"] == "program", None
+    if reopt and (host := row_host(row)) is None:
+      from replay.program import NO_HOST_NOTE
+      reopt, res.note = False, NO_HOST_NOTE
+    if reopt and full is None: full = {}  # the chosen opts are in the Program
+    try: new, new_bytes = run_input(row["level"], inputs, full, memo, reopt, host)
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # the code under test raised: that is the finding, keep going
       res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()
@@ -137,7 +154,7 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
       res.signature = f"{res.level}: stored output unreadable"
       return incompatible(f"stored output unreadable: {why}")
     res.outcome = "changed"
-    if detail: describe_change(store, res, new, data, old)
+    if detail: describe_change(store, res, new, data, old, reopt, full)
     return res
   finally:
     capture_hook.HOOK = hook
@@ -159,12 +176,29 @@ def _too_big(graphs: list[UOp]) -> str | None:
   if depth and max(depth.values()) > DETAIL_DEPTH_LIMIT: return f"deeper than {DETAIL_DEPTH_LIMIT} levels"
   return None
 
-def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any) -> None:
+def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any, reoptimized: bool = False, full: dict | None = None) -> None:
   """Diffs of a changed capture: `old` is the decoded stored output (the callers have read it: one that cannot be read
-  is `incompatible`, never described)."""
+  is `incompatible`, never described). `reoptimized`: a program row whose opts were chosen again (`full["program"]`
+  holds them): stored vs chosen opts lead the diff and the signature."""
   too_big = (f"(no detailed diff: the stored or the current output has {{why}}; stored output {res.stored_key[:16]}, "
              f"current {(res.new_key or '')[:16]}; look at both with `replay show`)")
-  if not describe_diff(res, res.level, old, new, too_big=too_big): return
+  opts_line = None
+  if reoptimized and full is not None and "program" in full:
+    from replay.program import stored_opts, opts_text
+    try: was = stored_opts(parse(data))
+    except Exception: was = None  # noqa: BLE001 (decoded once already: only the line is lost)
+    now = tuple(full["program"].opts)
+    if was is not None and tuple(was) != now: opts_line = f"opts changed: {opts_text(was)} -> {opts_text(now)}"
+    elif was is not None: opts_line = f"opts unchanged ({opts_text(now)})"
+  if not describe_diff(res, res.level, old, new, too_big=too_big):
+    if opts_line: res.text_diff, res.signature = f"{opts_line}\n{res.text_diff}", f"{res.signature}; {opts_line}"
+    return
+  if opts_line:
+    res.text_diff = f"{opts_line}\n{res.text_diff or ''}"
+    res.signature = (res.signature or "").replace("program: ", f"program: {opts_line}; ", 1)
+    if opts_line.startswith("opts changed"):
+      res.rules = ["heuristic (tinysched/codegen/heuristic.py choose_opts)"]  # the source follows from the new opts
+      return
   # the rules (scheduler) or passes/rules (codegen) that made the changed nodes
   if res.level == "kernel": res.rules = rules_behind(data, old)
   elif res.level == "program":

@@ -44,4 +44,24 @@ GENERIC_GPU = Target(name="generic-gpu", max_work_group_size=1024, max_work_item
 GENERIC_CPU = Target(name="generic-cpu", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096), local_mem_size=2 << 20,
                      has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2)
 
-__all__ = ["Target", "GENERIC_GPU", "GENERIC_CPU"]
+# *** named targets: code generation for a device that is not present ***
+# Descriptions of real device kinds, so a machine without the device can generate (and capture, TINYSCHED_CAPTURE_TARGET)
+# its code: work-group limits, local memory size, fp16/fp64, GPU or not, and the compute units the heuristic sizes
+# work by. Vector widths are not a field: the code generator emits float4 for every target (codegen/lowerer.py).
+POCL_CPU = Target(name="pocl-cpu", vendor="The pocl project", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096),
+                  local_mem_size=2 << 20, has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2)
+NVIDIA_LIKE_GPU = Target(name="nvidia-like-gpu", vendor="NVIDIA Corporation", max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
+                         local_mem_size=49152, has_fp16=True, has_fp64=True, max_alloc=1 << 34, is_gpu=True, compute_units=132)
+# the registry: name -> Target (insertion order is the order names are listed in)
+TARGETS: dict[str, Target] = {t.name: t for t in (POCL_CPU, NVIDIA_LIKE_GPU, GENERIC_GPU, GENERIC_CPU)}
+
+class UnknownTargetError(KeyError):
+  """A target name that is not in TARGETS; the message names it and the known names."""
+  def __str__(self) -> str: return str(self.args[0])
+
+def named_target(name: str) -> Target:
+  """TARGETS[name], or UnknownTargetError naming `name` and every known name."""
+  if name not in TARGETS: raise UnknownTargetError(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}")
+  return TARGETS[name]
+
+__all__ = ["Target", "GENERIC_GPU", "GENERIC_CPU", "POCL_CPU", "NVIDIA_LIKE_GPU", "TARGETS", "named_target", "UnknownTargetError"]
