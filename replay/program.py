@@ -32,7 +32,7 @@ def host_json(target) -> dict[str, Any]:
 
 # why a program row is replayed with its stored opts under --reoptimize (rows captured before host facts were recorded)
 NO_HOST_NOTE = ("not reoptimized: captured without host facts (extra.host: compute_units, which the heuristic reads), "
-                "so replayed with its stored opts; re-capture it to replay the heuristic")
+                "so replayed with its stored opts; re-capture (replay suite) to replay the heuristic")
 
 def replay_program_full(doc, reoptimize: bool = False, host: dict | None = None):
   """`doc`: a parsed program-input document (replay.encode.parse): one AST root plus "opts" and "target".

@@ -144,3 +144,25 @@ def test_capture_target_from_the_environment(tmp_path):
   with sqlite3.connect(db) as c: names = [json.loads(e)["host"]["name"] for (e,) in c.execute("select extra from captures")]
   assert "nvidia-like-gpu" in names
   assert check([str(db)], jobs=1).exit_code() == 0 and check([str(db)], jobs=1, reoptimize=True).exit_code() == 0
+
+def test_one_input_two_hosts_are_replayed_apart(prog_db, tmp_path):
+  """Rows with one input key but different host facts (two captures on two machines, one store) are replayed each with
+  its own facts under --reoptimize, never one verdict copied to the other."""
+  two = tmp_path / "two.db"
+  with sqlite3.connect(prog_db) as src, sqlite3.connect(two) as dst: src.backup(dst)
+  with sqlite3.connect(two) as c:
+    rcols = [r[1] for r in c.execute("pragma table_info(runs)") if r[1] != "id"]
+    c.execute(f"insert into runs ({', '.join(rcols)}) select {', '.join(rcols)} from runs")  # a second capture run
+    (run2,) = c.execute("select max(id) from runs").fetchone()
+    cols = [r[1] for r in c.execute("pragma table_info(captures)") if r[1] != "id"]
+    rows = c.execute(f"select {', '.join(cols)} from captures").fetchall()
+    for row in rows:
+      d = dict(zip(cols, row))
+      e = json.loads(d["extra"])
+      if e["host"]["compute_units"] != 132: continue
+      e["host"]["compute_units"] = 1  # the same GPU kind with one compute unit: another host
+      d.update(run_id=run2, seq=d["seq"] + 1000, extra=json.dumps(e))
+      c.execute(f"insert into captures ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", [d[k] for k in cols])
+  rep = check([str(two)], jobs=1, reoptimize=True)
+  changed = _changed(rep)
+  assert changed and all(r.seq > 1000 for r in changed), [(r.seq, r.signature) for r in changed]
