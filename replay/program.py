@@ -6,8 +6,8 @@ from replay.encode import IncompatibleCapture
 
 def opts_to_json(opts) -> list[list]: return [list(o.to_tuple()) for o in opts]
 # what identifies a machine rather than what code generation depends on: kept out of program-level inputs (and so
-# out of their keys), so a capture made on another CPU model or driver build replays identically. The heuristic's
-# compute_units only picks optimizations, which program captures store themselves.
+# out of their keys), so a capture made on another CPU model or driver build replays identically. The heuristic reads
+# compute_units: captures record these fields in the row's extra["host"] (host_json), which `replay check --reoptimize` uses.
 HOST_FIELDS = ("name", "vendor", "driver_version", "compute_units", "max_alloc")
 
 def target_to_json(target) -> dict[str, Any]:

@@ -166,3 +166,14 @@ def test_one_input_two_hosts_are_replayed_apart(prog_db, tmp_path):
   rep = check([str(two)], jobs=1, reoptimize=True)
   changed = _changed(rep)
   assert changed and all(r.seq > 1000 for r in changed), [(r.seq, r.signature) for r in changed]
+
+def test_a_kernel_the_target_cannot_take_is_named_not_raised(tmp_path, capsys):
+  import dataclasses
+  from tinysched import dtypes
+  no_fp64 = dataclasses.replace(GPU, name="gpu-without-fp64", has_fp64=False)
+  db = tmp_path / "f64.db"
+  with replay.capture(db, label="f64", levels=("program",), target=no_fp64):
+    out = (Tensor.ones(8, 8, dtype=dtypes.float64) * 2).sum(1).numpy()  # the user's program runs on
+  assert float(out[0]) == 16.0
+  err = capsys.readouterr().err
+  assert "capture target gpu-without-fp64:" in err and "could not be rendered for it" in err and "float64" in err, err
