@@ -248,3 +248,17 @@ def test_workflow_is_valid_yaml():
   gate_step = next(s for s in jobs["gate"]["steps"] if "replay gate" in str(s.get("run", "")))
   assert "github.event.pull_request.title" in gate_step["env"]["REPLAY_PR_TITLE"]
   assert "${{" not in gate_step["run"]  # untrusted input only through the environment
+
+def test_replay_gate_catches_a_heuristic_change_on_the_committed_baseline(tmp_path):
+  """A planted heuristic change (the CPU choice loses its last opt) fails the gate on captures/: program captures are
+  replayed with the optimization chosen again (--reoptimize, the gate's default); with the stored choices only
+  (REPLAY_REOPTIMIZE=0) the same run passes, which is why the gate reoptimizes."""
+  plants = str(ROOT / "tests/replay/plants")
+  caps = [str(p) for p in sorted((ROOT / "captures").glob("*.db"))]
+  env = {"TINYSCHED_TEST_PLANT": "heuristic", "PYTHONPATH": f"{plants}{os.pathsep}{ROOT}", "REPLAY_EXEC": "0"}
+  r = run_script(tmp_path, *caps, "--level", "program", **env)
+  assert r.returncode == 1 and "replay gate: FAIL" in r.stdout, r.stdout + r.stderr
+  changed = [x for x in json.loads((tmp_path / "out" / "report.json").read_text())["results"] if x["outcome"] == "changed"]
+  assert changed and all("opts changed" in (x["signature"] or "") for x in changed)
+  r = run_script(tmp_path, *caps, "--level", "program", REPLAY_REOPTIMIZE="0", **env)
+  assert r.returncode == 0 and "replay gate: PASS" in r.stdout, r.stdout + r.stderr

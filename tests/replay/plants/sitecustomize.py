@@ -105,7 +105,13 @@ def _set_order():
     return PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), in_set_order, "set_order")], name="set_order")
   _after_ast_rewrite(pm)
 
-PLANTS = {"launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
+def _heuristic_drops_last_opt():
+  # codegen heuristic: the CPU choice loses its last optimization (a tiling/upcast change; the rendering is unchanged)
+  from tinysched.codegen import heuristic as H
+  orig = H._cpu
+  H._cpu = lambda k, t: (lambda opts: opts[:-1] if opts else opts)(orig(k, t))
+
+PLANTS = {"heuristic": _heuristic_drops_last_opt, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
           "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice,
           "set_order": _set_order}
 
