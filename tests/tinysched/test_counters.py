@@ -119,3 +119,16 @@ def test_no_work_no_count(dev):
 def test_execinputs_uses_the_one_cost_model():
   from replay import execinputs
   assert execinputs.kernel_cost is C.kernel_cost
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_symbolic_dims_count_at_the_bound_value(dev):
+  """A kernel over a bound Variable's length counts its FLOPs at this run's value (n adds + n reduce adds), bytes at
+  the buffers' full sizes."""
+  from tinysched import Variable
+  x, y = realized(np.arange(16, dtype=np.float32), dev), realized(np.ones(16, dtype=np.float32), dev)
+  for n in (3, 7):
+    v = Variable("n", 1, 16).bind(n)
+    GlobalCounters.reset()
+    out = (x[:v] + y[:v]).sum().realize()
+    assert counters() == (1, 2 * n, 16 * 4 * 2 + 4)
+    assert out.item() == sum(range(n)) + n
