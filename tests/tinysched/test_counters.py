@@ -132,3 +132,15 @@ def test_symbolic_dims_count_at_the_bound_value(dev):
     out = (x[:v] + y[:v]).sum().realize()
     assert counters() == (1, 2 * n, 16 * 4 * 2 + 4)
     assert out.item() == sum(range(n)) + n
+
+@pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+@pytest.mark.parametrize("src,dst", [("OPENCL", "NUMPY"), ("NUMPY", "OPENCL")])
+def test_copy_counts_its_bytes(src, dst):
+  """A COPY between devices is one item: no FLOPs, its destination's bytes."""
+  a = realized(rand(10, 3), src)
+  sched = a.to(dst).schedule()
+  assert [si.ast.op for si in sched] == [Ops.COPY]
+  GlobalCounters.reset()
+  out = a.to(dst).realize()
+  assert counters() == (1, 0, 30 * 4)
+  np.testing.assert_array_equal(out.numpy(), a.numpy())
