@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops, GroupOp
+from tinysched.cost import kernel_cost  # noqa: F401 (the cost model's one home; execcheck imports it from here)
 
 TOLERANCES = {"half": (1e-2, 1e-2), "float": (1e-3, 1e-4), "double": (1e-7, 1e-9)}  # (rtol, atol)
 
@@ -134,28 +135,3 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
   a, b = np.ascontiguousarray(a).reshape(-1).view(np.uint8), np.ascontiguousarray(b).reshape(-1).view(np.uint8)
   w = next(w for w in (8, 4, 2, 1) if a.size % w == 0)
   return bool(np.array_equal(a.view(f"u{w}"), b.view(f"u{w}")))
-
-def kernel_cost(ast, sizes: dict[int, int], itemsize: dict[int, int]) -> tuple[int, int]:
-  """(FLOPs, bytes moved) of one kernel AST, from its views: each ALU node counts once per element of its
-  shape (the full shape below a reduce, the output shape above it); bytes = every buffer it touches, once."""
-  from tinysched.uop import sym_infer
-  shape: dict[Any, tuple[int, ...]] = {}
-  flops = 0
-  def sz(st) -> tuple[int, ...]:
-    try: return tuple(int(sym_infer(s, {})) for s in st.shape)
-    except Exception: return tuple(int(s.vmax) if not isinstance(s, int) else s for s in st.shape)
-  for u in ast.toposort():
-    if u.op in (Ops.LOAD, Ops.STORE): shape[u] = sz(u.src[1].arg)
-    elif u.op is Ops.VALID: shape[u] = sz(u.src[0].arg)
-    elif u.op is Ops.REDUCE_AXIS:
-      s = shape.get(u.src[0], ())
-      shape[u] = tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
-      flops += int(np.prod(s)) if s else 1
-    elif u.src and (u.op in GroupOp.Elementwise):
-      ss = [shape[x] for x in u.src if x in shape]
-      shape[u] = tuple(max(d) for d in zip(*ss)) if ss and all(len(x) == len(ss[0]) for x in ss) else (ss[0] if ss else ())
-      if u.op in GroupOp.ALU: flops += int(np.prod(shape[u])) if shape[u] else 1
-  moved = 0
-  for u in ast.toposort():
-    if u.op is Ops.DEFINE_GLOBAL: moved += sizes.get(u.arg, 0) * itemsize.get(u.arg, 0)
-  return flops, moved

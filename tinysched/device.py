@@ -19,7 +19,10 @@ class Backend:
   def free(self, handle: Any) -> None: pass
   def copyin(self, handle: Any, src: np.ndarray) -> None: raise NotImplementedError
   def copyout(self, handle: Any, size: int, dtype: DType) -> np.ndarray: raise NotImplementedError
-  def exec_ast(self, ast, bufs: list[Buffer], var_vals: dict) -> None: raise NotImplementedError
+  def exec_ast(self, ast, bufs: list[Buffer], var_vals: dict) -> Any:
+    """Run a kernel; may report its time: None (not known), seconds (a float), or a callable that returns the
+    seconds later (waiting for the kernel), which GlobalCounters calls only when its time_sum_s is read."""
+    raise NotImplementedError
   def synchronize(self) -> None: pass
 
 _FACTORIES: dict[str, Callable[[str], Backend]] = {}

@@ -6,6 +6,9 @@ class ShapeError(ValueError, RuntimeError):
   """Shapes that do not fit: a bad reshape, a broadcast, expand, permute, pad, shrink, cat/stack, matmul or conv
   mismatch."""
 
+class MaskShapeError(ShapeError, IndexError):
+  """A boolean mask index `x[mask]` whose shape is not x's leading dims (torch raises IndexError for it)."""
+
 class AxisError(IndexError, RuntimeError):
   """A dimension (axis) out of range for the tensor's shape."""
 

@@ -67,3 +67,60 @@ def cdiv(a: int, b: int) -> int:
 def cmod(a: int, b: int) -> int:
   """C-style remainder (sign of the dividend), the semantics of Ops.MOD."""
   return a - b * cdiv(a, b)
+
+# *** GlobalCounters: what has run since the last reset ***
+class _Counters(type):
+  """GlobalCounters' metaclass: `time_sum_s` is a class-level property, so the kernel times a device reports later
+  (OpenCL profiling events) are waited for only when the value is read, not at each launch."""
+  @property
+  def time_sum_s(cls) -> float:
+    cls._drain()
+    return cls._time_sum_s
+  @time_sum_s.setter
+  def time_sum_s(cls, v: float) -> None:
+    cls._pending.clear()
+    cls._time_sum_s = v
+
+class GlobalCounters(metaclass=_Counters):
+  """tinygrad's counters of the work run since the last `GlobalCounters.reset()` (class attributes, process-wide):
+
+  - `kernel_count`: items that ran work: every kernel and every COPY, from `run_schedule` (Tensor.realize) and from
+    TinyJit replays alike. EMPTY and BUFFER_VIEW items run nothing and do not count, so for a schedule without them
+    the count after realizing it is `len(schedule)`.
+  - `global_ops`: FLOPs and `global_mem`: bytes moved, summed over the kernels that ran, as tinysched/cost.py defines
+    them (from each kernel's AST and the Buffers it binds; symbolic dims at this run's Variable values). A COPY adds
+    its bytes (the destination's size) to `global_mem` and no FLOPs.
+  - `time_sum_s`: seconds spent in kernels as the device reports them: OPENCL the profiling event of each launch
+    (read when the value is read: reading it waits for the kernels launched so far), NUMPY the interpreter's wall
+    time per kernel (it runs synchronously). Copies add no time.
+  """
+  kernel_count: int = 0
+  global_ops: int = 0
+  global_mem: int = 0
+  _time_sum_s: float = 0.0
+  _pending: list = []   # callables -> seconds, one per launch whose time the device has not reported yet
+  _PENDING_MAX = 4096   # beyond this the oldest are read at once (they have long finished): bounded memory
+
+  @classmethod
+  def reset(cls) -> None:
+    """Every counter back to 0 (launches not yet timed are forgotten, not waited for)."""
+    cls.kernel_count, cls.global_ops, cls.global_mem = 0, 0, 0
+    cls.time_sum_s = 0.0
+
+  @classmethod
+  def count(cls, ops: int, mem: int, t: Any = None) -> None:
+    """Add one item that ran: its FLOPs, its bytes, its time (None: not reported; a float: seconds; a callable: a
+    device's later report, called when time_sum_s is read)."""
+    cls.kernel_count += 1
+    cls.global_ops += ops
+    cls.global_mem += mem
+    if t is None: return
+    if callable(t):
+      cls._pending.append(t)
+      if len(cls._pending) > cls._PENDING_MAX: cls._drain()
+    else: cls._time_sum_s += t
+
+  @classmethod
+  def _drain(cls) -> None:
+    pending, cls._pending = cls._pending, []
+    cls._time_sum_s += sum(f() for f in pending)

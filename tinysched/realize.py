@@ -13,6 +13,8 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.device import Backend, Buffer, Device
 from tinysched.schedule import ScheduleItem
+from tinysched.helpers import GlobalCounters
+from tinysched.cost import buffers_cost
 
 def kernel_vars(ast: UOp) -> list[UOp]:
   """The Variables a kernel AST uses (in its views and as values), first-use order."""
@@ -31,14 +33,18 @@ RECORDER: Callable[[ScheduleItem, dict[UOp, int]], None] | None = None
 
 def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backend: Backend) -> None:
   """Run one item's work on its (allocated) buffers: a kernel on `backend`, a COPY, nothing for EMPTY / BUFFER_VIEW
-  (a view's memory is its source's from the start). The one way an item runs: run_schedule and the jit's replay."""
+  (a view's memory is its source's from the start). The one way an item runs: run_schedule and the jit's replay; so
+  it is where GlobalCounters counts (a kernel: its cost from tinysched/cost.py and the time the backend reports; a
+  COPY: its destination's bytes)."""
   if ast.op is Ops.COPY:
     dst, src = bufs
     if dst.device == src.device: Device[dst.device].exec_ast(ast, list(bufs), {})
     else: dst.copyin(src.numpy().view(dst.dtype.np)[:dst.size])
+    GlobalCounters.count(0, dst.nbytes)
     return
   if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
-  backend.exec_ast(ast, list(bufs), var_vals)
+  t = backend.exec_ast(ast, list(bufs), var_vals)
+  GlobalCounters.count(*buffers_cost(ast, bufs, var_vals), t)
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:
   var_vals = var_vals or {}

@@ -14,7 +14,7 @@ from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
-from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError
+from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError, MaskShapeError
 
 DTypeLike = Union[DType, str]
 
@@ -524,14 +524,14 @@ class Tensor:
     except ValueError: raise IndexError(f"a ragged list cannot be an index: {seq!r}") from None
     if arr.dtype == np.object_: raise IndexError(f"a ragged list cannot be an index: {seq!r}")
     if arr.size == 0 and arr.dtype == np.float64: arr = arr.astype(np.int32)  # [] selects nothing
-    if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
+    if arr.dtype == np.bool_: raise IndexError("boolean mask indices inside a list or tuple are not supported: index with the bool Tensor or ndarray alone (x[mask]), or use masked_select / where")
     if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index list must hold ints (or be an int Tensor), got {arr.dtype}")
     # a Python list keeps the dtype Tensor(list) gives it (the default int where the values fit), as before
     info = np.iinfo(dtypes.default_int.np)
     if not isinstance(seq, np.ndarray) and (not arr.size or (info.min <= arr.min() and arr.max() <= info.max)): arr = arr.astype(dtypes.default_int.np)
     return arr
   def _index_tensor(self, arr: np.ndarray) -> Tensor:
-    if arr.dtype == np.bool_: raise IndexError("boolean mask indices are not supported (their result has a data-dependent shape): use where")
+    if arr.dtype == np.bool_: raise IndexError("boolean mask indices inside a list or tuple are not supported: index with the bool Tensor or ndarray alone (x[mask]), or use masked_select / where")
     if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index must hold ints (or be an int Tensor), got {arr.dtype}")
     return Tensor(arr.astype(np.int64) if arr.dtype == np.uint64 else arr, device=self.device, requires_grad=False)
   def __getitem__(self, indices) -> Tensor:
@@ -544,6 +544,8 @@ class Tensor:
     A 0-d index Tensor counts as an int there too (torch's rule). A list is one index array however deep (numpy's
     rule, see _sequence_index), and host index data out of range raises IndexError.
     """
+    if (isinstance(indices, Tensor) and indices.dtype == dtypes.bool) or (isinstance(indices, np.ndarray) and indices.dtype == np.bool_):
+      return self._bool_index(indices)
     items = self._normalize_indices(indices)
     x, dim = self, 0
     shrinks: list[tuple[sint, sint]] = []
@@ -561,7 +563,7 @@ class Tensor:
         it = self._index_tensor(it)
       if isinstance(it, Tensor):
         if not (dtypes.is_int(it.dtype)):
-          raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} (boolean masks have a data-dependent shape)")
+          raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} (a boolean mask works alone, x[mask], or through masked_select)")
         tensor_idx.append((len(out_shape), it))
         shrinks.append((0, size)); steps.append(1); out_shape.append(size)
       elif isinstance(it, UOp):  # a bound Variable as an int index (e.g. a KV cache position)
@@ -720,6 +722,33 @@ class Tensor:
     picks = _one_hot_mask(index, n, self.device)
     return picks.where(x, Tensor(0, device=self.device, dtype=self.dtype)).sum(-1).cast(self.dtype)
   def masked_fill(self, mask: Tensor, value) -> Tensor: return mask.where(value, self)
+  def _selected(self, mask: Tensor | np.ndarray, lead: int) -> Tensor:
+    """self's first `lead` dims merged into one, indexed by the row-major positions of mask's True values (the mask
+    has those dims' shape; a lazy mask is realized here: the count decides the output's shape)."""
+    pos = np.flatnonzero(mask.numpy() if isinstance(mask, Tensor) else mask)
+    flat = self.reshape(prod(self.shape[:lead]), *self.shape[lead:])
+    return flat[pos.astype(np.int32 if pos.size == 0 or pos[-1] < 2**31 else np.int64)]
+  def masked_select(self, mask: Tensor) -> Tensor:
+    """The elements of self where the bool `mask` is True, as a 1-D tensor in row-major order (torch's masked_select);
+    self and mask broadcast together.
+
+    The output's length is the number of True values, which the lazy graph cannot know: the mask is realized here
+    (its kernels run now, and under TinyJit the recorded call's selection is replayed). self stays lazy: the selection
+    is a gather (one-hot compare and sum, O(numel x count) work) and its gradient reaches the selected elements (summed
+    over broadcast dims)."""
+    mask = mask if isinstance(mask, Tensor) else Tensor(mask, device=self.device)
+    if mask.dtype != dtypes.bool: raise DTypeError(f"masked_select needs a bool mask, got {mask.dtype}")
+    shape = _broadcast_shape(self.shape, mask.shape)
+    if not all_int(shape): raise ShapeError(f"masked_select needs concrete shapes, got {shape}")
+    return self._broadcast_to(shape)._selected(mask._broadcast_to(shape), len(shape))
+  def _bool_index(self, mask: Tensor | np.ndarray) -> Tensor:
+    """x[mask] for a bool mask over x's leading dims: shape (count, *x.shape[mask.ndim:]) (torch and numpy); like
+    masked_select, a Tensor mask is realized to know the count."""
+    ms = tuple(mask.shape)
+    if ms != tuple(self.shape[:len(ms)]):
+      raise MaskShapeError(f"bool mask of shape {ms} does not match the leading dims of shape {self.shape}")
+    if not all_int(self.shape): raise ShapeError(f"a bool mask index needs a concrete shape, got {self.shape}")
+    return self._selected(mask, len(ms))
   @staticmethod
   def _tri(r: sint, c: sint, diagonal: int = 0, **kwargs) -> Tensor:
     """bool (r, c): True where col - row >= diagonal.

@@ -28,7 +28,7 @@ env `TINYSCHED_NUMPY_REFERENCE=1`) float16/float32 reductions accumulate in floa
 the output dtype: what the execution check should use as its oracle.
 """
 from __future__ import annotations
-import itertools, math, os
+import itertools, math, os, time
 from typing import Any, Iterator, Optional
 import numpy as np
 from tinysched.dtype import DType, dtypes
@@ -542,8 +542,11 @@ class NumpyBackend(Backend):
   def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=_np_dtype(dtype))
   def copyin(self, handle: np.ndarray, src: np.ndarray) -> None: handle[:] = src
   def copyout(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray: return handle[:size].copy()
-  def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+  def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> float:
+    """Run the kernel; returns its wall time in seconds (the interpreter runs synchronously)."""
+    st = time.perf_counter()
     exec_ast(ast, [b.handle if b._base is None else _sub(b) for b in bufs], var_vals, self.reference)
+    return time.perf_counter() - st
 
 def _sub(b: Buffer) -> np.ndarray:
   base = b.base.handle

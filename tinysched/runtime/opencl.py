@@ -310,7 +310,9 @@ class OpenCLBackend(Backend):
     return out
   def synchronize(self) -> None: self.dev.queue.finish()
 
-  def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+  def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:
+    """Run one kernel (or a same-device COPY); a kernel's time is reported as a callable that waits for its profiling
+    event (Backend.exec_ast), so launching never waits."""
     if ast.op is Ops.COPY:  # same device: the first bytes of src into dst (like the interpreter)
       dst, src = bufs
       n = min(dst.nbytes, src.nbytes)
@@ -328,8 +330,9 @@ class OpenCLBackend(Backend):
       # e.g. half on a device without cl_khr_fp16: run this one kernel on the reference interpreter instead
       if not getenv("TINYSCHED_FP16_FALLBACK", 1): raise
       self._interpret(ast, bufs, var_vals, e)
-      return
-    self.dev.launch(prg, bufs, var_vals)
+      return None
+    ev = self.dev.launch(prg, bufs, var_vals)
+    return None if ev is None else functools.partial(_event_seconds, ev)
 
   def _interpret(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int], why: Exception) -> None:
     from tinysched.runtime.interpreter import exec_ast as interp
@@ -358,6 +361,11 @@ class OpenCLBackend(Backend):
     ev = cl.enqueue_nd_range_kernel(self.dev.queue, k, global_size, local_size)
     ev.wait()
     return (ev.profile.end - ev.profile.start) * 1e-9
+
+def _event_seconds(ev) -> float:
+  """The kernel time of a profiling event, in seconds (waits for the kernel)."""
+  ev.wait()
+  return (ev.profile.end - ev.profile.start) * 1e-9
 
 def run_ast(ast: UOp, bufs: Sequence[Buffer | np.ndarray], var_vals: dict[UOp, int] | None = None, opts: Sequence[Opt] | None = None,
             device: str = "OPENCL") -> float:
