@@ -621,11 +621,16 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
       out[j["id"]] = {**again[j["id"]], "retried": True}
   return out
 
-def _workers_for(device: str) -> int:
-  if device == "NUMPY": return min(2, os.cpu_count() or 1)
+def _workers_for(device: str, timing_runs: int = 5) -> int:
+  """Worker processes: two on a CPU device (its kernels share the cores with the reference). On a GPU one while
+  timings matter (kernels of other workers would share the device and blur them), and for a correctness sweep
+  (--exec-all: one timing run) one per four cores up to four, since the CPU reference is then most of the work."""
+  cores = os.cpu_count() or 1
+  if device == "NUMPY": return min(2, cores)
   try:
     from tinysched.device import Device
-    return 1 if Device[device].target.is_gpu else min(2, os.cpu_count() or 1)  # type: ignore[attr-defined]
+    if not Device[device].target.is_gpu: return min(2, cores)  # type: ignore[attr-defined]
+    return 1 if timing_runs > 1 else max(1, min(4, cores // 4))
   except Exception: return 1
 
 def exec_report(rep, mode: str = "changed", device: str | None = None, slower_threshold: float = 0.10, timing_runs: int = 5,
@@ -680,7 +685,7 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
       jobs.append({"id": len(jobs), "group": r.db, **job})  # group: which worker should prefer it (see run_jobs)
     job_of[n] = by_key[k]
   runnable = [j for j in jobs if "skip" not in j and "verdict" not in j]
-  out = run_jobs(runnable, dev, timing_runs, timeout_s, progress, workers=_workers_for(dev), slower_threshold=slower_threshold)
+  out = run_jobs(runnable, dev, timing_runs, timeout_s, progress, workers=_workers_for(dev, timing_runs), slower_threshold=slower_threshold)
   for j in jobs:
     if "skip" in j: out[j["id"]] = {"verdict": "skipped", "reason": j["skip"]}
     elif "verdict" in j: out[j["id"]] = {k: v for k, v in j.items() if k != "id"}
