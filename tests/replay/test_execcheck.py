@@ -296,3 +296,18 @@ def test_compare_judges_only_differing_elements_with_the_same_result(pairs, dt):
     got = np.array([a if same else b for a, b, same in pairs], npd)
   fast, full = compare(ref, got, dt), _compare_floats(ref, got, ref.dtype, *TOLERANCES[dt])
   assert fast == full
+
+def test_worker_count_by_device_kind_and_timing(monkeypatch):
+  """CPU devices: two workers (their kernels share the cores); a GPU: one while timings matter, and for a correctness
+  sweep one per four cores up to four."""
+  import types
+  import tinysched.device as TD
+  from replay import execcheck as E
+  class Registry:
+    def __getitem__(self, name):
+      return types.SimpleNamespace(target=types.SimpleNamespace(is_gpu=name == "GPU"))
+  monkeypatch.setattr(TD, "Device", Registry())
+  monkeypatch.setattr(E.os, "cpu_count", lambda: 16)
+  assert (E._workers_for("GPU", 5), E._workers_for("GPU", 1), E._workers_for("CPU", 1), E._workers_for("NUMPY", 1)) == (1, 4, 2, 2)
+  monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
+  assert E._workers_for("GPU", 1) == 1
