@@ -53,7 +53,7 @@ def main() -> None:
     jf = TinyJit(f)
     xs = [Tensor(np.full(a.size, i, np.float32), device=dev) for i in range(a.calls + 2)]
     for x in xs[:2]: jf(x)  # warm-up and record
-    assert jf.captured is not None and len(jf.captured.launches) == n, f"expected {n} launches, recorded {len(jf.captured.launches)}"
+    assert jf.recording is not None and len(jf.recording.launches) == n, f"expected {n} launches, recorded {len(jf.recording.launches)}"
     f(xs[0]).realize()      # compile everything the unjitted path needs
     backend.synchronize()
     raw = raw_enqueue(jf, backend, xs[0].lazydata.base.realized) if dev.startswith("OPENCL") else None
@@ -111,7 +111,7 @@ def gpt2_decode(dev: str, steps: int) -> list[str]:
       ids[mode].append(int(tok.numpy()[0]))
       ts.append(time.perf_counter() - t0)
     times[mode] = ts[2:]
-    if step is not None and step.captured is not None: launches = len(step.captured.launches)
+    if step is not None and step.recording is not None: launches = len(step.recording.launches)
   assert ids["jitted"] == ids["unjitted"], "jitted decoding chose other tokens"
   uj, jj = statistics.median(times["unjitted"]), statistics.median(times["jitted"])
   return [f"GPT-2 tiny decode step ({launches} launches, {steps - 2} steps timed, same tokens): unjitted {uj*1e3:.2f} ms, "
@@ -122,7 +122,7 @@ def raw_enqueue(jf, backend, inp):
   import pyopencl as cl
   d = backend.dev
   ks = []
-  for ln in jf.captured.launches:
+  for ln in jf.recording.launches:
     prg = d.program(ln.ast, None)
     k = d.kernel(prg.name, prg.src)
     ks.append((k, [d.mem(b) for b in ln.buffers([inp])], prg.launch_dims({})))

@@ -50,7 +50,7 @@ from tinysched.tensor import Tensor
 from tinysched.errors import JitError
 from tinysched import realize
 
-ReturnType = TypeVar("ReturnType")
+R = TypeVar("R")
 _PLAIN = (int, float, str, bool, type(None))
 
 def _shape_str(shape: tuple) -> str:
@@ -72,7 +72,7 @@ class InputSpec:
   device: str
 
 @dataclass(frozen=True)
-class JitLaunch:
+class Launch:
   """One recorded item. `bufs` are its device Buffers, with None where a call's input is bound; `binds` says what:
   (position, input index, None) for the input's own buffer, or (position, input index, (size, dtype, byte offset
   from the input's)) for a view of the input's memory."""
@@ -94,13 +94,13 @@ class JitLaunch:
     return tuple(out)  # type: ignore[arg-type]
 
 @dataclass
-class CapturedJit:
+class Recording:
   """The recording: launches in run order, what the inputs must be, how to rebuild the return value."""
   inputs: tuple[InputSpec, ...]
   names: tuple[str, ...]                     # every argument, in _arguments order
   plain: tuple[tuple[str, Any], ...]         # plain (non-Tensor, non-Variable) arguments, by name
   var_args: tuple[tuple[str, UOp], ...]      # arguments that are bound Variables: their (unbound) Variable
-  launches: list[JitLaunch]
+  launches: list[Launch]
   ret: Any                                   # the return value, its Tensors replaced by _Out
   def intermediates(self) -> list[Buffer]:
     """The buffers the launches keep across calls (not bound per call), first-use order."""
@@ -118,9 +118,9 @@ class _Out:
   shape: tuple[int, ...] = ()
   st: ShapeTracker | None = None
 
-class TinyJit(Generic[ReturnType]):
+class TinyJit(Generic[R]):
   """Decorate a function whose Tensor work should be recorded once and replayed: see the module docstring."""
-  def __init__(self, fxn: Callable[..., ReturnType]):
+  def __init__(self, fxn: Callable[..., R]):
     if not callable(fxn): raise TypeError(f"TinyJit needs a function, got {type(fxn).__name__}")
     self.fxn = fxn
     self.name = getattr(fxn, "__qualname__", getattr(fxn, "__name__", repr(fxn)))
@@ -132,8 +132,8 @@ class TinyJit(Generic[ReturnType]):
 
   def reset(self) -> None:
     """Forget the recording: the next call is a warm-up, the one after it records again."""
-    self.cnt = 0
-    self.captured: CapturedJit | None = None
+    self.calls = 0
+    self.recording: Recording | None = None
 
   def __get__(self, obj, objtype=None):  # a jitted method: bind `self` like a function does
     return self if obj is None else functools.partial(self.__call__, obj)
@@ -174,18 +174,18 @@ class TinyJit(Generic[ReturnType]):
     return tensors, var_vals
 
   # *** calls ***
-  def __call__(self, *args, **kwargs) -> ReturnType:
+  def __call__(self, *args, **kwargs) -> R:
     if realize.RECORDER is not None: raise JitError(f"TinyJit {self.name} was called while another TinyJit records a call: nested jits are not supported")
     named = self._arguments(args, kwargs)
     tensors, var_vals = self._inputs(named)
-    if self.captured is not None: return self._replay(named, tensors, var_vals)
-    if self.cnt == 0:  # warm-up
+    if self.recording is not None: return self._replay(named, tensors, var_vals)
+    if self.calls == 0:  # warm-up
       ret = self.fxn(*args, **kwargs)
       _realize(_tensors_in(ret))
-      self.cnt = 1
+      self.calls = 1
       return ret
-    ret, self.captured = self._record(args, kwargs, named, tensors, var_vals)
-    self.cnt = 2
+    ret, self.recording = self._record(args, kwargs, named, tensors, var_vals)
+    self.calls = 2
     return ret
 
   def _distinct(self, tensors: list[tuple[str, Tensor]]) -> dict[int, int]:
@@ -197,8 +197,8 @@ class TinyJit(Generic[ReturnType]):
       own[id(b)] = i
     return own
 
-  def _record(self, args, kwargs, named, tensors, var_vals) -> tuple[Any, CapturedJit]:
-    self._distinct(tensors)
+  def _record(self, args, kwargs, named, tensors, var_vals) -> tuple[Any, Recording]:
+    own = self._distinct(tensors)  # id(input buffer) -> input index (lookup only); checked before the body runs
     items: list[tuple[Any, dict[UOp, int]]] = []
     realize.RECORDER = lambda si, kv: items.append((si, kv))
     try:
@@ -207,10 +207,9 @@ class TinyJit(Generic[ReturnType]):
       _realize(outs)
     finally: realize.RECORDER = None
     in_bufs = [t.lazydata.base.realized for _, t in tensors]
-    own = self._distinct(tensors)  # id(input buffer) -> input index (lookup only)
     bases: dict[int, int] = {}     # id(base of an input's memory) -> input index (lookup only)
     for i, b in enumerate(in_bufs): bases.setdefault(id(b.base), i)
-    launches: list[JitLaunch] = []
+    launches: list[Launch] = []
     for si, kv in items:
       if si.ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): continue  # nothing runs (a view's memory is its source's)
       if (missing := [v for v in kv if v not in var_vals]):
@@ -231,7 +230,7 @@ class TinyJit(Generic[ReturnType]):
           bufs.append(None)
         else: bufs.append(b)
       backend = Device[si.outputs[0].device]
-      launches.append(JitLaunch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv)))
+      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv)))
     for n, t in enumerate(outs):
       if not all(isinstance(s, int) for s in t.shape):
         raise JitError(f"TinyJit {self.name}: returned Tensor {n} has the symbolic shape {_shape_str(t.shape)}: a replay cannot "
@@ -239,11 +238,11 @@ class TinyJit(Generic[ReturnType]):
     spec = tuple(InputSpec(name, t.lazydata.st.unbind()[0], t.dtype, t.device) for name, t in tensors)
     plain = tuple((name, a) for name, a in named if _plain(a))
     var_args = tuple((name, a.unbind()[0]) for name, a in named if isinstance(a, UOp))
-    captured = CapturedJit(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own, in_bufs)))
-    return ret, captured
+    rec = Recording(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own, in_bufs)))
+    return ret, rec
 
   def _check(self, named, tensors) -> None:
-    c = self.captured
+    c = self.recording
     assert c is not None
     if tuple(n for n, _ in named) != c.names:
       raise JitError(f"TinyJit {self.name}: this call passes {', '.join(n for n, _ in named) or 'no arguments'}; the recorded call "
@@ -274,7 +273,7 @@ class TinyJit(Generic[ReturnType]):
 
   def _replay(self, named, tensors, var_vals) -> Any:
     self._check(named, tensors)
-    c = self.captured
+    c = self.recording
     assert c is not None
     inputs = [t.lazydata.base.realized for _, t in tensors]
     for ln in c.launches:
@@ -309,4 +308,4 @@ def _out_tensor(o: _Out, inputs: list[Buffer]) -> Tensor:
   assert o.st is not None
   return Tensor(base if o.st.contiguous and o.st.shape == o.shape else base._view(o.st))
 
-__all__ = ["TinyJit", "CapturedJit", "JitLaunch", "InputSpec", "JitError"]
+__all__ = ["TinyJit", "Recording", "Launch", "InputSpec", "JitError"]

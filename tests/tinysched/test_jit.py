@@ -82,7 +82,7 @@ def check_variable(dev: str) -> None:
   for v in (3, 7, 0, 11, 5, 9, 1):
     got = f(x, pos.bind(v)).numpy()
     np.testing.assert_allclose(got, data[v] * 2 + data[:v + 1].sum(0), rtol=1e-5, atol=1e-5)
-  assert f.captured is not None and any(pos in ln.vars for ln in f.captured.launches)
+  assert f.recording is not None and any(pos in ln.vars for ln in f.recording.launches)
   n = Variable("n", 1, 12)  # bound in an input's view: the input has the symbolic shape (n, 4)
   g = TinyJit(lambda xv: xv.sum(0).contiguous())
   for v in (3, 7, 1, 12, 5):
@@ -127,8 +127,8 @@ def check_captures(dev: str, tmp_path) -> None:
   def levels(db) -> dict:
     with sqlite3.connect(db) as c: return dict(c.execute("select level, count(*) from captures group by level order by level"))
   assert levels(rep) == {}, "a replayed call schedules nothing: nothing to capture"
-  assert m.jit.captured is not None
-  kernels = len({ln.ast.key for ln in m.jit.captured.launches})
+  assert m.jit.recording is not None
+  kernels = len({ln.ast.key for ln in m.jit.recording.launches})
   got = levels(rec)
   assert got.get("kernel") == kernels and got.get("schedule", 0) >= 1, got
 
@@ -150,13 +150,13 @@ def _realloc_calls(m: Tracked, dev: str, count: list) -> None:
   m.forward(ts[0]).realize()
   assert count[0] > 1, "an unjitted call allocates its intermediates and output (the counter works)"
   m.jit(ts[0]); m.jit(ts[1])
-  assert m.jit.captured is not None
-  kept = m.jit.captured.intermediates()
-  assert len(m.jit.captured.launches) >= 2 and len(kept) > len(m.t)  # weights, intermediates, output
+  assert m.jit.recording is not None
+  kept = m.jit.recording.intermediates()
+  assert len(m.jit.recording.launches) >= 2 and len(kept) > len(m.t)  # weights, intermediates, output
   count[0] = 0
   for t in ts[2:]: m.jit(t)
   assert count[0] == 0, f"replayed calls allocated {count[0]} buffers"
-  assert [id(b) for b in m.jit.captured.intermediates()] == [id(b) for b in kept]
+  assert [id(b) for b in m.jit.recording.intermediates()] == [id(b) for b in kept]
 
 def check_views_and_inplace(dev: str) -> None:
   """A BUFFER_VIEW of an input is re-made over each call's input (same byte offset); an in-place assign into an input
@@ -194,7 +194,7 @@ def check_gpt2_decode(dev: str) -> None:
       np.testing.assert_allclose(logits.numpy()[0], ref_logits[i + 1], rtol=1e-5, atol=1e-5)
       ids.append(int(tok.numpy()[0]))
     assert ids == ref_ids
-    assert step.captured is not None and len(step.captured.launches) > 20
+    assert step.recording is not None and len(step.recording.launches) > 20
   finally: Device.DEFAULT = prev
 
 def check_train_step(dev: str) -> None:
@@ -268,7 +268,7 @@ def test_semantics(dev):
     scale(Tensor(xn, device=dev))
   with pytest.raises(JitError, match="holds Tensors inside a list"): scale([Tensor(xn, device=dev)], 2.0)
   scale.reset()
-  assert scale.cnt == 0 and scale.captured is None
+  assert scale.calls == 0 and scale.recording is None
   np.testing.assert_allclose(scale(Tensor(xn, device=dev), 3.0).numpy(), xn * 3, rtol=1e-6)
   add = TinyJit(lambda a, b: a + b)
   same = Tensor(xn, device=dev)
@@ -292,9 +292,9 @@ def test_copies_are_recorded():
   for _ in range(5):
     xn = rand(6)
     np.testing.assert_allclose(f(Tensor(xn, device="OPENCL")).numpy(), xn * 2 + 1, rtol=1e-6)
-  assert f.captured is not None
+  assert f.recording is not None
   from tinysched.ops import Ops
-  assert sum(ln.ast.op is Ops.COPY for ln in f.captured.launches) == 2
+  assert sum(ln.ast.op is Ops.COPY for ln in f.recording.launches) == 2
 
 # *** the plants: each check goes red on the bug it is for ***
 
@@ -308,8 +308,8 @@ def red(check, *args) -> None:
 def test_plant_stale_inputs(monkeypatch):
   """Replay binds the first replayed call's inputs on every later call."""
   first: dict = {}
-  real = J.JitLaunch.buffers
-  monkeypatch.setattr(J.JitLaunch, "buffers", lambda self, inputs: first.setdefault(id(self), real(self, inputs)))
+  real = J.Launch.buffers
+  monkeypatch.setattr(J.Launch, "buffers", lambda self, inputs: first.setdefault(id(self), real(self, inputs)))
   red(check_numbers, "NUMPY")
   first.clear()
   red(check_train_step, "NUMPY")
@@ -366,7 +366,7 @@ def test_plant_uncaptured_recording(monkeypatch, tmp_path):
 
 def test_plant_fresh_intermediates(monkeypatch):
   """Replay allocates a new buffer for every intermediate (and keeps it, as a naive jit would)."""
-  real = J.JitLaunch.buffers
+  real = J.Launch.buffers
   fresh: dict = {}
   def realloc(self, inputs):
     out = []
@@ -378,13 +378,13 @@ def test_plant_fresh_intermediates(monkeypatch):
       out.append(b)
     fresh.clear()
     return tuple(out)
-  monkeypatch.setattr(J.JitLaunch, "buffers", realloc)
+  monkeypatch.setattr(J.Launch, "buffers", realloc)
   red(check_no_realloc, "NUMPY")
 
 def test_plant_view_offset_dropped(monkeypatch):
   """A view of an input is re-made at the input's start, not at its offset."""
-  real = J.JitLaunch.buffers
-  monkeypatch.setattr(J.JitLaunch, "buffers", lambda self, inputs: real(J.JitLaunch(self.ast, self.backend, self.bufs,
+  real = J.Launch.buffers
+  monkeypatch.setattr(J.Launch, "buffers", lambda self, inputs: real(J.Launch(self.ast, self.backend, self.bufs,
     tuple((p, i, v and (v[0], v[1], 0)) for p, i, v in self.binds), self.vars), inputs))
   red(check_views_and_inplace, "NUMPY")
 

@@ -348,9 +348,7 @@ class OpenCLBackend(Backend):
     prg = self.dev.program(ast, opts)
     for b in bufs: b.allocate()
     ev = self.dev.launch(prg, bufs, var_vals or {})
-    if ev is None: return 0.0
-    ev.wait()
-    return (ev.profile.end - ev.profile.start) * 1e-9
+    return 0.0 if ev is None else _event_seconds(ev)
 
   def run_source(self, name: str, src: str, bufs: Sequence[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None,
                  scalars: Sequence[Any] = ()) -> float:
@@ -358,9 +356,7 @@ class OpenCLBackend(Backend):
     k = self.dev.kernel(name, src)
     for b in bufs: b.allocate()
     k.set_args(*[self.dev.mem(b) for b in bufs], *scalars)
-    ev = cl.enqueue_nd_range_kernel(self.dev.queue, k, global_size, local_size)
-    ev.wait()
-    return (ev.profile.end - ev.profile.start) * 1e-9
+    return _event_seconds(cl.enqueue_nd_range_kernel(self.dev.queue, k, global_size, local_size))
 
 def _event_seconds(ev) -> float:
   """The kernel time of a profiling event, in seconds (waits for the kernel)."""
