@@ -29,12 +29,12 @@ class TriageError(Exception):
   """Cannot triage this capture (with the message saying why and what to do)."""
 
 def find_row(store, key: str) -> dict:
-  rows = list(store.captures(key=key))
-  if not rows: raise TriageError(f"no capture in {store.path} has an input or output key starting with {key!r}")
-  distinct = sorted({(r["level"], r["input_key"], r["output_key"]) for r in rows})
-  if len(distinct) > 1: raise TriageError(f"key prefix {key!r} matches {len(distinct)} different captures in {store.path}: give more characters")
-  if rows[0].get("_invalid"): raise TriageError(f"capture {key} is unreadable: {rows[0]['_invalid']}")
-  return rows[0]
+  """The one capture `key` (a prefix of its input or output key) names, as `replay show` finds it."""
+  from replay.info import find_row as lookup
+  from replay.encode import IncompatibleCapture
+  try: return lookup(store, str(store.path), key)[0]
+  except KeyError as e: raise TriageError(str(e.args[0])) from None
+  except IncompatibleCapture as e: raise TriageError(f"capture {key} is unreadable: {e}") from None
 
 def capture_commit(store, row: dict) -> str:
   """The commit the capture's run was made at (the default old code)."""
