@@ -103,9 +103,9 @@ def run_exec(rep, exec_mode, device, slower_threshold=0.10, timeout=None, perf_g
   rep.perf_gate = perf_gate
   if not exec_mode: return
   from replay.check import terminal_progress
-  from replay.execcheck import exec_report
+  from replay.execcheck import exec_report, DeviceUnusable
   # every kernel of the store (--exec-all) is a correctness sweep: fewer timing runs than for the changed ones
   try: exec_report(rep, mode=exec_mode, device=device, slower_threshold=slower_threshold, progress=terminal_progress(),
                    timing_runs=5 if exec_mode == "changed" else 1, timeout_s=timeout)
-  except RuntimeError as e: _fail(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec")
+  except DeviceUnusable as e: _fail(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec")
 

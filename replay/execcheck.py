@@ -505,11 +505,14 @@ def job_size(job: dict) -> int:
   if "size" in job: return int(job["size"])
   return sum(int(s) for s, _ in (job.get("specs") or {}).values()) if job.get("specs") else 1 << 16
 
+class DeviceUnusable(RuntimeError):
+  """The device opened but cannot run the execution check's calibration kernel (a broken driver, a missing compiler)."""
+
 def calibrate(device: str) -> float:
   """Seconds a worker needs for a tiny job end to end (start, imports, one compile): how slow this machine is now."""
   t0 = time.perf_counter()
   r = subprocess.run([sys.executable, "-m", "replay.execcheck", "calibrate", device], capture_output=True, text=True, timeout=600)
-  if r.returncode != 0: raise RuntimeError(f"the execution check cannot run on {device}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
+  if r.returncode != 0: raise DeviceUnusable(f"the execution check cannot run on {device}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
   return time.perf_counter() - t0
 
 def timeout_for(job: dict, calibration_s: float) -> float:

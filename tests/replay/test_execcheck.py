@@ -311,3 +311,17 @@ def test_worker_count_by_device_kind_and_timing(monkeypatch):
   assert (E._workers_for("GPU", 5), E._workers_for("GPU", 1), E._workers_for("CPU", 1), E._workers_for("NUMPY", 1)) == (1, 4, 2, 2)
   monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
   assert E._workers_for("GPU", 1) == 1
+
+def test_only_an_unusable_device_is_reported_as_a_device_problem(db, monkeypatch):
+  """exit 2 with the device hint for a device that cannot run the calibration kernel; any other RuntimeError from the
+  check (a ShapeError is one) is a bug and must not be dressed up as a device problem."""
+  from replay import execcheck as E
+  from tinysched.errors import ShapeError
+  def unusable(device): raise E.DeviceUnusable("the execution check cannot run on NUMPY: planted")
+  monkeypatch.setattr(E, "calibrate", unusable)
+  r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "--exec-all", "--device", "NUMPY", "-j", "1"])
+  assert r.exit_code == 2 and "planted" in r.output and "check the device" in r.output, r.output
+  def bug(*a, **k): raise ShapeError("planted shape bug")
+  monkeypatch.setattr(E, "exec_report", bug)
+  r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "--exec-all", "--device", "NUMPY", "-j", "1"])
+  assert isinstance(r.exception, ShapeError) and "check the device" not in r.output
