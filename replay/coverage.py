@@ -11,9 +11,12 @@ direct `PatternMatcher.rewrite` calls of the lowerer and the OpenCL renderer). E
 (a capture's firings depend only on its input and the code), with the memos whose misses run rules emptied first, so what a
 capture exercises does not depend on which captures were replayed before it. Decoding the input is not counted.
 
+The scheduler's grouping choices (scheduling/fusion.py decides without rewriting) are in the inventory too: each is
+a named choice of a `tinysched.rewrite.Decisions` (`grouping`), listed like a rule, and reported the same way. Its
+store decisions are the named `store_rules`.
+
 Firings of matchers outside these modules (UOp.substitute's one-off matcher) are not rules of the inventory: they
-are counted apart (`other_firings`). The scheduler's grouping decisions in scheduling/fusion.py are not named anywhere
-(no rule, no reason string), so they are not in the inventory; its store decisions are the named `store_rules`.
+are counted apart (`other_firings`).
 """
 from __future__ import annotations
 import importlib, json, pkgutil
@@ -21,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 MATCHER_MODULES = ("tinysched.scheduling", "tinysched.symbolic", "tinysched.codegen")  # a package means all its modules
-LEFT_OUT = ("grouping decisions (scheduling/fusion.py: a reduce stored alone, chased down its readers, an arange inlined) are "
-            "not named in the scheduler, so they are not counted",)
+LEFT_OUT: tuple[str, ...] = ()
 
 class CoverageError(Exception):
   def __init__(self, msg: str, hint: str) -> None:
@@ -49,10 +51,12 @@ def _modules() -> list[Any]:
 
 def rule_inventory() -> tuple[list[RuleKey], dict[tuple[str, Callable], RuleKey]]:
   """(every rule, sorted; (rule name, rule function) -> its entry), from the matchers the modules hold right now."""
-  from tinysched.rewrite import PatternMatcher
+  from tinysched.rewrite import PatternMatcher, Decisions
   homes: dict[tuple[str, Callable], tuple[tuple, RuleKey]] = {}
   for mod in _modules():
     for attr, pm in sorted(vars(mod).items()):
+      if isinstance(pm, Decisions):
+        for name in pm.names(): homes.setdefault((name, pm), ((), RuleKey(mod.__name__, attr, name)))  # type: ignore[arg-type]
       if not isinstance(pm, PatternMatcher): continue
       for _, fn, name, _ in pm.rules:
         # home: the module defining the rule's function first, then the smallest matcher, then by name

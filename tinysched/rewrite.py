@@ -174,7 +174,20 @@ LIMIT: RewriteLimit | None = None  # installed by rewrite_limit: None (the defau
 # when set (a list), every rule that fires anywhere appends (rule name, its function): graph_rewrite's and the direct
 # PatternMatcher.rewrite calls of the renderer and the lowerer alike (replay coverage counts them). The function tells
 # apart rules of one name in different matchers, and is the same object in a combined matcher `a + b`.
-FIRED: list[tuple[str, Callable]] | None = None
+FIRED: list[tuple[str, Callable | Decisions]] | None = None  # Decisions.note reports here too
+
+class Decisions:
+  """The named choices of a pass that decides without rewriting (fusion's grouping of stores into kernels). Each
+  `note(name)` reports to `FIRED` like a rule firing, so replay coverage counts which captures exercised which
+  choice; a name must be declared up front (a typo would otherwise be a choice no capture can ever cover)."""
+  def __init__(self, name: str, choices: dict[str, str]) -> None:
+    self.name, self.choices = name, dict(choices)  # choice -> what it means, one line
+  def names(self) -> list[str]: return list(self.choices)
+  def note(self, choice: str) -> None:
+    if FIRED is not None:
+      if choice not in self.choices: raise KeyError(f"{self.name}: undeclared decision {choice!r}")
+      FIRED.append((choice, self))  # type: ignore[arg-type]
+  def __repr__(self): return f"Decisions({self.name}, {len(self.choices)} choices)"
 
 @contextlib.contextmanager
 def rewrite_limit(n: int) -> Iterator[RewriteLimit]:

@@ -157,3 +157,37 @@ def test_counts_do_not_depend_on_what_was_replayed_before(db):
     return json.loads(r.stdout)
   fwd, rev = run("forward"), run("reversed")
   assert fwd == rev and all(v[0] == "ran" for v in fwd.values()) and any(v[1] for v in fwd.values())
+
+def test_grouping_choices_and_the_unsafe_pad_store_are_counted(tmp_path):
+  # fusion decides without rewriting: its named choices are in the inventory and counted like rules
+  names = {r.name for r in C.rule_inventory()[0] if r.where == "scheduling.fusion.grouping"}
+  from tinysched.scheduling.fusion import grouping
+  assert names == set(grouping.names()) and "alone_reduce_reader" in names
+  def work():
+    x = Tensor.rand(8, 8).realize()
+    (x.exp().pad(((1, 1), (0, 0))) + 1).realize()  # pad over exp: exp's result is stored before the padding view
+    (x.sum(1, keepdim=True) - x).realize()  # the sum broadcast back: stored before the expanding view
+    x.sum(1).reshape(2, 4).sum(1).realize()  # a reduce read by a reduce: stored alone
+  rows = _by_name(C.coverage([str(capture_store(tmp_path / "g.db", work, "g"))]))
+  assert rows[("scheduling.stores.store_rules", "store_before_unsafe_pad")].captures >= 1
+  assert rows[("scheduling.stores.store_rules", "store_before_expand")].captures >= 1  # the keepdim sum broadcast back
+  assert rows[("scheduling.fusion.grouping", "alone_reduce_reader")].captures >= 1
+
+def test_planted_can_pad_always_true_leaves_the_unsafe_pad_store_uncovered(tmp_path, monkeypatch):
+  # the check can fail: with every op declared zero-preserving, the unsafe-pad store never fires
+  from tinysched.scheduling import stores
+  db = capture_store(tmp_path / "p.db", lambda: (Tensor.rand(8, 8).realize().exp().pad(((1, 1), (0, 0))) + 1).realize(), "p")
+  assert _by_name(C.coverage([str(db)]))[("scheduling.stores.store_rules", "store_before_unsafe_pad")].captures == 1
+  monkeypatch.setattr(stores, "zero_preserving", lambda u: True)
+  assert _by_name(C.coverage([str(db)]))[("scheduling.stores.store_rules", "store_before_unsafe_pad")].captures == 0
+
+def test_an_undeclared_choice_is_an_error_only_while_counting():
+  from tinysched.rewrite import Decisions
+  d = Decisions("t", {"a": "the one choice"})
+  d.note("b")  # not counting: free, nothing checked
+  prev, rewrite.FIRED = rewrite.FIRED, []
+  try:
+    d.note("a")
+    assert rewrite.FIRED == [("a", d)]
+    with pytest.raises(KeyError, match="undeclared decision 'b'"): d.note("b")
+  finally: rewrite.FIRED = prev

@@ -18,8 +18,25 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.shape import ShapeTracker
 from tinysched.helpers import dedup
+from tinysched.rewrite import Decisions
 from tinysched.scheduling.bigraph import under_views, value_of, read_buffers, forced_only
 from tinysched.scheduling.stores import GraphFacts
+
+# every grouping choice, named so that replay coverage can count the captures that exercise it
+grouping = Decisions("grouping", {
+  "fused_into_readers": "a reduce computed inside the kernels of the stores its readers reach",
+  "alone_reduce_reader": "stored alone: a reader of it is itself a reduce",
+  "alone_read_twice": "stored alone: a reader reads it through two different views",
+  "alone_reordering_view": "stored alone: a store is reached through a view that reorders or resizes it",
+  "alone_store_taken": "stored alone: a store it reaches already belongs to another reduce's kernel",
+  "alone_second_reduce": "stored alone: the group would hold a second reduce upstream",
+  "group_widened": "a group of several stores took in the stores its members' own walks reach",
+  "alone_other_assign": "stored alone: the group assigns and would read another assign's target",
+  "chased_down": "a reduce stored alone moved down its chain of single readers",
+  "before_widening_cast": "stored before a cast to a wider dtype (the narrower value is cheaper to store)",
+  "arange_inlined": "FUSE_ARANGE: an arange's stores dropped, each reader recomputes it",
+  "arange_kept": "FUSE_ARANGE: an arange kept stored (an output, or read only by COPY/BUFFER_VIEW)",
+})
 
 class _Fusion:
   def __init__(self, facts: GraphFacts, stores: dict[UOp, UOp]):
@@ -39,15 +56,22 @@ class _Fusion:
     if (at, path) in visited: return
     visited.add((at, path))
     if at in self.stores and at is not r:
-      if not path.contiguous or path.size != self.facts.writer[r].st.size or at in self.kernel_of: group[r] = None
+      if not path.contiguous or path.size != self.facts.writer[r].st.size:
+        grouping.note("alone_reordering_view")
+        group[r] = None
+      elif at in self.kernel_of:
+        grouping.note("alone_store_taken")
+        group[r] = None
       group[at] = None
       return
     for reader in self.facts.readers.get(at, {}):
       op = under_views(self.op_of(reader))
       if op.op is Ops.REDUCE_AXIS:
+        grouping.note("alone_reduce_reader")
         group[r] = None
         return
       if len(views := self.views_of(op, at)) != 1:
+        grouping.note("alone_read_twice")
         group[r] = None
         return
       self.collect(reader, path + views[0], r, group, visited)
@@ -65,10 +89,14 @@ class _Fusion:
   def isolate(self, r: UOp, group: dict[UOp, None]) -> dict[UOp, None]:
     """A group of several stores: empty if it would hold a second reduce; else the group, plus the stores its members'
     own walks reach, unless those walks lead back into the group."""
-    if self.upstream_reduce(r, group): return {}
+    if self.upstream_reduce(r, group):
+      grouping.note("alone_second_reduce")
+      return {}
     reached: dict[UOp, None] = {}
     for m in group: self.collect(m, self.facts.writer[m].st, m, reached, set())
-    return group if any(m in group for m in reached) else {**group, **reached}
+    if any(m in group for m in reached) or not reached: return group
+    grouping.note("group_widened")
+    return {**group, **reached}
 
   def reads_other_assign(self, r: UOp, group: dict[UOp, None]) -> bool:
     """Whether the kernel of `r` + `group` would read (through fused buffers) an assign outside the group."""
@@ -93,7 +121,10 @@ class _Fusion:
       path = path + views[0]
       if not path.contiguous or op.op is Ops.REDUCE_AXIS: break
       at = nxt
-    if (op := self.op_of(at)).op is Ops.CAST and op.dtype.itemsize > op.src[0].dtype.itemsize: at = under_views(op.src[0]).buf_uop
+    if at is not r: grouping.note("chased_down")
+    if (op := self.op_of(at)).op is Ops.CAST and op.dtype.itemsize > op.src[0].dtype.itemsize:
+      grouping.note("before_widening_cast")
+      at = under_views(op.src[0]).buf_uop
     return at
 
   def group_reduce(self, r: UOp, r_op: UOp) -> None:
@@ -102,11 +133,14 @@ class _Fusion:
     movable = all(m not in self.kernel_of for m in group)
     alone = r in group
     if not alone and len(group) > 1: group = self.isolate(r, group)
-    if not alone and any(m in self.facts.assign_targets for m in group) and self.reads_other_assign(r, group): alone, movable = True, False
+    if not alone and any(m in self.facts.assign_targets for m in group) and self.reads_other_assign(r, group):
+      grouping.note("alone_other_assign")
+      alone, movable = True, False
     if alone or not group:
       at = self.chase(r, r_op.st) if movable else r
       group = {at: None}
       self.stores[at] = at  # a placeholder: cut_at_stores writes the STORE
+    else: grouping.note("fused_into_readers")
     self.kernel_of.update((m, r) for m in group)
 
   def inline_arange(self, r: UOp) -> None:
@@ -114,9 +148,11 @@ class _Fusion:
     recomputes it, where codegen folds it to a closed form (an embedding's vocabulary loop becomes one guarded load).
     Kept: an arange that is an output, and one only COPY/BUFFER_VIEW read."""
     mine = [b for b, owner in self.kernel_of.items() if owner is r]
-    if any(forced_only(self.facts.writer[b].src[1]) for b in mine): return
     readers = [rd for b in mine for rd in self.facts.readers.get(b, {})]
-    if all(self.op_of(rd).op in (Ops.COPY, Ops.BUFFER_VIEW) for rd in readers): return
+    if any(forced_only(self.facts.writer[b].src[1]) for b in mine) or all(self.op_of(rd).op in (Ops.COPY, Ops.BUFFER_VIEW) for rd in readers):
+      grouping.note("arange_kept")
+      return
+    grouping.note("arange_inlined")
     for b in mine: self.stores.pop(b, None)
 
 def is_arange(op: UOp) -> bool:

@@ -59,16 +59,21 @@ def zero_preserving(u: UOp) -> bool:
   Stored buffers are LOADs in the graph being rewritten, so the walk ends at them."""
   return all(x.op not in GroupOp.UnsafePad for x in u.toposort())
 
-def _store_for_view(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp, movement: UOp) -> UOp | None:
+def _plain_pad(node: UOp, movement: UOp) -> bool:
+  """One masked view that shows no more elements than the buffer holds: a plain pad (or shrink)."""
   shape, st = node.st.shape, movement.st
-  reads_fewer = all_int(shape)
-  if len(st.views) == 1 and (mask := st.views[-1].mask) is not None and reads_fewer and \
-      resolve(prod(shape) >= prod([end - begin for begin, end in mask])):
-    # one masked view that shows no more elements than the buffer holds: a plain pad (or shrink), fusable when safe
-    needs_store = not zero_preserving(node)
-  elif resolve(prod(shape) < prod(st.shape)): needs_store = True  # an expand: store once, read many times
-  else: needs_store = any(v.mask is not None for v in st.views) and not zero_preserving(node)
-  return store_and_load(ctx, b, value, node).view(st) if needs_store else None
+  return len(st.views) == 1 and (mask := st.views[-1].mask) is not None and all_int(shape) and \
+    resolve(prod(shape) >= prod([end - begin for begin, end in mask]))
+
+def _store_before_expand(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp, movement: UOp) -> UOp | None:
+  """A view that repeats elements: store once, read many times (not recompute the op per copy)."""
+  if _plain_pad(node, movement) or not resolve(prod(node.st.shape) < prod(movement.st.shape)): return None
+  return store_and_load(ctx, b, value, node).view(movement.st)
+
+def _store_before_unsafe_pad(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp, movement: UOp) -> UOp | None:
+  """A padding (masked) view over an op that maps 0 to something else: the pad's zeros must not go through it."""
+  if not (_plain_pad(node, movement) or any(v.mask is not None for v in movement.st.views)) or zero_preserving(node): return None
+  return store_and_load(ctx, b, value, node).view(movement.st)
 
 def _store_source_of(ctx: dict[UOp, UOp], root: UOp, b: UOp, value: UOp, node: UOp, movement: UOp | None = None) -> UOp:
   load = store_and_load(ctx, b, value, node)
@@ -76,7 +81,8 @@ def _store_source_of(ctx: dict[UOp, UOp], root: UOp, b: UOp, value: UOp, node: U
 
 store_rules = PatternMatcher([
   (_buffer(Ops.ASSIGN, Ops.CONTIGUOUS, *GroupOp.Meta), store_and_load, "store_meta_op"),
-  (_buffer().view(name="movement"), _store_for_view, "store_before_view"),
+  (_buffer().view(name="movement"), _store_before_expand, "store_before_expand"),
+  (_buffer().view(name="movement"), _store_before_unsafe_pad, "store_before_unsafe_pad"),
   (UPat((Ops.COPY, Ops.BUFFER_VIEW), src=(UPat.any(_buffer(), _buffer().view(name="movement")),), name="root"), _store_source_of,
    "store_copy_source"),
 ], name="store_rules")
