@@ -116,14 +116,6 @@ def _who() -> str:
   try: return getpass.getuser()
   except Exception: return os.environ.get("USER", "") or "unknown"
 
-def _code_commit() -> tuple[str | None, int | None]:
-  """The commit of the code that made the new outputs (the tinysched checkout imported), and whether it was dirty."""
-  import tinysched
-  src = Path(tinysched.__file__).resolve().parent.parent
-  sha = G.query(["rev-parse", "HEAD"], src)
-  status = G.query(["status", "--porcelain", "--untracked-files=no"], src)
-  return sha, (None if status is None else int(bool(status)))
-
 def _new_output(store: Store, row: dict) -> dict | None:
   """The update of one row (new key, payload, output summary), or None when it already replays identically.
   Raises AcceptError when the row cannot be accepted."""
@@ -167,7 +159,7 @@ def accept_rows(rows: list[Row], message: str, log: Log = print) -> AcceptResult
   by_db: dict[str, list[dict]] = {}
   for r in rows: by_db.setdefault(r.db, []).append(r.row)
   plans: list[tuple[str, list[dict], list[dict]]] = []
-  sha, dirty = _code_commit()
+  sha, dirty = G.code_commit()
   who, now = _who(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   for db in sorted(by_db):
     try: s = Store(db, readonly=True)

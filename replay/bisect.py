@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from replay import git as G
+from replay.store import copy_rows
 
 Log = Callable[[str], None]
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128  # `git bisect run` exit codes of a step
@@ -102,30 +103,6 @@ def stop_group(p: subprocess.Popen, grace: float = 5.0) -> None:
   except subprocess.TimeoutExpired: pass
 
 # *** stores ***
-
-def copy_rows(dst: Path, picks: list[tuple[str, dict]]) -> None:
-  """A new store `dst` holding the capture rows `picks` ((source store, row) pairs), their runs and payloads, compacted
-  to one file. It has no per-key accepts, so it is written in the oldest schema (readable by older replay code)."""
-  from replay.store import Store, compact
-  out = Store(dst)
-  try:
-    for db in sorted({d for d, _ in picks}):
-      rows = [r for d, r in picks if d == db]
-      src = Store(db, readonly=True)
-      try:
-        runs = {r["id"]: r for r in src.runs()}
-        new_run: dict[int, int] = {}
-        for rid in sorted({r["run_id"] for r in rows}):
-          info = runs.get(rid) or {"label": rows[0]["label"]}
-          new_run[rid] = out.new_run(info)
-          if info.get("finished"): out.finish_run(new_run[rid], info["finished"])
-        graphs = src.graph_rows([k for r in rows for k in (r["input_key"], r["output_key"])])
-        cols = ("seq", "level", "label", "input_key", "output_key", "var_vals", "assigns", "node_count", "kernel_count", "op_names",
-                "output_shapes", "metadata", "extra")
-        out.write_batch(graphs, [{**{c: r[c] for c in cols}, "run_id": new_run[r["run_id"]]} for r in rows])
-      finally: src.close()
-  finally: out.close()
-  compact(dst)
 
 def select_rows(paths: list[str], level: str | None, label: str | None) -> list[tuple[str, dict]]:
   """The rows to bisect over; raises BisectError for a store that cannot be read or a selection that is empty."""

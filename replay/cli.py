@@ -231,17 +231,41 @@ def report_merge_cmd(reports, output, report_md, junit, report_html) -> None:
 @click.argument("dbs", nargs=-1)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="also write the counts as JSON (every rule, whatever --uncovered-only)")
 @click.option("--uncovered-only", is_flag=True, help="list only the rules no capture exercised (and the totals)")
-def coverage_cmd(dbs, json_path, uncovered_only) -> None:
-  """Which named scheduler, symbolic and codegen rules the captures (default captures/*.db) exercise: per rule, the
-  captures whose replay fires it and the firings in all; rules never exercised first."""
+@click.option("--save", is_flag=True, help="also append each store's own counts to its `coverage` table (with the commit that measured them)")
+def coverage_cmd(dbs, json_path, uncovered_only, save) -> None:
+  """Which named scheduler, symbolic and codegen rules and grouping choices the captures (default captures/*.db)
+  exercise: per rule, the captures whose replay fires it and the firings in all; rules never exercised first."""
   from replay import coverage as C
   report_paths_writable(json_path)
-  try: cov = C.coverage(_dbs(dbs))
+  paths = _dbs(dbs)
+  try: cov = C.coverage(paths)
   except C.CoverageError as e: _fail(str(e), e.hint)
   if json_path:
     try: Path(json_path).write_text(cov.to_json(), encoding="utf-8")
     except OSError as e: _fail(f"cannot write {json_path}: {e.strerror or e}", "name a file in a folder you can write")
   click.echo(C.table(cov, uncovered_only))
+  if save:
+    from replay.store import StoreError
+    for p in paths:
+      try: C.save(p, log=click.echo)
+      except (StoreError, OSError) as e: _fail(f"{p}: cannot save coverage: {e}", "pass stores you can write (not in use by a capture)")
+
+@main.command("distill")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="the new store (replaced whole)")
+@click.option("--against", "against", multiple=True, help="a baseline store whose coverage counts already (repeatable; e.g. captures/*.db)")
+@click.option("--per-rule", type=int, default=3, show_default=True, help="captures wanted per rule, baseline included")
+def distill_cmd(sources, out, against, per_rule) -> None:
+  """Keep the few rows of SOURCES (a test suite's captures) that exercise rules the baseline exercises fewer than
+  --per-rule times: a small store to commit beside the model captures (replay/distill.py)."""
+  from replay import coverage as C
+  from replay.distill import distill, summary
+  if (o := Path(out).resolve()) in {Path(p).resolve() for p in (*sources, *against)}: _fail(f"--out {out} is also an input", "write to a new file")
+  if not o.parent.is_dir(): _fail(f"--out {out}: no such folder {o.parent}", "create it, or name a file in an existing folder")
+  try: res = distill(list(sources), out, against=list(against), per_rule=per_rule, log=click.echo)
+  except C.CoverageError as e: _fail(str(e), e.hint)
+  click.echo(summary(res, per_rule))
+  if not res.kept: click.echo(f"note: nothing to keep: {out} was not written")
 
 for _ci in (commits_cmd, bisect_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
 for _tr in (blame_cmd, minimize_cmd): main.add_command(_tr)  # triage: replay/cli_triage.py

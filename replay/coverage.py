@@ -191,4 +191,23 @@ def table(cov: Coverage, uncovered_only: bool = False) -> str:
   out += [f"  left out: {x}" for x in cov.left_out]
   return "\n".join(out)
 
-__all__ = ["coverage", "table", "rule_inventory", "fired_rules", "Coverage", "RuleCount", "RuleKey", "CoverageError", "MATCHER_MODULES"]
+def save(path: str, log: Callable[[str], None] = print) -> Coverage:
+  """Measure the coverage of one store's own rows and append it to the store's `coverage` table (Store.save_coverage),
+  with the commit of the code that measured it; the store is compacted again afterwards (one file to commit)."""
+  from datetime import datetime, timezone
+  from replay import git as G
+  from replay.store import Store, compact
+  cov = coverage([path])
+  commit, dirty = G.code_commit()
+  store = Store(path)
+  try:
+    store.save_coverage({"measured": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_commit": commit,
+                         "git_dirty": dirty, "captures_total": cov.captures},
+                        [{"module": c.rule.module, "matcher": c.rule.matcher, "rule": c.rule.name, "captures": c.captures,
+                          "firings": c.firings} for c in cov.rules])
+  finally: store.close()
+  compact(path)
+  log(f"{path}: coverage saved ({len(cov.rules) - len(cov.uncovered)} of {len(cov.rules)} rules exercised by {cov.captures} captures)")
+  return cov
+
+__all__ = ["coverage", "save", "table", "rule_inventory", "fired_rules", "Coverage", "RuleCount", "RuleKey", "CoverageError", "MATCHER_MODULES"]

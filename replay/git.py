@@ -116,3 +116,11 @@ def bisect_candidates(output: str) -> list[str]:
 def bisect_reset(tree: Path) -> None:
   """End a bisect in `tree` (never raises: it runs while cleaning up, where there may be no bisect)."""
   query(["bisect", "reset"], tree, timeout=None)
+
+def code_commit() -> tuple[str | None, int | None]:
+  """The commit of the tinysched checkout this process imported, and whether it is dirty (None: not a git checkout)."""
+  import tinysched
+  src = Path(tinysched.__file__).resolve().parent.parent
+  sha = query(["rev-parse", "HEAD"], src)
+  status = query(["status", "--porcelain", "--untracked-files=no"], src)
+  return sha, (None if status is None else int(bool(status)))

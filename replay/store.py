@@ -71,6 +71,10 @@ _SCHEMA: dict[str, dict[str, type]] = {
 _ACCEPTS: dict[str, type] = {"id": int, "time": str, "git_commit": str, "git_dirty": int, "who": str, "message": str, "capture_id": int,
                              "run_id": int, "seq": int, "level": str, "label": str, "input_key": str, "old_output_key": str,
                              "new_output_key": str}
+# optional, any version: rule coverage measured over this store's rows (`replay coverage --save`), one row per rule per
+# measurement; older code ignores the table
+_COVERAGE: dict[str, type] = {"id": int, "measurement": int, "measured": str, "git_commit": str, "git_dirty": int, "captures_total": int, "module": str,
+                              "matcher": str, "rule": str, "captures": int, "firings": int}
 _TEXT_COLUMNS = ("label", "var_vals", "assigns", "op_names", "output_shapes", "metadata", "extra")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -405,7 +409,28 @@ class Store:
                             [{c: r.get(c) for c in cols} for r in log])
     self._write(go, "accepting captures")
 
+  def save_coverage(self, measured: dict[str, Any], rules: list[dict]) -> None:
+    """One coverage measurement (`measured`: time, git_commit, git_dirty, captures_total; `rules`: module, matcher, rule,
+    captures, firings per rule of the inventory), in one transaction, into the optional `coverage` table."""
+    def go() -> None:
+      self.db["coverage"].create(_COVERAGE, pk="id", if_not_exists=True)
+      n = self.conn.execute("SELECT coalesce(max(measurement), 0) + 1 FROM coverage").fetchone()[0]
+      cols = [c for c in _COVERAGE if c != "id"]
+      self.conn.executemany(f"INSERT INTO coverage ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)})",
+                            [{c: {**measured, **r, "measurement": n}.get(c) for c in cols} for r in rules])
+    self._write(go, "saving coverage")
+
   # *** reading ***
+  def coverage_runs(self) -> list[dict]:
+    """Saved coverage measurements, oldest first: {measurement, measured, git_commit, git_dirty, captures_total, rules: [...]}."""
+    if "coverage" not in self._tables(): return []
+    out: dict[int, dict] = {}
+    for r in self.conn.execute(f"SELECT {', '.join(_COVERAGE)} FROM coverage ORDER BY id"):
+      d = dict(zip(_COVERAGE, r))
+      m = out.setdefault(d["measurement"], {k: d[k] for k in ("measurement", "measured", "git_commit", "git_dirty", "captures_total")} | {"rules": []})
+      m["rules"].append({k: d[k] for k in ("module", "matcher", "rule", "captures", "firings")})
+    return list(out.values())
+
   def accepts(self) -> list[dict]:
     """The per-key accept log, oldest first (empty for a version-1 store)."""
     if self.version() < 2: return []
@@ -518,6 +543,29 @@ def replace_store(src: Path, dst: Path) -> None:
   for suffix in ("-wal", "-shm", "-journal"): Path(f"{dst}{suffix}").unlink(missing_ok=True)
   os.replace(src, dst)
   _fsync(dst.parent)
+
+def copy_rows(dst: Path, picks: list[tuple[str, dict]]) -> None:
+  """A new store `dst` holding the capture rows `picks` ((source store, row) pairs), their runs and payloads, compacted
+  to one file. It has no per-key accepts, so it is written in the oldest schema (readable by older replay code)."""
+  out = Store(dst)
+  try:
+    for db in sorted({d for d, _ in picks}):
+      rows = [r for d, r in picks if d == db]
+      src = Store(db, readonly=True)
+      try:
+        runs = {r["id"]: r for r in src.runs()}
+        new_run: dict[int, int] = {}
+        for rid in sorted({r["run_id"] for r in rows}):
+          info = runs.get(rid) or {"label": rows[0]["label"]}
+          new_run[rid] = out.new_run(info)
+          if info.get("finished"): out.finish_run(new_run[rid], info["finished"])
+        graphs = src.graph_rows([k for r in rows for k in (r["input_key"], r["output_key"])])
+        cols = ("seq", "level", "label", "input_key", "output_key", "var_vals", "assigns", "node_count", "kernel_count", "op_names",
+                "output_shapes", "metadata", "extra")
+        out.write_batch(graphs, [{**{c: r[c] for c in cols}, "run_id": new_run[r["run_id"]]} for r in rows])
+      finally: src.close()
+  finally: out.close()
+  compact(dst)
 
 def compact(path: str | os.PathLike) -> None:
   """One self-contained file to commit: a vacuumed copy in rollback-journal mode, written beside the store and

@@ -191,3 +191,22 @@ def test_an_undeclared_choice_is_an_error_only_while_counting():
     assert rewrite.FIRED == [("a", d)]
     with pytest.raises(KeyError, match="undeclared decision 'b'"): d.note("b")
   finally: rewrite.FIRED = prev
+
+def test_save_appends_a_measurement_per_store(db, tmp_path):
+  import shutil
+  p = tmp_path / "saved.db"
+  shutil.copy(db, p)
+  r = _cli(str(p), "--save")
+  assert r.returncode == 0 and "coverage saved" in r.stdout, r.stdout + r.stderr
+  C.save(str(p), log=lambda s: None)
+  s = Store(p, readonly=True)
+  try:
+    runs = s.coverage_runs()
+    assert len(runs) == 2 and len(list(s.captures())) == _levels(db)["kernel"] + _levels(db)["schedule"] + _levels(db)["program"]
+  finally: s.close()
+  want = {(c.rule.module, c.rule.matcher, c.rule.name): (c.captures, c.firings) for c in C.coverage([str(p)]).rules}
+  for run in runs:
+    assert run["captures_total"] == sum(_levels(db).values()) and run["git_commit"]
+    assert {(x["module"], x["matcher"], x["rule"]): (x["captures"], x["firings"]) for x in run["rules"]} == want
+  assert not Path(f"{p}-wal").exists()  # compacted again: one file to commit
+  assert C.coverage([str(p)]).captures == C.coverage([str(db)]).captures  # the rows are untouched
