@@ -292,7 +292,12 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
                timeout: float | None = None, cwd: Path | str | None = None, log: Log = print) -> AcceptResult:
   root = repo_root(cwd)
   cap = root / captures_dir
-  names = models or list_models(root)
+  from replay.baseline import EXTRAS, BaselineError, capture_extra
+  suite = list_models(root)
+  names = models or [*suite, *EXTRAS]
+  if unknown := [m for m in names if m not in suite and m not in EXTRAS]:
+    raise CommitsError(f"unknown model(s) {unknown}", f"the suite has {', '.join(suite)}; beside it the baseline has {', '.join(EXTRAS)}")
+  names = sorted(names, key=lambda m: m in EXTRAS)  # the extra members after the models (stable otherwise)
   cap.mkdir(parents=True, exist_ok=True)
   # the new stores are made beside the baseline (same file system: the final move is a rename) and only
   # replace it once every model captured: a failure or Ctrl-C leaves the old baseline untouched
@@ -306,7 +311,11 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
       with pythonpath(root):
         for m in names:
           log(f"  capturing {m} ...")
-          r = run_model(m, tmp / f"{m}.db", quick=True, levels=levels, cwd=str(root), timeout=timeout)
+          if m in EXTRAS:  # after the models: `tests` is distilled against the other stores (the new ones where made)
+            stores = sorted({p.stem: p for p in [*cap.glob("*.db"), *tmp.glob("*.db")] if p.stem != m and (p.stem in suite or p.stem in EXTRAS)}.values())
+            try: r = capture_extra(m, tmp / f"{m}.db", root, stores, timeout, log)
+            except BaselineError as e: r = {"model": m, "ok": False, "seconds": 0, "error": f"{e} ({e.hint})"}
+          else: r = run_model(m, tmp / f"{m}.db", quick=True, levels=levels, cwd=str(root), timeout=timeout)
           results.append(r)
           if r.get("skipped"): log(f"    skipped ({r['skipped']}): its baseline is kept")
           elif r.get("ok"): log(f"    done in {r['seconds']}s")
@@ -323,6 +332,8 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           skipped.append(m)
           continue
         compact(tmp / f"{m}.db")
+        from replay.coverage import save as save_coverage
+        save_coverage(str(tmp / f"{m}.db"), log=lambda s: log(f"  {Path(s.split(':', 1)[0]).name}:{s.split(':', 1)[1]}"))
         summaries.append(_change_summary(m, cap / f"{m}.db", tmp / f"{m}.db"))
         log(summaries[-1])
       with signals_deferred():  # replace the stores together
@@ -360,13 +371,18 @@ def write_captures_readme(root: Path, cap: Path) -> Path:
     except StoreError as e:
       rows.append(f"| `{db.name}` | unreadable: {e} | | | | | | | |")
       continue
-    rows.append(f"| `{db.name}` | {', '.join(i['labels'])} | {', '.join(f'`{c}`' for c in i['commits'])} | {', '.join(i['devices'])} | "
+    labels = ', '.join(i['labels']) if len(i['labels']) <= 4 else f"{len(i['labels'])} labels (test node ids)"
+    rows.append(f"| `{db.name}` | {labels} | {', '.join(f'`{c}`' for c in i['commits'])} | {', '.join(i['devices'])} | "
                 + " | ".join(str(i["levels"][lv]) for lv in LEVELS) + f" | {i['kernels_scheduled']} | {i['distinct_kernels']} | {i['bytes']/1e6:.2f} MB |")
   text = f"""# Capture baseline
 
 The process-replay baseline: what the model suite (`tinysched/models/suite.py`, quick versions) made the
-scheduler and code generator produce. CI replays these stores through every change (`replay check`,
-`ci/replay-gate`). Written by `replay accept`; regenerate it rather than editing by hand.
+scheduler and code generator produce, plus two members beside it (replay/baseline.py): `tests.db`, this
+project's Tensor/scheduler tests captured and distilled to the few rows that exercise rules no model does
+(`replay distill`), and `gpu_target.db`, program-level captures rendered for an NVIDIA-like GPU target on this
+CPU machine. CI replays these stores through every change (`replay check`, `ci/replay-gate`). Written by
+`replay accept`; regenerate it rather than editing by hand. `replay coverage` shows which rules they exercise
+(each store's `coverage` table keeps the counts measured at accept time).
 
 Last accepted at commit `{sha or 'unknown'}`{' with uncommitted changes (dirty)' if dirty else ' (clean working tree)'}.
 
@@ -381,7 +397,7 @@ Captures per level: `kernel` = (pre-sink, var_vals, assigns) -> kernel AST; `sch
 
 ```
 replay accept                      # the whole suite: re-capture, show the changes, replace {rel}/*.db, rewrite this file
-replay accept --models mlp,cnn     # only some models
+replay accept --models mlp,cnn     # only some models (or members: tests, gpu_target)
 git add {rel}/                     # then commit
 ```
 

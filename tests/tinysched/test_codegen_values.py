@@ -22,6 +22,7 @@ CASES = {  # name: (graph from a loaded tensor, numpy reference, text the body m
   "int_mod_one": (lambda a: a.cast(dtypes.int32) % 1, lambda n: np.zeros(n.shape, np.int32), "%"),
   "int_compare_self": (lambda a: (a.cast(dtypes.int32) < a.cast(dtypes.int32)), lambda n: np.zeros(n.shape, bool), "<"),
   "or_true": (lambda a: ((a > 0) | True), lambda n: np.ones(n.shape, bool), "|"),
+  "or_false": (lambda a: ((a > 0) | False), lambda n: n > 0, "|"),
   "and_true": (lambda a: ((a > 0) & True), lambda n: n > 0, "&"),
 }
 

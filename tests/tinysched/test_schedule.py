@@ -270,3 +270,14 @@ def test_tril_triu_masks_cost_no_kernel(r, c):
   for d in range(-r - 1, c + 2):
     np.testing.assert_array_equal(run(x.tril(d), 1), np.tril(a, d))
     np.testing.assert_array_equal(run(x.triu(d), 1), np.triu(a, d))
+
+def test_a_reduce_stored_alone_is_stored_before_a_widening_cast():
+  # the sum is read by another reduce (so stored alone) through a cast to float64: the kernel stores the float32 sum
+  # (half the bytes) and the cast happens in the reader
+  from tinysched import dtypes
+  x = Tensor.rand(4, 8).realize()
+  build = lambda: x.sum(1).cast(dtypes.float64).reshape(2, 2).sum(1)  # noqa: E731
+  ks = [si for si in build().schedule() if si.ast.op is Ops.SINK]
+  assert len(ks) == 2
+  assert [s.src[0].dtype.base for s in ks[0].ast.src] == [dtypes.float32]
+  assert np.allclose(build().numpy(), x.numpy().sum(1).astype(np.float64).reshape(2, 2).sum(1))

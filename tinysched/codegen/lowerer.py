@@ -337,7 +337,6 @@ class LowerState:
       if u.op is Ops.VALID: memo[u] = self._fold_view(u.src[0], lanes)[1]
       elif u.op is Ops.LOAD: memo[u] = self.make_load(u.src[0], *self._fold_view(u.src[1], lanes), u.dtype)
       elif u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.VIEW, Ops.DEFINE_GLOBAL): memo[u] = u
-      elif u.op is Ops.BIND: memo[u] = u.src[0]
       elif u.op is Ops.REDUCE_AXIS:  # a nested reduce: only in its folded form
         if (fv := self.reduce_result.get((u, tuple(lanes[i] for i in self.out_lanes)))) is None: return None
         memo[u] = fv
@@ -372,7 +371,6 @@ ast_lowering = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), lambda ctx, x: ctx.load(x, ctx.cur_lanes), "load_through_view"),
   (UPat(Ops.VALID, name="x"), lambda ctx, x: ctx.view_at(x.src[0], ctx.cur_lanes)[1], "valid_to_mask"),
   (UPat(Ops.REDUCE_AXIS, name="x"), lambda ctx, x: ctx._reduce_value(x), "reduce_to_accumulator"),
-  (UPat(Ops.BIND, name="x"), lambda ctx, x: x.src[0], "bind_to_variable"),
   (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST), name="x"), lambda ctx, x: ctx._elementwise(x), "elementwise"),
 ], name="ast_lowering")
 

@@ -136,7 +136,6 @@ def _store(ctx: _Ctx, x: UOp) -> str:
 
 # rules return C text: an expression for values, a statement for effects (the rule names show what rendered a node)
 opencl_rules = PatternMatcher([
-  (UPat(Ops.CONST, name="x"), lambda ctx, x: render_const(x.arg, x.dtype), "const"),
   (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda ctx, x: f"data{x.arg}", "global_buffer"),
   (UPat(Ops.DEFINE_VAR, name="x"), lambda ctx, x: ctx.var_names[x], "variable"),
   (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: f"get_{x.arg[2]}_id({x.arg[0][-1]})", "thread_id"),
