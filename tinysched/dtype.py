@@ -163,7 +163,8 @@ def bf16_bits(x) -> np.ndarray:
   Rounding adds 0x7fff plus the lowest kept bit, then drops the low 16 bits: ties go to the even neighbour, a
   float32 beyond bfloat16's largest finite value rounds to inf, subnormals round like any other value. A NaN would
   carry into the exponent that way, so it keeps its sign and top payload bits with the quiet bit set (NaN stays NaN)."""
-  u = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.uint32).astype(np.uint64)  # no uint32 wrap-around
+  f = np.asarray(x, dtype=np.float32)
+  u = np.ascontiguousarray(f).view(np.uint32).reshape(f.shape).astype(np.uint64)  # 0-d stays 0-d; no uint32 wrap-around
   rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
   nan = (u & 0x7FFFFFFF) > 0x7F800000
   return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
