@@ -105,10 +105,20 @@ def select_device(name: str):
   if (spec := os.environ.get("PYOPENCL_CTX")): return _from_pyopencl_ctx(spec)
   return next((d for d in devs if _is_gpu(d)), devs[0])
 
-# half arithmetic with the pragma: 1.5*1.5+1 = 3.25 is exact in half, so a device that computes it gets exactly that
+# what native half rendering emits (codegen/opencl.py): arithmetic, conversions, half4 memory and the math builtins. Each
+# result is exact in half, so a device that computes them gets exactly EXPECTED. NVIDIA's compiler (no cl_khr_fp16
+# listed) accepts half arithmetic but has no half overloads of trunc/fmod/exp2/log2/sin/sqrt: arithmetic alone is no proof.
 _FP16_PROBE = """#pragma OPENCL EXTENSION cl_khr_fp16 : enable
-__kernel void ts_fp16_probe(__global half* a) { half x = a[0]; a[0] = x*x + (half)1.0f; }
+__kernel void ts_fp16_probe(__global half* a) {
+  half x = a[0];
+  half4 v = *((__global half4*)(a+4));
+  a[1] = sqrt(a[1]) + (exp2(x) - exp2(x)) + log2((half)1.0f) + sin((half)0.0f) + (trunc(x) - trunc(x)) + fmod(x, x);
+  a[2] = (half)((int)x + 2);
+  a[0] = x*x + (half)1.0f;
+  *((__global half4*)(a+4)) = v * (half)2.0f;
+}
 """
+_FP16_PROBE_IN, _FP16_PROBE_EXPECTED = [1.5, 4, 0, 0, 1, 2, 3, 4], [3.25, 2, 3, 0, 2, 4, 6, 8]
 
 @contextlib.contextmanager
 def _quiet_stderr():
@@ -125,19 +135,20 @@ def _quiet_stderr():
 
 @functools.lru_cache(None)
 def probe_fp16(d) -> bool:
-  """Whether device `d` builds and correctly runs native half arithmetic. Some drivers (NVIDIA's) support half without
-  listing cl_khr_fp16; asking the compiler is the only way to know. False on any build or run error."""
+  """Whether device `d` builds and correctly runs what native half kernels use (`_FP16_PROBE`). A driver may support
+  half without listing cl_khr_fp16, or only in part; asking the compiler is the only way to know. False on any build
+  or run error."""
   try:
     ctx = cl.Context([d])
     q = cl.CommandQueue(ctx, d)
     with warnings.catch_warnings(), _quiet_stderr():
       warnings.simplefilter("ignore")  # a failed build is the answer, not something to show users (PoCL prints to fd 2)
       prg = cl.Program(ctx, _FP16_PROBE).build()
-    a = np.array([1.5], dtype=np.float16)
+    a = np.array(_FP16_PROBE_IN, dtype=np.float16)
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
     prg.ts_fp16_probe(q, (1,), None, buf)
     cl.enqueue_copy(q, a, buf, is_blocking=True)
-    return bool(a[0] == np.float16(3.25))
+    return a.tolist() == _FP16_PROBE_EXPECTED
   except Exception: return False
 
 def target_of(d) -> Target:
