@@ -263,8 +263,10 @@ def _alu(ctx: _Ctx, x: UOp) -> str:
   a = [ctx.r[s] for s in x.src]
   if not (ctx.is_carried(x.dtype) and x.dtype.scalar() == dtypes.float16) or x.op in _EXACT_HALF_OPS:
     return render_alu(x.op, ctx.vt(x.dtype), a, x.src)
-  # half without cl_khr_fp16: round every inexact result, as native half arithmetic does (MULACC rounds its product too)
+  # half without cl_khr_fp16: round every inexact result, as native half arithmetic does (MULACC rounds its product too,
+  # IDIV its quotient before trunc: trunc of a half is a half)
   if x.op is Ops.MULACC: return _round_to(ctx, x.dtype, f"({_round_to(ctx, x.dtype, f'({a[0]}*{a[1]})')}+{a[2]})")
+  if x.op is Ops.IDIV: return f"trunc({_round_to(ctx, x.dtype, f'({a[0]}/{a[1]})')})"
   return _round_to(ctx, x.dtype, render_alu(x.op, ctx.vt(x.dtype), a, x.src))
 
 def _bitcast(ctx: _Ctx, x: UOp) -> str:
