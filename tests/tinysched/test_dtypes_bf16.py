@@ -255,6 +255,51 @@ def check_half_on_device() -> None:
   np.testing.assert_allclose(mm.astype(np.float32), (h[:64].reshape(8, 8).astype(np.float32) @ h[64:128].reshape(8, 8).astype(np.float32)),
                              rtol=2**-9, atol=2**-9)
 
+def check_half_ops_match_interpreter() -> None:
+  """Every half ALU op on the OpenCL device equals the interpreter (numpy float16) bit for bit. IDIV is the sharp case:
+  trunc of the float quotient differs from trunc of the half-rounded quotient for a few percent of inputs."""
+  from tinysched.ops import Ops
+  from tinysched.runtime.opencl import run_ast
+  from tests.tinysched.kernels import _elementwise_ast
+  rng = np.random.default_rng(6)
+  n, H = 4096, dtypes.float16
+  a, b = (rng.standard_normal(n) * 50).astype(np.float16), (rng.standard_normal(n) * 3).astype(np.float16)
+  ops = [(Ops.IDIV, 2), (Ops.MOD, 2), (Ops.RECIP, 1), (Ops.MULACC, 3), (Ops.ADD, 2), (Ops.MUL, 2), (Ops.SQRT, 1), (Ops.EXP2, 1)]
+  ast = _elementwise_ast(n, [H, H], lambda ls: [ls[0].alu(op, *([ls[1], ls[0]][:k - 1])) if op is not Ops.EXP2 else
+                                                (ls[0] * 0.0625).alu(op) for op, k in ops])
+  with np.errstate(all="ignore"):
+    ref = [np.zeros(n, np.float16) for _ in ops] + [a, b]
+    got = [x.copy() for x in ref]
+    interpreter.exec_ast(ast, ref, {})
+    run_ast(ast, got)
+  for (op, _), g, r in zip(ops, got, ref):
+    ok = ~np.isnan(r)
+    bad = np.nonzero(g.view(np.uint16)[ok] != r.view(np.uint16)[ok])[0]
+    assert not bad.size, f"half {op}: {bad.size} of {n} differ from the interpreter, e.g. {g[ok][bad[:3]]} vs {r[ok][bad[:3]]}"
+
+@pytest.fixture
+def storage_half(monkeypatch):
+  """The OpenCL device renders half as storage (it does on PoCL and NVIDIA anyway; a device with cl_khr_fp16 is forced)."""
+  import dataclasses
+  dev = Device["OPENCL"].dev  # type: ignore[attr-defined]
+  if dev.target.has_fp16: monkeypatch.setattr(dev, "target", dataclasses.replace(dev.target, has_fp16=False))
+  monkeypatch.setattr(dev, "programs", {})
+
+@needs_cl
+def test_half_storage_ops_match_the_interpreter(storage_half):
+  check_half_ops_match_interpreter()
+
+@needs_cl
+def test_planted_unrounded_half_quotient_is_caught(monkeypatch, storage_half):
+  from tinysched.ops import Ops
+  orig = clr._alu
+  def trunc_of_float_quotient(ctx, x):  # IDIV like any other op: trunc(a/b) in float, rounded after
+    if x.op is Ops.IDIV and x.dtype == dtypes.float16:
+      return clr._round_to(ctx, x.dtype, clr.render_alu(x.op, dtypes.float32, [ctx.r[s] for s in x.src], x.src))
+    return orig(ctx, x)
+  monkeypatch.setattr(clr, "_alu", trunc_of_float_quotient)
+  with pytest.raises(AssertionError, match="Ops.IDIV"): check_half_ops_match_interpreter()
+
 @pytest.fixture
 def no_interpreter_fallback(monkeypatch):
   from tinysched.runtime.opencl import OpenCLBackend
@@ -288,6 +333,27 @@ def test_fp16_probe_agrees_with_the_device():
   listed = "cl_khr_fp16" in d.extensions.split()
   assert _cl_target().has_fp16 == (listed or probe_fp16(d))
   if "Portable Computing Language" in d.platform.name and d.type & 2: assert not probe_fp16(d)  # CL_DEVICE_TYPE_CPU
+
+def check_probe_covers(probe: str) -> None:
+  """The fp16 probe uses each builtin the renderer emits for native half. NVIDIA's compiler builds half arithmetic but
+  has no half math builtins: a probe of arithmetic alone said yes there, and half kernels with sqrt/exp2/... failed."""
+  from tinysched.ops import Ops
+  from tinysched.uop import UOp
+  x, y = UOp(Ops.CONST, dtypes.float16, (), 1.0), UOp(Ops.CONST, dtypes.float16, (), 2.0)
+  for op, srcs in [(Ops.EXP2, (x,)), (Ops.LOG2, (x,)), (Ops.SIN, (x,)), (Ops.SQRT, (x,)), (Ops.IDIV, (x, y)), (Ops.MOD, (x, y))]:
+    fn = clr.render_alu(op, dtypes.float16, ["a", "b"][:len(srcs)], srcs).split("(")[0]
+    assert fn + "(" in probe, f"half {op} renders {fn}(), which the fp16 probe does not try"
+  assert "half4" in probe and "(int)" in probe, "the fp16 probe tries no half4 memory or conversion"
+
+def test_fp16_probe_uses_what_native_half_kernels_use():
+  pytest.importorskip("pyopencl")
+  from tinysched.runtime.opencl import _FP16_PROBE
+  check_probe_covers(_FP16_PROBE)
+
+def test_planted_arithmetic_only_probe_is_caught():
+  # the first probe: half arithmetic alone (NVIDIA passed it, then failed every half kernel with a math builtin)
+  with pytest.raises(AssertionError, match="does not try"):
+    check_probe_covers("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n__kernel void p(__global half* a) { a[0] = a[0]*a[0] + (half)1.0f; }")
 
 # *** planted bugs: each check above goes red with the bug it exists to catch ***
 
