@@ -7,7 +7,7 @@ exercise limits (no fp16, tiny max_alloc) without special hardware.
 
 has_fp16 picks how half renders (codegen/opencl.py): native `half` arithmetic, or half buffers read and written
 with vload_half / vstore_half_rte around float arithmetic (core OpenCL). bfloat16 renders the same on every target.
-NVIDIA_LIKE_GPU keeps has_fp16=True (what older captures were made with); a real NVIDIA device probes False (its
+NVIDIA_LIKE_GPU keeps has_fp16=True (unchanged, so code generated for it is unchanged); a real NVIDIA device probes False (its
 compiler has half arithmetic but no half math builtins; runtime/opencl.py).
 """
 from __future__ import annotations
