@@ -27,7 +27,7 @@ class DType:
   def vec(self, n: int) -> DType:
     if self.count != 1 or n < 1: raise ValueError(f"cannot vectorize {self} by {n}")
     return self if n == 1 else DType(self.priority, self.itemsize*n, f"{self.name}{n}", None, n)
-  def scalar(self) -> DType: return self if self.count == 1 else _SCALARS[self.name.rstrip("0123456789")]
+  def scalar(self) -> DType: return self if self.count == 1 else _SCALARS[self.name[:-len(str(self.count))]]  # name = scalar's + lanes
   @functools.lru_cache(None)  # noqa: B019
   def ptr(self) -> PtrDType: return PtrDType(*_layout(self), _base=self)  # a pointer shares its target's layout fields
   @property
@@ -57,6 +57,10 @@ class dtypes:
   int64 = DType(7, 8, "long", "q")
   uint64 = DType(8, 8, "ulong", "Q")
   float16 = DType(9, 2, "half", "e")
+  # bfloat16: 1 sign, 8 exponent, 7 mantissa bits (the top half of a float32). numpy has no such type, so `fmt` (and
+  # `.np`) is its storage, the raw uint16 bits; bf16_bits / bf16_float convert. Values are computed in float32 and
+  # rounded to nearest even where they become bfloat16: on a store, a cast to or from it, a constant.
+  bfloat16 = DType(10, 2, "bfloat16", "H")
   float32 = DType(11, 4, "float", "f")
   float64 = DType(12, 8, "double", "d")
   # aliases with tinygrad's names
@@ -84,7 +88,7 @@ class dtypes:
   @staticmethod
   def from_np(x: np.dtype | type) -> DType:
     x = np.dtype(x)
-    for d in ALL:
+    for d in ALL:  # uint16 comes before bfloat16 (whose storage is uint16 too): np.uint16 is uint16
       if d.fmt is not None and np.dtype(d.fmt) == x: return d
     raise TypeError(f"numpy dtype {x} has no tinysched dtype (supported: {', '.join(d.name for d in ALL)})")
   @staticmethod
@@ -116,10 +120,10 @@ class dtypes:
 SINTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 UINTS = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 INTS = SINTS + UINTS
-FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
+FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL = (dtypes.bool,) + INTS + FLOATS
 _SCALARS = {d.name: d for d in ALL}
-_FLOAT_BITS = {dtypes.float16: (5, 10), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}  # IEEE (exponent, mantissa) bits
+_FLOAT_BITS = {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}  # (exponent, mantissa) bits
 
 @functools.lru_cache(None)
 def _value_range(d: DType) -> tuple[ConstType, ConstType]:
@@ -134,20 +138,40 @@ _BY_NAME = {**{d.name: d for d in ALL}, "void": dtypes.void,
 
 # tinygrad's promotion lattice: an edge a -> b means a promotes to b without loss
 _PROMO = {dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
-          dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16,), dtypes.uint8: (dtypes.int16, dtypes.uint16),
+          dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16, dtypes.bfloat16), dtypes.uint8: (dtypes.int16, dtypes.uint16),
           dtypes.uint16: (dtypes.int32, dtypes.uint32), dtypes.uint32: (dtypes.int64, dtypes.uint64),
-          dtypes.uint64: (dtypes.float16,), dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,)}
+          dtypes.uint64: (dtypes.float16, dtypes.bfloat16), dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,),
+          dtypes.float32: (dtypes.float64,)}
 
 @functools.lru_cache(None)
 def _upper(d: DType) -> frozenset[DType]: return frozenset.union(frozenset({d}), *(_upper(p) for p in _PROMO.get(d, ())))
 
 def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype every argument promotes to (tinygrad's rule: int64+float16 -> float16, uint+int -> next int)."""
+  """The smallest dtype every argument promotes to (tinygrad's rule: int64+float16 -> float16, uint+int -> next int,
+  float16+bfloat16 -> float32: neither holds the other)."""
   if not ds: raise ValueError("least_upper_dtype needs at least one dtype")
   common = frozenset.intersection(*(_upper(d.scalar()) for d in ds))
   return min(common)  # DType orders by priority first
 
 def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+
+# *** bfloat16 on the host: numpy has no bfloat16, so arrays of it are uint16 bits ***
+
+def bf16_bits(x) -> np.ndarray:
+  """float32 values (anything numpy converts to float32 first) -> bfloat16 bits (uint16), rounded to nearest even.
+
+  Rounding adds 0x7fff plus the lowest kept bit, then drops the low 16 bits: ties go to the even neighbour, a
+  float32 beyond bfloat16's largest finite value rounds to inf, subnormals round like any other value. A NaN would
+  carry into the exponent that way, so it keeps its sign and top payload bits with the quiet bit set (NaN stays NaN)."""
+  f = np.asarray(x, dtype=np.float32)
+  u = np.ascontiguousarray(f).view(np.uint32).reshape(f.shape).astype(np.uint64)  # 0-d stays 0-d; no uint32 wrap-around
+  rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+  nan = (u & 0x7FFFFFFF) > 0x7F800000
+  return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+
+def bf16_float(bits) -> np.ndarray:
+  """bfloat16 bits (uint16) -> the float32 values they encode (exact: bfloat16 is float32's top half)."""
+  return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 def to_np(d: DType) -> np.dtype:
   if d.fmt is None: raise TypeError(f"{d} has no numpy equivalent")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib, functools, math
 from typing import Any, Callable, Sequence, Union
 import numpy as np
-from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType
+from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType, bf16_bits, bf16_float
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, resolve, smax, sym_ne
 from tinysched.reduce import output_dtype as reduce_output_dtype, acc_dtype as reduce_acc_dtype
@@ -26,8 +26,13 @@ def to_dtype(x: DTypeLike) -> DType:
 def _he_gain(a: float) -> float: return math.sqrt(2.0 / (1 + a ** 2))  # the gain of a leaky ReLU with negative slope a
 def _sqrt_fan_in(shape: tuple[int, ...]) -> float: return math.sqrt(prod(shape[1:]))  # a weight's inputs: all dims but the first
 
-def _from_np(x: np.ndarray, device: str) -> LazyBuffer:
-  d = dtypes.from_np(x.dtype)
+def _host_array(x: Any, dt: DType) -> np.ndarray:
+  """Host values as the storage array of `dt`: bfloat16 has no numpy type, so its values become their uint16 bits
+  (rounded to nearest even from float32); every other dtype is a plain numpy conversion."""
+  return bf16_bits(np.asarray(x, dtype=np.float32)) if dt == dtypes.bfloat16 else np.asarray(x).astype(dt.np)
+
+def _from_np(x: np.ndarray, device: str, dtype: DType | None = None) -> LazyBuffer:
+  d = dtypes.from_np(x.dtype) if dtype is None else dtype  # bfloat16 bits arrive as uint16: the caller names the dtype
   buf = Buffer(device, x.size, d)
   if x.size: buf.copyin(x)
   else: buf.allocate()
@@ -86,13 +91,13 @@ class Tensor:
     elif isinstance(data, bytes): lb = _from_np(np.frombuffer(data, np.uint8), dev)
     elif isinstance(data, (list, tuple)):
       d = dt or (dtypes.from_py(data) if data else dtypes.default_float)
-      try: arr = np.array(data, dtype=d.np)
+      try: arr = np.array(data, dtype=d.np) if d != dtypes.bfloat16 else _host_array(np.array(data, dtype=np.float32), d)
       except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged or invalid list: {e}") from None
-      lb = _from_np(arr, dev)
+      lb = _from_np(arr, dev, d)
     elif isinstance(data, np.ndarray):
-      arr = data if dt is None else data.astype(dt.np)
+      arr = data if dt is None else _host_array(data, dt)
       if arr.dtype == np.float64 and dt is None: arr = arr  # numpy float64 stays float64 (as in tinygrad)
-      lb = _from_np(np.require(arr, requirements="C"), dev)  # not ascontiguousarray: it turns 0-d arrays into shape (1,)
+      lb = _from_np(np.require(arr, requirements="C"), dev, dt)  # not ascontiguousarray: it turns 0-d arrays into shape (1,)
     elif isinstance(data, Tensor): lb = data.lazydata if dt is None else data.cast(dt).lazydata
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if lb.device != dev and not isinstance(data, LazyBuffer): lb = lb.copy_to_device(dev)
@@ -156,8 +161,11 @@ class Tensor:
     assert buf is not None
     return buf.numpy()[:prod(t.shape)] if all_int(t.shape) else buf.numpy()
   def numpy(self) -> np.ndarray:
+    """The values as a numpy array of the tensor's dtype; bfloat16, which numpy lacks, comes back as float32 (exact: every
+    bfloat16 is a float32), as in tinygrad 0.10.0. Its raw bits: `.bitcast(dtypes.uint16).numpy()`."""
     if not all_int(self.shape): raise ValueError(f"numpy() needs a concrete shape, got {self.shape}")
-    return self._data().reshape(self.shape)
+    data = self._data()
+    return (bf16_float(data) if self.dtype == dtypes.bfloat16 else data).reshape(self.shape)
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> ConstType:
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
@@ -244,13 +252,13 @@ class Tensor:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     shp = _argfix(*shape)
     if not all_int(shp): raise ValueError(f"rand needs a concrete shape, got {shp}")
-    return Tensor(Tensor._rng().random(shp, dtype=np.float32).astype(dt.np), device=device, **kwargs)
+    return Tensor(Tensor._rng().random(shp, dtype=np.float32), device=device, dtype=dt, **kwargs)
   @staticmethod
   def randn(*shape, device: str | None = None, dtype: DTypeLike | None = None, **kwargs) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     shp = _argfix(*shape)
     if not all_int(shp): raise ValueError(f"randn needs a concrete shape, got {shp}")
-    return Tensor(Tensor._rng().standard_normal(shp, dtype=np.float32).astype(dt.np), device=device, **kwargs)
+    return Tensor(Tensor._rng().standard_normal(shp, dtype=np.float32), device=device, dtype=dt, **kwargs)
   @staticmethod
   def randint(*shape, low: int = 0, high: int = 10, **kwargs) -> Tensor:
     if low >= high: raise ValueError(f"randint: low ({low}) must be below high ({high})")
@@ -942,6 +950,7 @@ class Tensor:
   def bitcast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=True)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
   def double(self) -> Tensor: return self.cast(dtypes.float64)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
   def long(self) -> Tensor: return self.cast(dtypes.int64)

@@ -112,10 +112,11 @@ def test_unaligned_view_is_not_vectorized():
 def test_constants_render_exactly(val, dt, want):
   assert render_const(val, dt) == want
 
-def test_half_on_a_device_without_fp16_names_the_device():
+def test_half_without_fp16_is_storage_and_double_without_fp64_names_the_device():
   no16 = dataclasses.replace(GENERIC_GPU, name="FakeGPU 3000", has_fp16=False)
   si = _kernels(Tensor.empty(16, dtype=dtypes.float16) * 2)[0]
-  with pytest.raises(UnsupportedDTypeError, match="FakeGPU 3000.*cl_khr_fp16"): to_program(si.ast, (), no16)
+  src = to_program(si.ast, (), no16).src  # half as storage: core OpenCL, float arithmetic (tests/tinysched/test_dtypes_bf16.py)
+  assert "cl_khr_fp16" not in src and "vload_half(" in src and "vstore_half_rte(" in src
   no64 = dataclasses.replace(GENERIC_GPU, name="FakeGPU 3000", has_fp64=False)
   si = _kernels(Tensor.empty(16, dtype=dtypes.float64) * 2)[0]
   with pytest.raises(UnsupportedDTypeError, match="FakeGPU 3000.*cl_khr_fp64"): to_program(si.ast, (), no64)

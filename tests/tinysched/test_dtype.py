@@ -37,7 +37,7 @@ def test_aliases_and_default_types():
   assert (dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong) == (dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
   assert (dtypes.half, dtypes.float, dtypes.double) == (dtypes.float16, dtypes.float32, dtypes.float64)
   assert dtypes.default_float is dtypes.float32 and dtypes.default_int is dtypes.int32
-  assert len(set(ALL)) == 12
+  assert len(set(ALL)) == 13  # bfloat16 is the 13th
 
 def test_finfo():
   assert dtypes.finfo(dtypes.float16) == (5, 10)

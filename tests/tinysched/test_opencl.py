@@ -2,7 +2,7 @@
 multi-output/reduce kernels, device selection and limits, the allocator, the program caches, build
 errors, kernel timing and the memory planner. Skipped where no OpenCL platform exists."""
 from __future__ import annotations
-import dataclasses, os, re, sys
+import dataclasses, os, sys
 import numpy as np
 import pytest
 from tinysched import Tensor, dtypes, Variable
@@ -12,7 +12,7 @@ from tinysched.uop import UOp
 from tinysched.device import Device, Buffer, DeviceError
 from tinysched.realize import run_schedule
 from tinysched.memory import plan_memory
-from tinysched.codegen import Opt, OptOps, to_program, UnsupportedDTypeError
+from tinysched.codegen import Opt, OptOps, to_program
 from tests.tinysched.kernels import HAS_CL, _elementwise_ast, _random_inputs, _run_both, _view, _glob, _assert_same
 
 pytestmark = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
@@ -25,12 +25,11 @@ if HAS_CL:
 else: TARGET = None
 
 def _supported(dt: DType) -> bool:
-  return (dt != dtypes.float16 or TARGET.has_fp16) and (dt != dtypes.float64 or TARGET.has_fp64)
+  return dt != dtypes.float64 or TARGET.has_fp64  # half runs everywhere: native with cl_khr_fp16, else as storage
 
 def _skip_unsupported(dt: DType) -> None:
   if not _supported(dt):
-    ext = "cl_khr_fp16" if dt == dtypes.float16 else "cl_khr_fp64"
-    pytest.skip(f"OpenCL device {TARGET.name!r} lacks {ext}: {dt.name} kernels cannot run there")
+    pytest.skip(f"OpenCL device {TARGET.name!r} lacks cl_khr_fp64: {dt.name} kernels cannot run there")
 
 ALL = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64,
        dtypes.float16, dtypes.float32, dtypes.float64]
@@ -144,16 +143,16 @@ def test_matmul_and_softmax_match_numpy():
   e = np.exp(a - a.max(1, keepdims=True))
   np.testing.assert_allclose(ta.softmax(1).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
 
-def test_half_needs_the_extension_or_falls_back():
+def test_half_runs_on_the_device_with_or_without_the_extension():
   a = _np(32).astype(np.float16)
-  if TARGET.has_fp16:
-    np.testing.assert_allclose((Tensor(a, device="OPENCL") * 2).numpy(), a * 2)
-    return
   si = [s for s in (Tensor(a, device="OPENCL") * 2).schedule() if s.ast.op is Ops.SINK][0]
-  with pytest.raises(UnsupportedDTypeError, match=re.escape(TARGET.name) + ".*cl_khr_fp16"): to_program(si.ast, (), TARGET)
-  with pytest.raises(UnsupportedDTypeError): run_ast(si.ast, [np.zeros(32, np.float16), a])
-  # exec_ast (Tensor.realize) runs such a kernel on the interpreter instead, with a warning
-  np.testing.assert_allclose((Tensor(a, device="OPENCL") * 2).numpy(), a * 2)
+  src = to_program(si.ast, (), TARGET).src
+  # without cl_khr_fp16 half is storage (vload_half / vstore_half_rte, float arithmetic), never the interpreter
+  assert ("cl_khr_fp16" in src) == TARGET.has_fp16 and ("vstore_half_rte" in src) != TARGET.has_fp16
+  out = np.zeros(32, np.float16)
+  run_ast(si.ast, [out, a])
+  np.testing.assert_array_equal(out, a * 2)
+  np.testing.assert_array_equal((Tensor(a, device="OPENCL") * 2).numpy(), a * 2)
 
 # *** device selection and errors ***
 

@@ -7,14 +7,23 @@ program order. Semantics follow the NUMPY interpreter, which is the spec:
 - MAX on floats propagates NaN like np.maximum (a select, not fmax, which drops NaNs);
 - results of char/short ops are wrapped back to their type after every op (C would promote to int);
 - bool buffers are `uchar` in memory (sizeof(bool) is implementation-defined in OpenCL C);
-- half needs cl_khr_fp16 and double cl_khr_fp64: rendering for a target without them raises an
-  error naming the device.
+- double needs cl_khr_fp64: rendering for a target without it raises an error naming the device;
+- half with cl_khr_fp16 (`Target.has_fp16`) is native `half` arithmetic. Without it, half is a storage format
+  (core OpenCL): buffers are `half*`, read with vload_half and written with vstore_half_rte, values are floats,
+  and every half-typed result that can be inexact is rounded to half (`ts_half_round`). Rounding each +, *, /, sqrt
+  of half operands computed in float gives the correctly rounded half result (float has more than 2*11+2 bits), so
+  the two paths and the interpreter (numpy's float16) agree;
+- bfloat16 has no OpenCL C type: buffers are `ushort*`, a load widens the bits (`as_float(((uint)x)<<16)`), values
+  are floats and arithmetic is float arithmetic, rounded to nearest even in integer arithmetic (NaN stays NaN:
+  `ts_bf16_bits`) where a value becomes bfloat16: a store, a cast to or from it, a bitcast, a constant. These are
+  the interpreter's rounding points (runtime/interpreter.py).
+The `ts_` helper functions a kernel needs are defined before it, in a fixed order.
 A value used once in the same loop is inlined into its user; everything else gets a named variable.
 """
 from __future__ import annotations
 import math
 import numpy as np
-from tinysched.dtype import DType, dtypes
+from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp
 from tinysched.rewrite import UPat, PatternMatcher
@@ -28,7 +37,7 @@ _SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 _C_RESERVED = frozenset("""auto break case char const continue default do double else enum extern float for goto if inline int long
 register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while bool half uchar ushort
 uint ulong kernel global local constant private read_only write_only read_write true false""".split())
-_PREFIXES = ("data", "gidx", "lidx", "ridx", "sidx", "acc", "alu", "val", "temp", "cast", "get_", "__")
+_PREFIXES = ("data", "gidx", "lidx", "ridx", "sidx", "acc", "alu", "val", "temp", "cast", "get_", "__", "ts_")
 
 def ctype(dt: DType, mem: bool = False) -> str:
   """The C type of a value (or of buffer memory: bool is stored as uchar)."""
@@ -59,6 +68,37 @@ def render_const(x, dt: DType) -> str:
   return f"({x}{suffix})" if x < 0 else f"{x}{suffix}"
 
 def _is_nonzero_const(u: UOp) -> bool: return u.op is Ops.CONST and u.arg != 0
+
+# *** dtypes carried in float registers: bfloat16 always, half without cl_khr_fp16 ***
+
+def float_carried(target: Target) -> tuple[DType, ...]:
+  """The dtypes whose values a kernel for `target` holds as float (their buffers keep the narrow format)."""
+  return (dtypes.bfloat16,) if target.has_fp16 else (dtypes.bfloat16, dtypes.float16)
+
+def _lanes(n: int) -> str: return "" if n == 1 else str(n)
+
+# helper function templates ({n}: vector width suffix, "" for scalars), emitted in this order, each only when used
+_HELPERS: dict[str, str] = {
+  # float -> bfloat16 bits, to nearest even: add 0x7fff plus the lowest kept bit, drop 16 bits; a NaN would carry into
+  # the exponent, so it keeps sign and top payload with the quiet bit set. Integer tests: no reliance on float modes.
+  "ts_bf16_bits": "ushort{n} ts_bf16_bits{n}(float{n} f) {{ uint{n} u = as_uint{n}(f); "
+                  "return convert_ushort{n}(select((u + 0x7fffu + ((u >> 16) & 1u)) >> 16, (u >> 16) | 0x40u, "
+                  "(u & 0x7fffffffu) > 0x7f800000u)); }}",
+  "ts_bf16_round": "float{n} ts_bf16_round{n}(float{n} f) {{ return as_float{n}(convert_uint{n}(ts_bf16_bits{n}(f)) << 16); }}",
+  # half as storage only: vstore_half_rte/vload_half through a private ushort are core OpenCL (no half variable needed)
+  "ts_half_bits": "ushort{n} ts_half_bits{n}(float{n} f) {{ ushort{n} h; vstore_half{n}_rte(f, 0, (__private half*)&h); return h; }}",
+  "ts_half_from_bits": "float{n} ts_half_from_bits{n}(ushort{n} h) {{ return vload_half{n}(0, (__private const half*)&h); }}",
+  "ts_half_round": "float{n} ts_half_round{n}(float{n} f) {{ return ts_half_from_bits{n}(ts_half_bits{n}(f)); }}",
+}
+_NEEDS = {"ts_bf16_round": ("ts_bf16_bits",), "ts_half_round": ("ts_half_bits", "ts_half_from_bits")}
+# half ops whose result is exact given half operands: no rounding needed in the storage path
+_EXACT_HALF_OPS = frozenset({Ops.NEG, Ops.MAX, Ops.WHERE})
+
+def _round_float(x: float, dt: DType) -> float:
+  """A constant of a float-carried dtype as the float it stands for (rounded to that dtype)."""
+  with np.errstate(all="ignore"):
+    if dt == dtypes.bfloat16: return float(bf16_float(bf16_bits(x)))
+    return float(np.float16(x))
 
 def render_alu(op: Ops, dt: DType, a: list[str], srcs: tuple[UOp, ...]) -> str:
   T = ctype(dt)
@@ -100,48 +140,88 @@ def render_alu(op: Ops, dt: DType, a: list[str], srcs: tuple[UOp, ...]) -> str:
 
 class _Names(dict):
   # constants are not in the linear program: they render where they are used
+  def __init__(self, ctx: _Ctx):
+    super().__init__()
+    self.ctx = ctx
   def __missing__(self, u: UOp) -> str:
-    if u.op is Ops.CONST: return render_const(u.arg, u.dtype)
+    if u.op is Ops.CONST: return self.ctx.const(u.arg, u.dtype)
     raise KeyError(f"internal: {u.op} used before it was rendered")
 
 class _Ctx:
-  """Renderer state: names of rendered nodes."""
-  def __init__(self, lw: Lowered, var_names: dict[UOp, str]):
-    self.r: dict[UOp, str] = _Names()
+  """Renderer state: names of rendered nodes, the dtypes carried as float and the helper functions used."""
+  def __init__(self, lw: Lowered, var_names: dict[UOp, str], target: Target):
+    self.r: dict[UOp, str] = _Names(self)
     self.lw = lw
     self.var_names = var_names
     self.counts: dict[str, int] = {}
+    self.carried = float_carried(target)
+    self.helpers: dict[tuple[str, int], None] = {}  # (helper, lanes) used, an ordered set
   def name(self, prefix: str) -> str:
     n = self.counts.get(prefix, 0)
     self.counts[prefix] = n + 1
     return f"{prefix}{n}"
+  def is_carried(self, dt: DType) -> bool: return dt.scalar() in self.carried
+  def vt(self, dt: DType) -> DType:
+    """The dtype a value of `dt` is computed in: float (of the same lanes) for a float-carried dtype, else dt itself."""
+    return dtypes.float32.vec(dt.count) if self.is_carried(dt) else dt
+  def ctype(self, dt: DType) -> str: return ctype(self.vt(dt))
+  def const(self, x, dt: DType) -> str:
+    if not self.is_carried(dt): return render_const(x, dt)
+    return render_const(x if math.isnan(x) else _round_float(x, dt.scalar()), self.vt(dt))
+  def call(self, helper: str, n: int, arg: str) -> str:
+    for dep in _NEEDS.get(helper, ()): self.helpers[(dep, n)] = None
+    self.helpers[(helper, n)] = None
+    return f"{helper}{_lanes(n)}({arg})"
+  def helper_source(self) -> list[str]:
+    order = list(_HELPERS)
+    return [_HELPERS[h].format(n=_lanes(n)) for h, n in sorted(self.helpers, key=lambda k: (order.index(k[0]), k[1]))]
 
 def _access(ctx: _Ctx, index: UOp, dt: DType) -> str:
   buf, idx = index.src[0], index.src[1]
   b = ctx.r[buf]
   if dt.count > 1:
     space = "__local" if buf.op is Ops.DEFINE_LOCAL else "__global"
-    return f"*(({space} {ctype(dt, mem=True)}*)({b}+{ctx.r[idx]}))"
+    return f"*(({space} {_mem_ctype(dt) if space == '__global' else _local_ctype(ctx, dt)}*)({b}+{ctx.r[idx]}))"
   return f"{b}[{ctx.r[idx]}]"
 
+def _carried_global(ctx: _Ctx, index: UOp, dt: DType) -> bool:
+  # local arrays of a float-carried dtype hold floats (partial results): only global memory has the narrow format
+  return ctx.is_carried(dt) and index.src[0].op is Ops.DEFINE_GLOBAL
+
 def _load(ctx: _Ctx, x: UOp) -> str:
-  acc = _access(ctx, x.src[0], x.dtype)
+  index, n = x.src[0], x.dtype.count
+  if _carried_global(ctx, index, x.dtype):
+    b, i = ctx.r[index.src[0]], ctx.r[index.src[1]]
+    if x.dtype.scalar() == dtypes.float16: acc = f"vload_half({i}, {b})" if n == 1 else f"vload_half{n}(0, {b}+{i})"
+    elif n == 1: acc = f"as_float(((uint){b}[{i}])<<16)"
+    else: acc = f"as_float{n}(convert_uint{n}(*((__global ushort{n}*)({b}+{i})))<<16)"
+  else: acc = _access(ctx, index, x.dtype)
   valid = [s for s in x.src[1:] if s.op is not Ops.BARRIER]
-  if valid: return f"(({ctx.r[valid[0]]})?{acc}:{render_const(0, x.dtype)})"
+  if valid: return f"(({ctx.r[valid[0]]})?{acc}:{ctx.const(0, x.dtype)})"
   return acc
 
 def _store(ctx: _Ctx, x: UOp) -> str:
-  stmt = f"{_access(ctx, x.src[0], x.src[1].dtype)} = {ctx.r[x.src[1]]};"
+  index, val, dt = x.src[0], ctx.r[x.src[1]], x.src[1].dtype
+  if _carried_global(ctx, index, dt):
+    b, i, n = ctx.r[index.src[0]], ctx.r[index.src[1]], dt.count
+    if dt.scalar() == dtypes.float16: stmt = f"vstore_half_rte({val}, {i}, {b});" if n == 1 else f"vstore_half{n}_rte({val}, 0, {b}+{i});"
+    else: stmt = f"{_access(ctx, index, dt)} = {ctx.call('ts_bf16_bits', n, val)};"
+  else: stmt = f"{_access(ctx, index, dt)} = {val};"
   return f"if ({ctx.r[x.src[2]]}) {{ {stmt} }}" if len(x.src) > 2 else stmt
+
+def _mem_ctype(dt: DType) -> str:
+  """The C type of buffer memory: bool is uchar, bfloat16 its ushort bits (half stays half*, core OpenCL for vload_half)."""
+  if dt.scalar() == dtypes.bfloat16: return "ushort" + _lanes(dt.count)
+  return ctype(dt, mem=True)
 
 # rules return C text: an expression for values, a statement for effects (the rule names show what rendered a node)
 opencl_rules = PatternMatcher([
   (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda ctx, x: f"data{x.arg}", "global_buffer"),
   (UPat(Ops.DEFINE_VAR, name="x"), lambda ctx, x: ctx.var_names[x], "variable"),
   (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: f"get_{x.arg[2]}_id({x.arg[0][-1]})", "thread_id"),
-  (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: f"__local {ctype(x.dtype.base, mem=True)} {{name}}[{x.arg[1]}] __attribute__((aligned(16)));",
+  (UPat(Ops.DEFINE_LOCAL, name="x"), lambda ctx, x: f"__local {_local_ctype(ctx, x.dtype.base)} {{name}}[{x.arg[1]}] __attribute__((aligned(16)));",
    "local_buffer"),
-  (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: f"{ctype(x.dtype)} {{name}} = {ctx.r[x.src[0]]};", "accumulator"),
+  (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: f"{ctx.ctype(x.dtype)} {{name}} = {ctx.r[x.src[0]]};", "accumulator"),
   (UPat(Ops.RANGE, name="x"), lambda ctx, x: f"for ({ctype(x.dtype)} {{name}} = {ctx.r[x.src[0]]}; {{name}} < {ctx.r[x.src[1]]}; {{name}}++) {{{{",
    "loop"),
   (UPat(Ops.ENDRANGE), lambda ctx: "}", "end_loop"),
@@ -151,17 +231,57 @@ opencl_rules = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _load, "load"),
   (UPat(Ops.INDEX, name="x"), lambda ctx, x: "", "index"),  # rendered inside its LOAD/STORE
   (UPat(Ops.GEP, name="x"), lambda ctx, x: f"{ctx.r[x.src[0]]}.s{x.arg:x}", "vector_lane"),
-  (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: f"(({ctype(x.dtype)})({','.join(ctx.r[s] for s in x.src)}))", "vector_build"),
-  (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({ctype(x.dtype)})({ctx.r[x.src[0]]}))", "cast"),
+  (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: f"(({ctx.ctype(x.dtype)})({','.join(ctx.r[s] for s in x.src)}))", "vector_build"),
+  (UPat(Ops.CAST, name="x"), lambda ctx, x: _cast(ctx, x), "cast"),
   (UPat(Ops.BITCAST, name="x"), lambda ctx, x: _bitcast(ctx, x), "bitcast"),
-  (UPat(GroupOp.ALU, name="x"), lambda ctx, x: render_alu(x.op, x.dtype, [ctx.r[s] for s in x.src], x.src), "alu"),
+  (UPat(GroupOp.ALU, name="x"), lambda ctx, x: _alu(ctx, x), "alu"),
 ], name="opencl_render")
+
+def _local_ctype(ctx: _Ctx, dt: DType) -> str: return ctx.ctype(dt) if ctx.is_carried(dt) else ctype(dt, mem=True)
+
+def _exact_bf16(u: UOp) -> bool:
+  """A bfloat16 value that is already a bfloat16 (rounding it again changes nothing, so it is skipped)."""
+  return u.op is Ops.CONST or (u.op is Ops.CAST and u.dtype == dtypes.bfloat16) or \
+    (u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL)
+
+def _round_to(ctx: _Ctx, dt: DType, a: str) -> str:
+  """A float expression rounded to the float-carried dtype dt."""
+  return ctx.call("ts_bf16_round" if dt.scalar() == dtypes.bfloat16 else "ts_half_round", dt.count, a)
+
+def _cast(ctx: _Ctx, x: UOp) -> str:
+  src, dst, a = x.src[0].dtype, x.dtype, ctx.r[x.src[0]]
+  if not ctx.is_carried(src) and not ctx.is_carried(dst): return f"(({ctype(dst)})({a}))"
+  # a bfloat16 value may be an unrounded float result: round it first (carried half values are always rounded)
+  if src.scalar() == dtypes.bfloat16 and not _exact_bf16(x.src[0]): a = _round_to(ctx, src, a)
+  if ctx.is_carried(dst):  # through float, then rounded (an int or double reaches bfloat16/half through float)
+    f = a if ctx.vt(src) == dtypes.float32.vec(dst.count) else f"(({ctx.ctype(dst)})({a}))"
+    return _round_to(ctx, dst, f)
+  return f"(({ctype(dst)})({a}))"
+
+def _alu(ctx: _Ctx, x: UOp) -> str:
+  a = [ctx.r[s] for s in x.src]
+  if not (ctx.is_carried(x.dtype) and x.dtype.scalar() == dtypes.float16) or x.op in _EXACT_HALF_OPS:
+    return render_alu(x.op, ctx.vt(x.dtype), a, x.src)
+  # half without cl_khr_fp16: round every inexact result, as native half arithmetic does (MULACC rounds its product too,
+  # IDIV its quotient before trunc: trunc of a half is a half)
+  if x.op is Ops.MULACC: return _round_to(ctx, x.dtype, f"({_round_to(ctx, x.dtype, f'({a[0]}*{a[1]})')}+{a[2]})")
+  if x.op is Ops.IDIV: return f"trunc({_round_to(ctx, x.dtype, f'({a[0]}/{a[1]})')})"
+  return _round_to(ctx, x.dtype, render_alu(x.op, ctx.vt(x.dtype), a, x.src))
 
 def _bitcast(ctx: _Ctx, x: UOp) -> str:
   if x.dtype == dtypes.bool or x.src[0].dtype == dtypes.bool: raise UnsupportedDTypeError("bitcast to or from bool is not supported")
   if x.dtype.itemsize != x.src[0].dtype.itemsize:
     raise UnsupportedDTypeError(f"bitcast between sizes ({x.src[0].dtype} -> {x.dtype}) needs a buffer view, not a kernel")
-  return f"as_{ctype(x.dtype)}({ctx.r[x.src[0]]})"
+  src, dst, a = x.src[0].dtype, x.dtype, ctx.r[x.src[0]]
+  if not ctx.is_carried(src) and not ctx.is_carried(dst): return f"as_{ctype(x.dtype)}({a})"
+  n = dst.count
+  if ctx.is_carried(src):  # the bits of the value it rounds to, as ushort
+    a = ctx.call("ts_bf16_bits" if src.scalar() == dtypes.bfloat16 else "ts_half_bits", n, a)
+    if ctx.is_carried(dst): src = dtypes.uint16.vec(n)
+    else: return a if dst.scalar() == dtypes.uint16 else f"as_{ctype(dst)}({a})"
+  bits = a if src.scalar() == dtypes.uint16 else f"as_ushort{_lanes(n)}({a})"
+  if dst.scalar() == dtypes.bfloat16: return f"as_float{_lanes(n)}(convert_uint{_lanes(n)}({bits})<<16)"
+  return ctx.call("ts_half_from_bits", n, bits)
 
 MAX_INLINE_DEPTH = 32
 _INLINE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
@@ -169,10 +289,10 @@ _ALWAYS_INLINE = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.GE
 _PREFIX = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast"}
 
 def check_dtypes(lw: Lowered, target: Target) -> set[DType]:
+  """The scalar dtypes a kernel uses (membership only); raises for double on a device without cl_khr_fp64 (half without
+  cl_khr_fp16 renders as storage: see the module docstring)."""
   used = {u.dtype.scalar() for u in lw.uops if u.dtype.fmt is not None or u.dtype.count > 1} | \
          {b.dtype.base.scalar() for b in lw.bufs} | {u.dtype.base.scalar() for u in lw.uops if u.op is Ops.DEFINE_LOCAL}
-  if dtypes.float16 in used and not target.has_fp16:
-    raise UnsupportedDTypeError(f"kernel {lw.name} uses half (float16), but OpenCL device {target.name!r} does not support cl_khr_fp16")
   if dtypes.float64 in used and not target.has_fp64:
     raise UnsupportedDTypeError(f"kernel {lw.name} uses double (float64), but OpenCL device {target.name!r} does not support cl_khr_fp64")
   return used
@@ -195,7 +315,7 @@ def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | Non
   """The kernel's OpenCL C source. `shown`, if given, receives for every rendered node (program order) its text and whether
   that text is inlined into a user (else it is the node's own line): what provenance.py needs to find changed nodes."""
   used = check_dtypes(lw, target)
-  ctx = _Ctx(lw, var_names(lw))
+  ctx = _Ctx(lw, var_names(lw), target)
   # uses and the loop each user sits in: single-use values in the same loop are inlined
   uses: dict[UOp, int] = {}
   user_block: dict[UOp, int] = {}
@@ -245,7 +365,7 @@ def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | Non
     else:
       nm = ctx.name(_PREFIX.get(op, "alu"))
       ctx.r[u] = nm
-      lines.append("  "*depth + f"{ctype(u.dtype)} {nm} = {txt};")
+      lines.append("  "*depth + f"{ctx.ctype(u.dtype)} {nm} = {txt};")
     if shown is not None: shown[u] = (lines[-1].strip(), False)
     if op is Ops.RANGE: depth += 1
   args = []
@@ -253,15 +373,16 @@ def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | Non
   restrict = " restrict" if not any(u.op is Ops.BARRIER for u in lw.uops) else ""
   for b in lw.bufs:
     const = "" if b.arg in lw.outs else "const "
-    args.append(f"__global {const}{ctype(b.dtype.base, mem=True)}*{restrict} data{b.arg}")
+    args.append(f"__global {const}{_mem_ctype(b.dtype.base)}*{restrict} data{b.arg}")
   for v in lw.vars: args.append(f"const {ctype(v.dtype)} {ctx.var_names[v]}")
   head = []
-  if dtypes.float16 in used: head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+  if dtypes.float16 in used and target.has_fp16: head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
   if dtypes.float64 in used: head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+  head += ctx.helper_source()
   attr = ""
   if lw.local_size is not None:
     ls = tuple(lw.local_size) + (1,) * (3 - len(lw.local_size))
     attr = f"__attribute__((reqd_work_group_size({ls[0]}, {ls[1]}, {ls[2]}))) "
   return "\n".join(head + [f"__kernel {attr}void {lw.name}({', '.join(args)}) {{"] + lines + ["}"]) + "\n"
 
-__all__ = ["render", "render_const", "ctype", "opencl_rules", "UnsupportedDTypeError"]
+__all__ = ["render", "render_const", "ctype", "opencl_rules", "UnsupportedDTypeError", "float_carried"]

@@ -4,6 +4,11 @@ A Target is part of the input of `to_program(ast, opts, target)`, so it is a sma
 with a deterministic text form (`stable_repr`) and a dict form for capture files. The runtime
 builds one from a real OpenCL device (`tinysched.runtime.opencl`); tests build fake ones to
 exercise limits (no fp16, tiny max_alloc) without special hardware.
+
+has_fp16 picks how half renders (codegen/opencl.py): native `half` arithmetic, or half buffers read and written
+with vload_half / vstore_half_rte around float arithmetic (core OpenCL). bfloat16 renders the same on every target.
+NVIDIA_LIKE_GPU keeps has_fp16=True (unchanged, so code generated for it is unchanged); a real NVIDIA device probes False (its
+compiler has half arithmetic but no half math builtins; runtime/opencl.py).
 """
 from __future__ import annotations
 from dataclasses import dataclass, fields, asdict
@@ -17,7 +22,7 @@ class Target:
   max_work_group_size: int = 256       # CL_DEVICE_MAX_WORK_GROUP_SIZE
   max_work_item_sizes: tuple[int, ...] = (256, 256, 64)
   local_mem_size: int = 32768          # bytes of __local memory per work-group
-  has_fp16: bool = False               # cl_khr_fp16
+  has_fp16: bool = False               # native half: cl_khr_fp16 listed, or the runtime's probe passed; else half is storage only
   has_fp64: bool = False               # cl_khr_fp64
   max_alloc: int = 1 << 30             # CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes
   is_gpu: bool = True

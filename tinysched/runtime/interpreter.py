@@ -26,12 +26,18 @@ OpenCL kernels do); float32 and float64 accumulate in their own dtype with numpy
 within a chunk); integers wrap in their own dtype. With `reference=True` (or module `REFERENCE`, or
 env `TINYSCHED_NUMPY_REFERENCE=1`) float16/float32 reductions accumulate in float64 and round once to
 the output dtype: what the execution check should use as its oracle.
+
+bfloat16: buffers hold uint16 bits (numpy has no bfloat16); values are float32 arrays. A load widens the bits
+exactly; ALU ops and reduces compute in float32 without rounding in between; a value is rounded to the nearest
+bfloat16 (ties to even, NaN stays NaN: `dtype.bf16_bits`) where it becomes one: a store, a CAST to bfloat16, a
+CAST or BITCAST from it, a constant. The OpenCL renderer rounds at exactly these points, so both agree bit for bit
+wherever float32 arithmetic does.
 """
 from __future__ import annotations
 import itertools, math, os, time
 from typing import Any, Iterator, Optional
 import numpy as np
-from tinysched.dtype import DType, dtypes
+from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sym_infer
 from tinysched.reduce import reduce_identity, acc_dtype
@@ -53,7 +59,11 @@ reset_stats()
 RView = tuple[tuple[int, ...], tuple[int, ...], int, Optional[tuple[tuple[int, int], ...]]]
 Region = tuple[tuple[int, int], ...]  # per dim, the half-open range [start, stop) of loop indices
 
-def _np_dtype(d: DType) -> np.dtype: return np.dtype(d.scalar().fmt)
+def _np_dtype(d: DType) -> np.dtype:
+  """The numpy dtype values of `d` are computed in: float32 for bfloat16, else d's own."""
+  return np.dtype(np.float32) if d.scalar() == dtypes.bfloat16 else np.dtype(d.scalar().fmt)
+def _mem_dtype(d: DType) -> np.dtype: return np.dtype(d.scalar().fmt)  # what a buffer of `d` holds (bfloat16: its uint16 bits)
+def _bf16_round(x: Any) -> np.ndarray: return bf16_float(bf16_bits(x))  # to the nearest bfloat16, kept as float32
 
 def _note(a: Any) -> None:
   # count only arrays that own memory: broadcasts and strided views of buffers cost nothing
@@ -280,7 +290,7 @@ _REDUCE_UFUNC = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
 
 def _acc_dtype(dtype: DType, reference: bool) -> np.dtype:
   d = dtype.scalar()
-  if reference and d in (dtypes.float16, dtypes.float32): return np.dtype(np.float64)
+  if reference and d in (dtypes.float16, dtypes.bfloat16, dtypes.float32): return np.dtype(np.float64)
   return _np_dtype(acc_dtype(d))
 
 
@@ -396,16 +406,22 @@ class _Kernel:
 
   def eval_one(self, u: UOp, vals: dict[UOp, Any], region: Region) -> Any:
     op = u.op
-    if op is Ops.CONST: return np.array(u.arg, dtype=_np_dtype(u.dtype))
+    if op is Ops.CONST: return _bf16_round(u.arg) if u.dtype == dtypes.bfloat16 else np.array(u.arg, dtype=_np_dtype(u.dtype))
     if op is Ops.DEFINE_VAR: return np.array(self.var_vals[u], dtype=_np_dtype(u.dtype))
     if op is Ops.BIND: return np.array(u.src[1].arg, dtype=_np_dtype(u.dtype))
     if op is Ops.VALID:
       valid = view_positions(self.views[u.src[0]], self.node_region(u, region), need_index=False)[1]
       return np.asarray(valid, dtype=np.bool_)
-    if op is Ops.LOAD: return self.load(u, self.node_region(u, region))
+    if op is Ops.LOAD:
+      v = self.load(u, self.node_region(u, region))
+      return bf16_float(v) if u.dtype == dtypes.bfloat16 else v
     if op is Ops.REDUCE_AXIS: return self.reduce(u, region)
-    if op is Ops.CAST: return vals[u.src[0]].astype(_np_dtype(u.dtype))
-    if op is Ops.BITCAST: return np.ascontiguousarray(vals[u.src[0]]).view(_np_dtype(u.dtype))
+    if op is Ops.CAST: return _cast(vals[u.src[0]], u.src[0].dtype, u.dtype)
+    if op is Ops.BITCAST:
+      x = vals[u.src[0]]
+      if u.src[0].dtype == dtypes.bfloat16: x = bf16_bits(x)  # the bits of the value it rounds to
+      out = np.ascontiguousarray(x).view(_mem_dtype(u.dtype))
+      return bf16_float(out) if u.dtype == dtypes.bfloat16 else out
     res = _alu(op, u.dtype, [vals[s] for s in u.src])
     return np.asarray(res).astype(_np_dtype(u.dtype), copy=False)
 
@@ -473,7 +489,7 @@ class _Kernel:
 
   def store(self, u: UOp, region: Region, val: Any) -> None:
     buf, views = self.out_bufs[u.src[0].arg], self.views[u.src[1]]
-    val = np.asarray(val).astype(buf.dtype, copy=False)
+    val = bf16_bits(val) if u.src[0].dtype.base == dtypes.bfloat16 else np.asarray(val).astype(buf.dtype, copy=False)
     ext = tuple(e - s for s, e in region)
     if STRIDED_LOADS and len(views) == 1 and _injective(views[0]):
       bp = _box(views[0], region)
@@ -515,6 +531,13 @@ class _Kernel:
         vals = self.eval(tuple(s.src[2] for s in ss), r)
         for s, v in zip(ss, vals): self.store(s, r, v)
 
+def _cast(x: Any, src: DType, dst: DType) -> np.ndarray:
+  """CAST: a bfloat16 source is rounded first (its float32 value may be an unrounded result), a bfloat16 target rounds
+  the float32 conversion (an int or double reaches bfloat16 through float32, as in the OpenCL kernels)."""
+  if src == dtypes.bfloat16: x = _bf16_round(x)
+  if dst == dtypes.bfloat16: return _bf16_round(np.asarray(x).astype(np.float32))
+  return np.asarray(x).astype(_np_dtype(dst))
+
 def _injective(view: RView) -> bool:
   """Distinct positions of the view hit distinct elements (sorted by |stride|, each dim steps over the ones inside it)."""
   shape, strides, _, _ = view
@@ -539,7 +562,7 @@ def exec_ast(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int], referen
 
 class NumpyBackend(Backend):
   def __init__(self, name: str = "NUMPY", reference: bool | None = None): self.name, self.reference = name, reference
-  def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=_np_dtype(dtype))
+  def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=_mem_dtype(dtype))
   def copyin(self, handle: np.ndarray, src: np.ndarray) -> None: handle[:] = src
   def copyout(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray: return handle[:size].copy()
   def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> float:
@@ -550,7 +573,7 @@ class NumpyBackend(Backend):
 
 def _sub(b: Buffer) -> np.ndarray:
   base = b.base.handle
-  return base.view(np.uint8)[b.offset:b.offset + b.nbytes].view(_np_dtype(b.dtype))
+  return base.view(np.uint8)[b.offset:b.offset + b.nbytes].view(_mem_dtype(b.dtype))
 
 __all__ = ["exec_ast", "NumpyBackend", "InterpreterError", "view_positions", "resolve_views", "CHUNK_ELEMENTS", "CLOSED_FORM",
            "REFERENCE", "STATS", "reset_stats"]

@@ -17,7 +17,7 @@ Kernel time comes from profiling events (the queue always profiles): `run_ast(..
 seconds.
 """
 from __future__ import annotations
-import functools, hashlib, os, sys, tempfile, warnings
+import contextlib, functools, hashlib, os, sys, tempfile, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -105,11 +105,60 @@ def select_device(name: str):
   if (spec := os.environ.get("PYOPENCL_CTX")): return _from_pyopencl_ctx(spec)
   return next((d for d in devs if _is_gpu(d)), devs[0])
 
+# what native half rendering emits (codegen/opencl.py): arithmetic, conversions, half4 memory and the math builtins. Each
+# result is exact in half, so a device that computes them gets exactly EXPECTED. NVIDIA's compiler (no cl_khr_fp16
+# listed) accepts half arithmetic but has no half overloads of trunc/fmod/exp2/log2/sin/sqrt: arithmetic alone is no proof.
+_FP16_PROBE = """#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+__kernel void ts_fp16_probe(__global half* a) {
+  half x = a[0];
+  half4 v = *((__global half4*)(a+4));
+  a[1] = sqrt(a[1]) + (exp2(x) - exp2(x)) + log2((half)1.0f) + sin((half)0.0f) + (trunc(x) - trunc(x)) + fmod(x, x);
+  a[2] = (half)((int)x + 2);
+  a[0] = x*x + (half)1.0f;
+  *((__global half4*)(a+4)) = v * (half)2.0f;
+}
+"""
+_FP16_PROBE_IN, _FP16_PROBE_EXPECTED = [1.5, 4, 0, 0, 1, 2, 3, 4], [3.25, 2, 3, 0, 2, 4, 6, 8]
+
+@contextlib.contextmanager
+def _quiet_stderr():
+  """File descriptor 2 goes to /dev/null for the block (a driver's compiler writes there directly, not through Python)."""
+  sys.stderr.flush()
+  saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+  try:
+    os.dup2(null, 2)
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+    os.close(null)
+
+@functools.lru_cache(None)
+def probe_fp16(d) -> bool:
+  """Whether device `d` builds and correctly runs what native half kernels use (`_FP16_PROBE`). A driver may support
+  half without listing cl_khr_fp16, or only in part; asking the compiler is the only way to know. False on any build
+  or run error."""
+  try:
+    ctx = cl.Context([d])
+    q = cl.CommandQueue(ctx, d)
+    with warnings.catch_warnings(), _quiet_stderr():
+      warnings.simplefilter("ignore")  # a failed build is the answer, not something to show users (PoCL prints to fd 2)
+      prg = cl.Program(ctx, _FP16_PROBE).build()
+    a = np.array(_FP16_PROBE_IN, dtype=np.float16)
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
+    prg.ts_fp16_probe(q, (1,), None, buf)
+    cl.enqueue_copy(q, a, buf, is_blocking=True)
+    return a.tolist() == _FP16_PROBE_EXPECTED
+  except Exception: return False
+
 def target_of(d) -> Target:
+  """The Target of a pyopencl device. has_fp16: cl_khr_fp16 is listed, else `probe_fp16` (without it, half is rendered
+  as storage with float arithmetic: codegen/opencl.py)."""
   ext = d.extensions.split()
+  has_fp16 = "cl_khr_fp16" in ext or probe_fp16(d)
   return Target(name=d.name.strip(), vendor=d.vendor.strip(), driver_version=d.driver_version.strip(),
                 max_work_group_size=int(d.max_work_group_size), max_work_item_sizes=tuple(int(x) for x in d.max_work_item_sizes),
-                local_mem_size=int(d.local_mem_size), has_fp16="cl_khr_fp16" in ext, has_fp64="cl_khr_fp64" in ext,
+                local_mem_size=int(d.local_mem_size), has_fp16=has_fp16, has_fp64="cl_khr_fp64" in ext,
                 max_alloc=int(d.max_mem_alloc_size), is_gpu=_is_gpu(d), compute_units=int(d.max_compute_units))
 
 # *** memory ***
@@ -327,7 +376,8 @@ class OpenCLBackend(Backend):
     if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
     try: prg = self.dev.program(ast, None)
     except UnsupportedDTypeError as e:
-      # e.g. half on a device without cl_khr_fp16: run this one kernel on the reference interpreter instead
+      # e.g. double on a device without cl_khr_fp64 (half no longer needs this: without cl_khr_fp16 it renders as
+      # storage, vload_half/vstore_half_rte): run this one kernel on the reference interpreter instead
       if not getenv("TINYSCHED_FP16_FALLBACK", 1): raise
       self._interpret(ast, bufs, var_vals, e)
       return None
