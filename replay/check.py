@@ -4,7 +4,7 @@ import hashlib, json, multiprocessing as mp, os, sys, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from replay.store import Store, StoreError
-from replay.runner import Result, replay_row, row_host, OUTCOMES
+from replay.runner import opts_given, Result, replay_row, row_host, OUTCOMES
 from replay.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
 
 @dataclass
@@ -67,7 +67,8 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
     memo: dict[tuple, Result] = {}
     for row in rows:
       # with --reoptimize a program row's outcome also depends on the host facts it recorded (two hosts, one input)
-      k: tuple = (row["level"], row["input_key"]) + ((json.dumps(row_host(row), sort_keys=True),) if reoptimize and row["level"] == "program" else ())
+      k: tuple = (row["level"], row["input_key"]) + ((json.dumps(row_host(row), sort_keys=True), opts_given(row))
+                                                     if reoptimize and row["level"] == "program" else ())
       if (m := memo.get(k)) is not None and m.stored_key == row["output_key"]:
         # the same input replayed once: copy the verdict for this row
         out.append(Result(**{**m.to_dict(), "run_id": row["run_id"], "seq": row["seq"], "label": row["label"] or "",

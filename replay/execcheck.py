@@ -268,6 +268,26 @@ def _launch_source(be, name: str, src: str, launch: dict, args: list, names: dic
   if any(g <= 0 for g in gs): return 0.0
   return be.run_source(name, src, args, tuple(gs), tuple(launch["local"]) if launch.get("local") else None, scalars)
 
+# copies of the buffers a job holds at once: host inputs, both sides' device buffers, their warm-up run, what is read back
+EXEC_COPIES = 6
+
+def _available_bytes() -> int | None:
+  """REPLAY_EXEC_MEM_MB, else half of the memory the kernel reports available now (Linux), else None (no limit)."""
+  if (mb := os.environ.get("REPLAY_EXEC_MEM_MB")): return int(float(mb) * (1 << 20))
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"): return int(line.split()[1]) * 1024 // 2
+  except OSError: pass
+  return None
+
+def _over_memory(buffer_bytes: int) -> str | None:
+  """Why a job whose buffers take `buffer_bytes` is not run here (it would be killed for memory, and say nothing), or None."""
+  need, have = buffer_bytes * EXEC_COPIES, _available_bytes()
+  if have is None or need <= have: return None
+  return (f"its buffers need about {need / 2**30:.1f} GiB here ({buffer_bytes / 2**30:.1f} GiB, {EXEC_COPIES} copies), more than "
+          f"this machine can spare ({have / 2**30:.1f} GiB; REPLAY_EXEC_MEM_MB sets the budget)")
+
 def _fresh(device: str, host: dict[int, np.ndarray], specs: dict[int, tuple[int, Any]]) -> dict[int, Any]:
   from tinysched.device import Buffer
   return {i: Buffer(device, specs[i][0], specs[i][1]).allocate().copyin(host[i]) for i in host}
@@ -374,6 +394,8 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
   # never stores, which can be vocab x tokens x dim large
   used = {i for side in (old, new) for it in side.items for i in side.touched(it)} | set(job.get("outputs") or [])
   specs = {i: sd for i, sd in specs.items() if i in used}
+  if (why := _over_memory(sum(int(size) * dt.itemsize for size, dt in specs.values()))):
+    return {"device": device, "verdict": "skipped", "reason": why}
   doms = {int(k): v for k, v in (job.get("domains") or {}).items()}
   host = {i: seeded_fill(size, dt, job["seed"] + i, doms.get(i)) for i, (size, dt) in specs.items()}
   res: dict[str, Any] = {"device": device, "seed": job["seed"], "old_kernels": len(old.items), "new_kernels": len(new.items)}

@@ -190,7 +190,9 @@ class Capturer:
           si = {}
           # the launch sizes go with the row (not the keyed input): the execution check launches the stored source with them
           # host facts (compute_units...) go with the row too: replay check --reoptimize runs the heuristic, which reads them
-          row_extra = {**extra, "host": host_json(target), **({"launch": launch_json(info["program"])} if info and "program" in info else {})}
+          # opts a caller gave (a test, a search) are not the heuristic's: --reoptimize replays those rows with them
+          row_extra = {**extra, "host": host_json(target), **({"launch": launch_json(info["program"])} if info and "program" in info else {}),
+                       **({"opts_given": True} if info and info.get("opts_given") else {})}
           add("program", graph(encode_graph([ast], extra, stats=si), "program_input", si), graph(str(output).encode(), "source"),
               node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(_shapes(ast)), extra=dumps(row_extra))
       self.store.write_batch(list(graphs.values()), rows)

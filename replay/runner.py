@@ -117,6 +117,11 @@ def row_host(row: dict) -> dict | None:
   except (ValueError, AttributeError): return None
   return host if isinstance(host, dict) else None
 
+def opts_given(row: dict) -> bool:
+  """Whether a program row's opts were given by the caller (a test, a search), not chosen by the heuristic."""
+  try: return bool(json.loads(row.get("extra") or "{}").get("opts_given"))
+  except (ValueError, AttributeError): return False
+
 def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None, memo: Any = None, reoptimize: bool = False) -> Result:
   """Replay one stored row with the current code. `full`, `memo`: see run_input (`full` is filled when the current
   code ran). `reoptimize`: program rows choose their opts again with the current heuristic; a row without host facts
@@ -134,7 +139,7 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
-    reopt, host = reoptimize and row["level"] == "program", None
+    reopt, host = reoptimize and row["level"] == "program" and not opts_given(row), None
     if reopt and (host := row_host(row)) is None:
       from replay.program import NO_HOST_NOTE
       reopt, res.note = False, NO_HOST_NOTE

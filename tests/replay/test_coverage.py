@@ -126,7 +126,7 @@ def test_cli_output_deterministic_json_and_exit_codes(db, tmp_path):
   doc = json.loads(j1)
   assert doc["totals"]["uncovered"] == sum(1 for r in doc["rules"] if r["captures"] == 0) > 0
   only = _cli(str(db), "--uncovered-only")
-  listed = [ln.split()[0] for ln in only.stdout.split("\n\n")[0].splitlines()[2:]]
+  listed = [ln.split()[0] for ln in only.stdout.split("\n\n")[0].splitlines()[2:] if not ln.startswith("  why: ")]
   assert only.returncode == 0 and listed == [r["rule"] for r in doc["rules"] if r["captures"] == 0]
   bad = tmp_path / "bad.db"
   bad.write_bytes(b"not a store")
@@ -210,3 +210,11 @@ def test_save_appends_a_measurement_per_store(db, tmp_path):
     assert {(x["module"], x["matcher"], x["rule"]): (x["captures"], x["firings"]) for x in run["rules"]} == want
   assert not Path(f"{p}-wal").exists()  # compacted again: one file to commit
   assert C.coverage([str(p)]).captures == C.coverage([str(db)]).captures  # the rows are untouched
+
+def test_every_stated_reason_names_a_rule_and_is_printed(db):
+  keys = {(r.where, r.name) for r in C.rule_inventory()[0]}
+  assert set(C.WHY_UNREACHED) <= keys, set(C.WHY_UNREACHED) - keys
+  cov = C.coverage([str(db)])
+  text = C.table(cov, uncovered_only=True)
+  for (where, name), why in C.WHY_UNREACHED.items():
+    if any(c.rule.where == where and c.rule.name == name for c in cov.uncovered): assert f"why: {why}" in text

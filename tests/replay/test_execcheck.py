@@ -325,3 +325,17 @@ def test_only_an_unusable_device_is_reported_as_a_device_problem(db, monkeypatch
   monkeypatch.setattr(E, "exec_report", bug)
   r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "--exec-all", "--device", "NUMPY", "-j", "1"])
   assert isinstance(r.exception, ShapeError) and "check the device" not in r.output
+
+def test_a_job_over_the_memory_budget_is_skipped_and_says_why(db, monkeypatch):
+  # a capture of buffers past what this machine can hold (a test past 2**31 elements) would be killed for memory and
+  # say nothing: it is skipped with its size and the budget instead, and runs again under a budget that fits
+  monkeypatch.setenv("REPLAY_EXEC_MEM_MB", "0")
+  rep = check([str(db)], jobs=1)
+  exec_report(rep, mode="all", device=DEVICE, timing_runs=1)
+  judged = [r for r in rep.results if r.exec and r.level != "program"]
+  assert judged and all(r.exec["verdict"] == "skipped" and "REPLAY_EXEC_MEM_MB" in r.exec["reason"] for r in judged)
+  assert rep.exit_code() == 0
+  monkeypatch.setenv("REPLAY_EXEC_MEM_MB", "4096")
+  rep = check([str(db)], jobs=1)
+  exec_report(rep, mode="all", device=DEVICE, timing_runs=1)
+  assert {r.exec["verdict"] for r in rep.results if r.exec and r.level != "program"} == {"equivalent"}

@@ -262,3 +262,29 @@ def test_replay_gate_catches_a_heuristic_change_on_the_committed_baseline(tmp_pa
   assert changed and all("opts changed" in (x["signature"] or "") for x in changed)
   r = run_script(tmp_path, *caps, "--level", "program", REPLAY_REOPTIMIZE="0", **env)
   assert r.returncode == 0 and "replay gate: PASS" in r.stdout, r.stdout + r.stderr
+
+def test_replay_gate_catches_can_pad_on_the_committed_baseline(tmp_path):
+  """Planted can_pad (every op zero-preserving: a pad over exp is no longer stored first) fails the gate on captures/:
+  the distilled test captures (captures/tests.db) hold the pads over unsafe ops that no model has; the model stores
+  alone pass, which is why the test suite is part of the baseline."""
+  plants = str(ROOT / "tests/replay/plants")
+  models = [str(p) for p in sorted((ROOT / "captures").glob("*.db")) if p.stem not in ("tests", "gpu_target")]
+  env = {"TINYSCHED_TEST_PLANT": "can_pad", "PYTHONPATH": f"{plants}{os.pathsep}{ROOT}", "REPLAY_EXEC": "0"}
+  r = run_script(tmp_path, *models, "--level", "schedule", **env)
+  assert r.returncode == 0 and "replay gate: PASS" in r.stdout, r.stdout + r.stderr
+  r = run_script(tmp_path, str(ROOT / "captures/tests.db"), "--level", "schedule", **env)
+  assert r.returncode == 1 and "replay gate: FAIL" in r.stdout, r.stdout + r.stderr
+  changed = [x for x in json.loads((tmp_path / "out" / "report.json").read_text())["results"] if x["outcome"] == "changed"]
+  assert changed and all(x["level"] == "schedule" for x in changed)
+
+def test_replay_gate_catches_a_gpu_work_group_change_on_the_committed_baseline(tmp_path):
+  """A planted change of the GPU local-size choice fails the gate through captures/gpu_target.db (program level, rendered
+  for the nvidia-like-gpu target on this CPU machine); the CPU-target program captures do not see it."""
+  plants = str(ROOT / "tests/replay/plants")
+  env = {"TINYSCHED_TEST_PLANT": "gpu_local", "PYTHONPATH": f"{plants}{os.pathsep}{ROOT}", "REPLAY_EXEC": "0"}
+  r = run_script(tmp_path, str(ROOT / "captures/gpu_target.db"), "--level", "program", **env)
+  assert r.returncode == 1 and "replay gate: FAIL" in r.stdout, r.stdout + r.stderr
+  changed = [x for x in json.loads((tmp_path / "out" / "report.json").read_text())["results"] if x["outcome"] == "changed"]
+  assert changed and all("LOCAL(" in (x["signature"] or "") for x in changed)
+  r = run_script(tmp_path, str(ROOT / "captures/mlp_digits.db"), "--level", "program", **env)
+  assert r.returncode == 0 and "replay gate: PASS" in r.stdout, r.stdout + r.stderr

@@ -177,3 +177,20 @@ def test_a_kernel_the_target_cannot_take_is_named_not_raised(tmp_path, capsys):
   assert float(out[0]) == 16.0
   err = capsys.readouterr().err
   assert "capture target gpu-without-fp64:" in err and "could not be rendered for it" in err and "float64" in err, err
+
+def test_opts_a_caller_gave_are_replayed_as_given(tmp_path, monkeypatch):
+  """A test or a search that passes its own opts did not run the heuristic: --reoptimize must not re-choose them (that would
+  report a 'heuristic change' nobody made), while the same kernel's heuristic row is re-chosen."""
+  from tinysched.codegen import Opt, OptOps
+  db = str(tmp_path / "given.db")
+  ast = [si.ast for si in (Tensor.rand(4096, 256) * 3).exp().schedule() if si.ast.op.name == "SINK"][-1]  # GPU work-group: 256
+  with replay.capture(db, label="given", levels=("program",)):
+    P.to_program(ast, (Opt(OptOps.UPCAST, 0, 4),), GPU)  # given
+    P.to_program(ast, None, GPU)                          # chosen by the heuristic
+  with sqlite3.connect(db) as c: flags = sorted(bool(json.loads(e).get("opts_given")) for (e,) in c.execute("select extra from captures"))
+  assert flags == [False, True]
+  assert check([db], jobs=1, reoptimize=True).exit_code() == 0
+  orig = H._locals
+  monkeypatch.setattr(H, "_locals", lambda k, opts, t, budget: orig(k, opts, t, budget // 2))  # plant: a heuristic change
+  changed = _changed(check([db], jobs=1, reoptimize=True))
+  assert len(changed) == 1 and changed[0].text_diff.startswith("opts changed: ")  # only the heuristic's row

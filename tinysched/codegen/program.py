@@ -31,7 +31,7 @@ class Program:
 
 def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GENERIC_GPU) -> Program:
   """Lower and render one kernel AST with explicit opts (None: `default_opts(ast, target)`)."""
-  lw = None
+  lw, given = None, opts is not None
   if opts is None:
     from tinysched.codegen.heuristic import choose_opts
     opts, lw = choose_opts(ast, target)
@@ -39,7 +39,7 @@ def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GEN
   if lw is None: lw = lower(Kernel(ast, opts), target)
   src = render(lw, target)
   prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem)
-  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src, {"program": prg})
+  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src, {"program": prg, "opts_given": given})
   return prg
 
 def is_kernel_ast(ast: UOp) -> bool: return ast.op is Ops.SINK

@@ -111,7 +111,13 @@ def _heuristic_drops_last_opt():
   orig = H._cpu
   H._cpu = lambda k, t: (lambda opts: opts[:-1] if opts else opts)(orig(k, t))
 
-PLANTS = {"heuristic": _heuristic_drops_last_opt, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
+def _gpu_half_work_group():
+  # codegen heuristic: the GPU work-group choice gets half the budget (LOCAL(0,256) -> LOCAL(0,128)); only GPU targets change
+  from tinysched.codegen import heuristic as H
+  orig = H._locals
+  H._locals = lambda k, opts, t, budget: orig(k, opts, t, budget // 2)
+
+PLANTS = {"heuristic": _heuristic_drops_last_opt, "gpu_local": _gpu_half_work_group, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
           "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice,
           "set_order": _set_order}
 
