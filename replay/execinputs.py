@@ -81,7 +81,7 @@ def seeded_fill(size: int, dtype, seed: int, domain: str | None = None) -> np.nd
   npd = np.dtype(dtype.scalar().fmt)
   if dtype.scalar() == dtypes.bfloat16:  # the float domain drawn in float32, stored as the bits of the nearest bfloat16
     x = rng.random(size, dtype=np.float32)
-    x *= 1.5
+    x *= 1.5 - 2.0 ** -7  # below 2 - 2^-8, the midpoint that would round up to 2.0: the values stay in [0.5, 2)
     x += 0.5
     return bf16_bits(x)
   if dtypes.is_float(dtype):  # uniform in [0.5, 2), drawn in the buffer's precision (no float64 temporary)
