@@ -248,7 +248,9 @@ def _fit(flat: np.ndarray, buf: np.ndarray) -> np.ndarray:
 
 # *** where a kernel's outputs hang on a float decision ***
 
-TIE_RTOL = {"half": 2.0 ** -8, "bfloat16": 2.0 ** -7}   # about 4 ULP of half, 1 to 2 of bfloat16 (its values differ by a rounding flip at most); others: 2^-16 (about 128 ULP of a float32)
+# about 4 ULP of half; 1 to 2 of bfloat16 (float32 arithmetic between exact roundings: at most a rounding flip apart);
+# others: 2^-16 (about 128 ULP of a float32)
+TIE_RTOL = {"half": 2.0 ** -8, "bfloat16": 2.0 ** -7}
 
 def _near(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
   """Operands of a float comparison close enough that a device rounding differently may decide it the other way."""
