@@ -2,7 +2,7 @@
 PYTHONPATH and TINYSCHED_TEST_PLANT set (the `replay` CLI and its exec workers alike), as a user's change would be.
 
 Each plant is a small monkeypatch of one layer; tests/replay/test_exec_plants.py shows each one caught (`set_order`:
-tests/replay/test_determinism.py).
+tests/replay/test_determinism.py; `bf16_truncate`: tests/replay/test_exec_bf16.py).
 """
 import os
 
