@@ -15,25 +15,42 @@ Each buffer's seed is the capture's seed plus the buffer's canonical number, rec
 Tolerances (rtol, atol) by dtype, used as |a-b| <= atol + rtol*|ref|: half 1e-2/1e-2,
 float 1e-3/1e-4, double 1e-7/1e-9; integers and bools exact. NaN must sit at the same positions, and an
 infinity must match in sign.
+
+bfloat16 (buffers hold uint16 bits, see tinysched/dtype.py): inputs are bfloat16 values in the float domain
+(drawn in float32, rounded with bf16_bits); comparison widens both sides to float32 and counts in bfloat16 ULPs
+(8 significant bits), measured on the smaller magnitude of the pair:
+- within half a ULP (or BF16_ATOL absolute): equal (float32 noise in an output judged as bfloat16);
+- more than 1.5 ULP (and beyond BF16_ATOL): wrong, as any float outside its tolerance;
+- one ULP: a rounding decision. The reference and a correct kernel round the same float32/float64 value to nearest
+  even, so they differ only where that value lies within its compute error of a midpoint: rare. A rounding bug
+  (truncation, ties away from zero) moves about half of all elements by one ULP. So one-ULP elements are tolerated up
+  to BF16_ONE_ULP_SHARE of the judged elements (plus one), and all of them count as wrong beyond that.
+With `intermediate_rounding` (the two sides may round intermediate bfloat16 values at different places: the
+scheduler's input graph against kernels, or old and new kernel lists that fuse differently), one rounding more or
+less upstream moves outputs by a few ULPs anywhere, so bfloat16 is judged like half, by BF16_LOOSE (rtol, atol).
 """
 from __future__ import annotations
 import functools
 from typing import Any
 import numpy as np
-from tinysched.dtype import dtypes
+from tinysched.dtype import dtypes, bf16_bits, bf16_float
 from tinysched.ops import Ops, GroupOp
 from tinysched.cost import kernel_cost  # noqa: F401 (the cost model's one home; execcheck imports it from here)
 
 TOLERANCES = {"half": (1e-2, 1e-2), "float": (1e-3, 1e-4), "double": (1e-7, 1e-9)}  # (rtol, atol)
+BF16 = "bfloat16"
+BF16_ATOL = 1e-4              # absolute floor (cancellation near zero), as float's atol
+BF16_ONE_ULP_SHARE = 1 / 64   # one-ULP elements tolerated, as a share of the judged elements (plus one)
+BF16_LOOSE = (2.0 ** -5, 1e-2)  # (rtol, atol) where rounding points may differ: about 4 ULP, half's atol
 
 def judged_as(dtype_name: str, asts: list) -> str:
   """The dtype whose tolerance judges an output of `dtype_name` made by `asts`: the narrowest float dtype they compute
   in, when narrower (a float32 sum stored as double carries float32 rounding, which double's tolerance would call
   wrong)."""
-  if dtype_name not in TOLERANCES: return dtype_name
+  if dtype_name not in TOLERANCES and dtype_name != BF16: return dtype_name
   return min([dtype_name, *(_narrowest(a) for a in asts)], key=lambda n: _FLOAT_SIZE.get(n, 99))
 
-_FLOAT_SIZE = {"half": 2, "float": 4, "double": 8}
+_FLOAT_SIZE = {"half": 2, "bfloat16": 2, "float": 4, "double": 8}
 
 @functools.lru_cache(maxsize=4096)
 def _narrowest(ast) -> str:
@@ -62,6 +79,11 @@ def domains(roots: list, buffer_of=None) -> dict[int, str]:
 def seeded_fill(size: int, dtype, seed: int, domain: str | None = None) -> np.ndarray:
   rng = np.random.default_rng(seed)
   npd = np.dtype(dtype.scalar().fmt)
+  if dtype.scalar() == dtypes.bfloat16:  # the float domain drawn in float32, stored as the bits of the nearest bfloat16
+    x = rng.random(size, dtype=np.float32)
+    x *= 1.5 - 2.0 ** -7  # below 2 - 2^-8, the midpoint that would round up to 2.0: the values stay in [0.5, 2)
+    x += 0.5
+    return bf16_bits(x)
   if dtypes.is_float(dtype):  # uniform in [0.5, 2), drawn in the buffer's precision (no float64 temporary)
     x = rng.random(size, dtype=np.float64 if npd.itemsize == 8 else np.float32)
     x *= 1.5
@@ -78,16 +100,19 @@ def _ulp(a64: np.ndarray, b64: np.ndarray, npd: np.dtype) -> np.ndarray:
   spacing = np.spacing(np.abs(a64).astype(npd)).astype(np.float64)
   with np.errstate(all="ignore"): return np.abs(a64 - b64) / np.where(spacing > 0, spacing, np.finfo(npd).smallest_subnormal)
 
-def compare(ref: np.ndarray, got: np.ndarray, dtype_name: str, ignore: np.ndarray | None = None) -> dict[str, Any]:
+def compare(ref: np.ndarray, got: np.ndarray, dtype_name: str, ignore: np.ndarray | None = None,
+            intermediate_rounding: bool = False) -> dict[str, Any]:
   """How `got` differs from `ref`: equal (within the dtype's tolerance), max abs/rel error, max ULP, the count and
-  first indices of out-of-tolerance elements. NaN/inf by position. `ignore`: elements not judged (see reference.uncertain_outputs)."""
+  first indices of out-of-tolerance elements. NaN/inf by position. `ignore`: elements not judged (see reference.uncertain_outputs).
+  `intermediate_rounding`: bfloat16 only, see the module docstring."""
   if ignore is not None and ignore.any() and ref.shape == got.shape:
     keep = ~ignore
-    c = compare(ref[keep], got[keep], dtype_name)
+    c = compare(ref[keep], got[keep], dtype_name, intermediate_rounding=intermediate_rounding)
     where = np.flatnonzero(keep)
     return {**c, "first_diff": where[c["first_diff"]].tolist() if c["first_diff"] else [], "n_undecidable": int(ignore.sum())}
   if ref.shape != got.shape: return {"equal": False, "max_abs_err": None, "max_rel_err": None, "n_diff": max(ref.size, got.size), "n_nonfinite": 0,
                                      "first_diff": [], "error": f"sizes differ: {ref.size} vs {got.size}"}
+  if dtype_name == BF16: return _compare_bf16(ref, got, intermediate_rounding)
   if ref.dtype.kind in "biu":
     diff = ref != got
     ae = np.abs(ref.astype(np.float64) - got.astype(np.float64))
@@ -117,6 +142,40 @@ def _compare_floats(ref: np.ndarray, got: np.ndarray, npd: np.dtype, rtol: float
           "max_ulp": float(ulp.max()) if ulp.size else 0.0, "n_diff": int(bad.sum()),
           "n_nonfinite": int(((nan_a != nan_b) | inf_mismatch).sum()), "first_diff": np.flatnonzero(bad)[:5].tolist(),
           "rtol": rtol, "atol": atol}
+
+def _bf16_values(a: np.ndarray) -> np.ndarray:
+  """A bfloat16 buffer (uint16 bits) as its float32 values; an output of another float dtype judged as bfloat16
+  (judged_as) as float32."""
+  return bf16_float(a) if a.dtype == np.uint16 else a.astype(np.float32)
+
+def _compare_bf16(ref: np.ndarray, got: np.ndarray, loose: bool = False) -> dict[str, Any]:
+  """compare() for outputs judged as bfloat16: in bfloat16 ULPs, with the one-ULP allowance of the module docstring."""
+  a, b = _bf16_values(ref.reshape(-1)), _bf16_values(got.reshape(-1))
+  if ref.dtype == got.dtype == np.uint16 and np.array_equal(ref, got):  # the same bits (the common case): equal, NaNs included
+    a = b = np.zeros(0, np.float32)
+  a64, b64 = a.astype(np.float64), b.astype(np.float64)
+  nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+  inf_mismatch = (np.isinf(a64) | np.isinf(b64)) & (a64 != b64) & ~(nan_a | nan_b)
+  finite = ~(nan_a | nan_b | np.isinf(a64) | np.isinf(b64))
+  with np.errstate(all="ignore"):
+    ae = np.where(finite, np.abs(a64 - b64), 0.0)
+    re = np.where(finite, ae / np.maximum(np.abs(a64), 1e-30), 0.0)
+    # a bfloat16 ULP is 2^16 float32 ULPs (same exponent range; subnormals: 2^-133 both ways); on the smaller magnitude,
+    # so one step down across a power of two counts as one ULP, not half of one
+    small = np.minimum(np.abs(a), np.abs(b))
+    ulp = np.where(finite, ae / (np.spacing(np.where(finite, small, np.float32(0))).astype(np.float64) * 65536.0), 0.0)
+  off = finite & (ae > BF16_ATOL)
+  far = off & (ulp > 1.5)
+  one = off & (ulp > 0.5) & ~far
+  n_one = int(one.sum())
+  allowed = ref.size if loose else int(ref.size * BF16_ONE_ULP_SHARE) + 1
+  if loose: far = finite & (ae > BF16_LOOSE[1] + BF16_LOOSE[0] * np.abs(a64))
+  bad = (nan_a != nan_b) | inf_mismatch | far | (one if n_one > allowed else np.zeros_like(one))
+  return {"equal": not bad.any(), "max_abs_err": float(ae.max()) if ae.size else 0.0, "max_rel_err": float(re.max()) if re.size else 0.0,
+          "max_ulp": float(ulp.max()) if ulp.size else 0.0, "n_diff": int(bad.sum()),
+          "n_nonfinite": int(((nan_a != nan_b) | inf_mismatch).sum()), "first_diff": np.flatnonzero(bad)[:5].tolist(),
+          **({"rtol": BF16_LOOSE[0], "atol": BF16_LOOSE[1]} if loose else {"rtol": 0.0, "atol": BF16_ATOL, "ulp_tolerance": 1.5}),
+          "n_one_ulp": n_one, "one_ulp_allowed": allowed}
 
 DISCONTINUOUS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD})
 

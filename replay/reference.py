@@ -14,6 +14,15 @@ Semantics, node by node (every value is an ndarray of the node's shape):
   value; `CONTIGUOUS`/`COPY`: their source; `EMPTY`: undefined contents (never compared);
 - ALU ops, casts and reduces follow the NUMPY interpreter (the one home of op semantics); reductions of
   floats accumulate in float64 and round once.
+- bfloat16 (numpy has none): buffers hold its uint16 bits, values are float32 arrays. Reading a buffer widens the
+  bits exactly; arithmetic stays float32; a value is rounded to the nearest bfloat16 exactly where the interpreter
+  and the renderer round it (runtime/interpreter.py): a CONST, a CAST to or from bfloat16, a BITCAST from it, and
+  a store (STORE, or a buffer written by the graph). This is the spec restated here, not imported: the rounding
+  itself is tinysched.dtype.bf16_bits, the one definition of the format. A graph's intermediate VIEW(BUFFER, op)
+  is only a store if the scheduler realizes it, which the reference does not know (and must not ask): its buffer
+  holds the rounded bits, but its readers see the unrounded value unless op is always realized (CONTIGUOUS, COPY,
+  ASSIGN). So graph-level comparisons of bfloat16 allow for rounding the reference cannot place (execinputs.compare
+  with intermediate_rounding).
 
 Views are evaluated by the interpreter's own numpy evaluation of shape/strides/offset/mask, which shares no
 code with the index expressions codegen builds. A graph whose reduce inputs exceed `ELEMENT_BUDGET` is not
@@ -25,6 +34,7 @@ import numpy as np
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, sym_infer
 from tinysched.reduce import reduce_identity
+from tinysched.dtype import dtypes, bf16_bits, bf16_float
 
 ELEMENT_BUDGET = 1 << 25  # the largest intermediate (elements) evaluated whole
 
@@ -39,7 +49,37 @@ def _interp():
   from tinysched.runtime import interpreter
   return interpreter
 
-def _np(d) -> np.dtype: return np.dtype(d.scalar().fmt)
+def _np(d) -> np.dtype: return np.dtype(d.scalar().fmt)  # what a buffer of d holds (bfloat16: its uint16 bits)
+
+def _is_bf16(d) -> bool: return d.scalar() == dtypes.bfloat16
+
+def _vt(d) -> np.dtype:
+  """The numpy dtype a value of d is computed in: float32 for bfloat16, else d's own."""
+  return np.dtype(np.float32) if _is_bf16(d) else _np(d)
+
+def _bf16(x) -> np.ndarray: return bf16_float(bf16_bits(x))  # rounded to the nearest bfloat16, kept as float32
+
+def _const(u: UOp) -> np.ndarray: return _bf16(u.arg) if _is_bf16(u.dtype) else np.array(u.arg, dtype=_np(u.dtype))
+
+def _to_mem(v, d, like: np.ndarray | None = None) -> np.ndarray:
+  """A value written into a buffer of dtype d: bfloat16 rounds to its bits, anything else converts."""
+  if _is_bf16(d): return bf16_bits(v)
+  return np.asarray(v).astype(like.dtype if like is not None else _np(d), copy=False)
+
+def _from_mem(flat: np.ndarray, d) -> np.ndarray: return bf16_float(flat) if _is_bf16(d) else flat
+
+def _cast(x, src, dst) -> np.ndarray:
+  """CAST: a bfloat16 source is rounded first (its float32 value may be unrounded arithmetic), a bfloat16 target is
+  the float32 conversion rounded (an int or double reaches bfloat16 through float32)."""
+  if _is_bf16(src): x = _bf16(x)
+  if _is_bf16(dst): return _bf16(np.asarray(x).astype(np.float32))
+  return np.asarray(x).astype(_np(dst))
+
+def _bitcast(x, src, dst) -> np.ndarray:
+  """BITCAST: from bfloat16, the bits of the value it rounds to; to bfloat16, the bits widened."""
+  if _is_bf16(src): x = bf16_bits(x)
+  out = np.ascontiguousarray(x).view(_np(dst))
+  return bf16_float(out) if _is_bf16(dst) else out
 
 def _view(st, flat: np.ndarray, var_vals: dict[UOp, int]) -> np.ndarray:
   """The values of `flat` seen through st (a fresh array), zero where the view is masked out. A single view is read
@@ -106,13 +146,16 @@ def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...], dtype) -> np.ndarray:
   if op not in _UFUNC: raise Unsupported(f"the reference cannot reduce with {op}")
   x = np.asarray(x)
   if x.size == 0:
-    return np.full([1 if i in axes else s for i, s in enumerate(x.shape)], reduce_identity(op, dtype), dtype=_np(dtype))
-  return _UFUNC[op].reduce(x.astype(I._acc_dtype(dtype, True), copy=False), axis=axes, keepdims=True).astype(_np(dtype))
+    return np.full([1 if i in axes else s for i, s in enumerate(x.shape)], reduce_identity(op, dtype), dtype=_vt(dtype))
+  return _UFUNC[op].reduce(x.astype(I._acc_dtype(dtype, True), copy=False), axis=axes, keepdims=True).astype(_vt(dtype))
 
 def _shape_size(st, var_vals) -> int:
   n = 1
   for s in st.shape: n *= int(sym_infer(s, var_vals))
   return n
+
+# sources of VIEW(BUFFER, op) that are always realized (the kernels store and reload them)
+_REALIZED = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})
 
 def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -> tuple[dict[int, np.ndarray], set[int]]:
   """Evaluate `root` (a big-graph SINK of VIEW(BUFFER, op), or a pre-sink SINK of STOREs) on copies of `bufs`
@@ -131,7 +174,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
     for u in topo:
       op = u.op
       if op in (Ops.SINK, Ops.BUFFER): continue
-      if op is Ops.CONST: vals[u] = np.array(u.arg, dtype=_np(u.dtype))
+      if op is Ops.CONST: vals[u] = _const(u)
       elif op is Ops.DEFINE_VAR:  # a Variable used as a value (under a BIND it is only a name)
         if u in var_vals: vals[u] = np.array(var_vals[u], dtype=_np(u.dtype))
       elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
@@ -140,7 +183,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
         if not u.src: continue  # a bare view: read by its VALID/STORE parent
         base = u.src[0]
         if base.op is Ops.BUFFER:
-          n = base.arg[0]
+          n, bd = base.arg[0], base.dtype.base
           if n not in out: out[n] = np.zeros(int(base.arg[1][1]), _np(base.dtype.base))  # an intermediate no kernel stores
           if len(u.src) == 1: flat = out[n]
           else:
@@ -151,19 +194,25 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
               flat = out[n]
             elif isinstance(v, _Assigned):  # the target keeps its contents outside the assigned region
               val = np.broadcast_to(v.value, shape)
-              if v.st is None: out[n] = _fit(val.reshape(-1).astype(out[n].dtype), out[n])
+              if v.st is None: out[n] = _fit(_to_mem(val.reshape(-1), bd, out[n]), out[n])
               else:
                 _, idx, valid = _positions(v.st, var_vals)
                 new = out[n].copy()
-                if new.size: new[idx[valid]] = np.broadcast_to(v.value, idx.shape).astype(new.dtype)[valid]
+                if new.size: new[idx[valid]] = _to_mem(np.broadcast_to(v.value, idx.shape), bd, new)[valid]
                 out[n] = new
               written[n] = out[n]
-              vals[u] = val
+              vals[u] = _bf16(val) if _is_bf16(bd) else val  # what was stored: a bfloat16 value is rounded there
               continue
             else:
-              flat = np.broadcast_to(v, shape).reshape(-1).astype(out[n].dtype, copy=False)
-              out[n] = written[n] = _fit(flat, out[n])
+              val = np.broadcast_to(v, shape).reshape(-1)
+              out[n] = written[n] = _fit(_to_mem(val, bd, out[n]), out[n])
               flat = out[n]
+              if _is_bf16(bd) and u.src[1].op not in _REALIZED:
+                # an intermediate the scheduler may fuse: its readers see the unrounded float32 value, as in a fused
+                # kernel (the buffer itself, compared if a kernel writes it, holds the rounded bits)
+                flat = _fit(val.astype(np.float32), bf16_float(out[n]))
+                bd = None
+          if bd is not None: flat = _from_mem(flat, bd)
         else:
           v = vals[base]
           if isinstance(v, _Assigned): v = v.value
@@ -172,7 +221,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
       elif op is Ops.STORE:
         n = u.src[0].arg[0]
         _, idx, valid = _positions(u.src[1].arg, var_vals)
-        val = np.broadcast_to(vals[u.src[2]], idx.shape).astype(out[n].dtype, copy=False)
+        val = _to_mem(np.broadcast_to(vals[u.src[2]], idx.shape), u.src[0].dtype.base, out[n])
         if out[n].size: out[n][idx[valid]] = val[valid]
         written[n] = out[n]
       elif op in (Ops.CONTIGUOUS, Ops.COPY): vals[u] = vals[u.src[-1]]
@@ -184,9 +233,9 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
         rop, axes = u.arg
         x = vals[u.src[0]]
         vals[u] = _reduce(rop, x, tuple(axes), u.dtype)
-      elif op is Ops.CAST: vals[u] = vals[u.src[0]].astype(_np(u.dtype))
-      elif op is Ops.BITCAST: vals[u] = np.ascontiguousarray(vals[u.src[0]]).view(_np(u.dtype))
-      elif op in GroupOp.ALU: vals[u] = np.asarray(I._alu(op, u.dtype, [vals[s] for s in u.src])).astype(_np(u.dtype), copy=False)
+      elif op is Ops.CAST: vals[u] = _cast(vals[u.src[0]], u.src[0].dtype, u.dtype)
+      elif op is Ops.BITCAST: vals[u] = _bitcast(vals[u.src[0]], u.src[0].dtype, u.dtype)
+      elif op in GroupOp.ALU: vals[u] = np.asarray(I._alu(op, u.dtype, [vals[s] for s in u.src])).astype(_vt(u.dtype), copy=False)
       else: raise Unsupported(f"the reference cannot evaluate {op} nodes")
   return written, undefined
 
@@ -199,7 +248,9 @@ def _fit(flat: np.ndarray, buf: np.ndarray) -> np.ndarray:
 
 # *** where a kernel's outputs hang on a float decision ***
 
-TIE_RTOL = {"half": 2.0 ** -8}   # others: 2^-16 (about 128 ULP of a float32)
+# about 4 ULP of half; 1 to 2 of bfloat16 (float32 arithmetic between exact roundings: at most a rounding flip apart);
+# others: 2^-16 (about 128 ULP of a float32)
+TIE_RTOL = {"half": 2.0 ** -8, "bfloat16": 2.0 ** -7}
 
 def _near(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
   """Operands of a float comparison close enough that a device rounding differently may decide it the other way."""
@@ -226,10 +277,10 @@ def uncertain_outputs(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int]
       d = np.zeros((), np.bool_)
       for s in u.src:
         if s in doubt: d = d | doubt[s]
-      if op is Ops.CONST: vals[u] = np.array(u.arg, dtype=_np(u.dtype))
+      if op is Ops.CONST: vals[u] = _const(u)
       elif op is Ops.BIND: vals[u] = np.array(u.src[1].arg, dtype=_np(u.dtype))
       elif op is Ops.VALID: vals[u] = _valid(u.src[0].arg, var_vals)
-      elif op is Ops.LOAD: vals[u] = _view(u.src[1].arg, bufs[u.src[0].arg], var_vals)
+      elif op is Ops.LOAD: vals[u] = _from_mem(_view(u.src[1].arg, bufs[u.src[0].arg], var_vals), u.dtype)
       elif op is Ops.STORE:
         shape = tuple(int(sym_infer(s, var_vals)) for s in u.src[1].arg.shape)
         _, idx, valid = _positions(u.src[1].arg, var_vals)
@@ -241,12 +292,12 @@ def uncertain_outputs(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int]
         if d.ndim: d = np.logical_or.reduce(np.broadcast_to(d, np.shape(vals[u.src[0]])), axis=tuple(u.arg[1]), keepdims=True)
       elif op is Ops.CAST:
         x = vals[u.src[0]]
-        vals[u] = x.astype(_np(u.dtype))
+        vals[u] = _cast(x, u.src[0].dtype, u.dtype)
         if D.is_float(u.src[0].dtype) and not D.is_float(u.dtype): d = d | _near(x, np.round(x), u.src[0].dtype)
-      elif op is Ops.BITCAST: vals[u] = np.ascontiguousarray(vals[u.src[0]]).view(_np(u.dtype))
+      elif op is Ops.BITCAST: vals[u] = _bitcast(vals[u.src[0]], u.src[0].dtype, u.dtype)
       elif op in GroupOp.ALU:
         srcs = [vals[s] for s in u.src]
-        vals[u] = np.asarray(I._alu(op, u.dtype, srcs)).astype(_np(u.dtype), copy=False)
+        vals[u] = np.asarray(I._alu(op, u.dtype, srcs)).astype(_vt(u.dtype), copy=False)
         if op in (Ops.CMPLT, Ops.CMPNE) and D.is_float(u.src[0].dtype): d = d | _near(srcs[0], srcs[1], u.src[0].dtype)
         elif op in (Ops.IDIV, Ops.MOD) and D.is_float(u.src[0].dtype):
           q = np.asarray(srcs[0], np.float64) / np.asarray(srcs[1], np.float64)

@@ -2,7 +2,7 @@
 PYTHONPATH and TINYSCHED_TEST_PLANT set (the `replay` CLI and its exec workers alike), as a user's change would be.
 
 Each plant is a small monkeypatch of one layer; tests/replay/test_exec_plants.py shows each one caught (`set_order`:
-tests/replay/test_determinism.py).
+tests/replay/test_determinism.py; `bf16_truncate`: tests/replay/test_exec_bf16.py).
 """
 import os
 
@@ -117,9 +117,23 @@ def _gpu_half_work_group():
   orig = H._locals
   H._locals = lambda k, opts, t, budget: orig(k, opts, t, budget // 2)
 
+def _bf16_store_truncates():
+  # codegen: a bfloat16 store drops the low 16 bits (truncation toward zero) instead of rounding to nearest even; casts
+  # and bitcasts still round. At most one ULP off, in about half the elements
+  import re
+  from tinysched.codegen import program as P
+  trunc = "".join(f"#define ts_bf16_trunc{n}(f) convert_ushort{n}(as_uint{n}(f) >> 16)\n" for n in ("", "2", "4", "8", "16"))
+  orig = P.render
+  def render(lw, target):
+    src = orig(lw, target)
+    # global stores only: `dataN[i] = ...` and vector `*((__global ushortN*)(dataN+i)) = ...` (a bitcast's variable keeps rounding)
+    new = re.sub(r"(\] = |\)\) = )ts_bf16_bits(\d*)\(", r"\1ts_bf16_trunc\2(", src)
+    return src if new == src else trunc + new
+  P.render = render
+
 PLANTS = {"heuristic": _heuristic_drops_last_opt, "gpu_local": _gpu_half_work_group, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin, "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
           "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice,
-          "set_order": _set_order}
+          "set_order": _set_order, "bf16_truncate": _bf16_store_truncates}
 
 if (_name := os.environ.get("TINYSCHED_TEST_PLANT")):
   PLANTS[_name]()
