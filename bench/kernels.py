@@ -9,6 +9,12 @@ comparison. Prints a Markdown table with the device and date, then one JSON line
 
   python bench/kernels.py                      # TINYSCHED_DEVICE / first GPU / first device
   python bench/kernels.py --device OPENCL:1 --size large --runs 20
+  python bench/kernels.py --dtype float16 --torch   # half (bfloat16 too): checked against float32 math on the same
+                                                    # rounded inputs; torch CUDA beside it where it exists
+
+--dtype sets the element type of add, softmax, sum and matmul (copy stays float4). Checks for a narrow dtype compare
+with numpy in float32 on the inputs rounded to that dtype, at that dtype's precision. --torch times the same
+operation with torch on CUDA (events, same median) when torch with CUDA is importable, else says why not.
 """
 from __future__ import annotations
 import argparse, datetime, json, os, platform, statistics, sys, time
@@ -56,6 +62,23 @@ def numpy_time(fn, warmup: int, runs: int) -> float:
     return time.perf_counter() - t
   return median_time(one, warmup, runs)
 
+def _torch(want: bool):
+  """torch, when --torch was asked for and CUDA is usable; else None (and why, on stderr)."""
+  if not want: return None
+  try: import torch
+  except ImportError:
+    print("bench/kernels.py: --torch: torch is not installed", file=sys.stderr)
+    return None
+  if not torch.cuda.is_available():
+    print("bench/kernels.py: --torch: torch has no CUDA device here", file=sys.stderr)
+    return None
+  torch.backends.cuda.matmul.allow_tf32 = False  # fp32 matmul as fp32 (no TF32), as ours
+  return torch
+
+def _torch_dtype(name: str):
+  import torch
+  return getattr(torch, name)
+
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--device", default=None, help="OPENCL or OPENCL:<n> (default: TINYSCHED_DEVICE if it is OpenCL, else OPENCL)")
@@ -64,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--warmup", type=int, default=2)
   ap.add_argument("--no-numpy", action="store_true", help="skip the numpy comparison on CPU devices")
   ap.add_argument("--only", default="", help="comma-separated subset of copy,add,softmax,sum,matmul")
+  ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32", help="element type (copy stays float32)")
+  ap.add_argument("--torch", action="store_true", help="also time torch on CUDA (when available)")
   args = ap.parse_args(argv)
 
   try:
@@ -87,16 +112,37 @@ def main(argv: list[str] | None = None) -> int:
   want = lambda name: not only or name in only  # noqa: E731
   rows: list[dict] = []
   rng = np.random.default_rng(0)
+  dt = getattr(dtypes, args.dtype)
+  isz = dt.itemsize
+  # tolerance for a narrow dtype's result, and the inputs as that dtype's values (what the device really computes on)
+  tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 6e-2}[args.dtype]
+  def narrow(a: np.ndarray) -> np.ndarray: return Tensor(a).cast(dt).realize()
+  def back(a: np.ndarray) -> np.ndarray: return Tensor(a).cast(dt).cast(dtypes.float32).numpy()
+  th = _torch(args.torch)
+  def torch_time(fn) -> float | None:
+    if th is None: return None
+    import torch
+    for _ in range(args.warmup): fn()
+    ts = []
+    for _ in range(args.runs):
+      a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+      a.record(); fn(); b.record(); torch.cuda.synchronize()
+      ts.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(ts)
 
-  def record(op: str, shape: str, secs: float, amount: float, unit: str, np_secs: float | None, ok: bool | None, kernels: int) -> None:
+  def record(op: str, shape: str, secs: float, amount: float, unit: str, np_secs: float | None, ok: bool | None, kernels: int,
+             torch_secs: float | None = None) -> None:
     rate = amount / secs / (1e9 if unit == "GB/s" else 1e12)
-    row = {"op": op, "shape": shape, "kernels": kernels, "ms": secs * 1e3, unit: rate, "ok": ok}
+    row = {"op": op, "shape": shape, "dtype": "float32" if op == "copy" else args.dtype, "kernels": kernels, "ms": secs * 1e3, unit: rate, "ok": ok}
+    if torch_secs is not None:
+      row["torch_ms"] = torch_secs * 1e3
+      row["torch_" + unit] = amount / torch_secs / (1e9 if unit == "GB/s" else 1e12)
     if np_secs is not None:
       row["numpy_ms"] = np_secs * 1e3
       row["numpy_" + unit] = amount / np_secs / (1e9 if unit == "GB/s" else 1e12)
     rows.append(row)
-    print(f"  {op:8s} {shape:18s} {secs*1e3:9.3f} ms  {rate:9.2f} {unit}" + (f"   numpy {np_secs*1e3:9.3f} ms" if np_secs else ""),
-          file=sys.stderr, flush=True)
+    print(f"  {op:8s} {shape:18s} {secs*1e3:9.3f} ms  {rate:9.2f} {unit}" + (f"   numpy {np_secs*1e3:9.3f} ms" if np_secs else "") +
+          (f"   torch {torch_secs*1e3:9.3f} ms" if torch_secs else ""), file=sys.stderr, flush=True)
 
   print(f"device {device}: {tgt.name} ({tgt.vendor}, driver {tgt.driver_version}), size {size}", file=sys.stderr)
 
@@ -117,53 +163,75 @@ def main(argv: list[str] | None = None) -> int:
 
   if want("add"):
     an, bn = rng.standard_normal(n_elem, dtype=np.float32), rng.standard_normal(n_elem, dtype=np.float32)
-    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    a, b = narrow(an), narrow(bn)
     out = a + b
     sched = prepare(out)
     secs = median_time(lambda: time_schedule(backend, sched), args.warmup, args.runs)
-    ok = bool(np.allclose(out.numpy()[:4096], an[:4096] + bn[:4096]))
+    ok = bool(np.allclose(out.cast(dtypes.float32).numpy()[:4096], back(an[:4096]) + back(bn[:4096]), rtol=tol, atol=tol))
     np_secs = None
     if with_numpy:
       o = np.empty_like(an)
       np_secs = numpy_time(lambda: np.add(an, bn, out=o), args.warmup, args.runs)
-    record("add", f"{n_elem}", secs, 3 * n_elem * 4, "GB/s", np_secs, ok, len(sched))
+    tt = None
+    if th is not None:
+      ta, tb = (th.tensor(v, device="cuda").to(_torch_dtype(args.dtype)) for v in (an, bn))
+      tt = torch_time(lambda: ta + tb)
+    record("add", f"{n_elem}", secs, 3 * n_elem * isz, "GB/s", np_secs, ok, len(sched), tt)
     del a, b, out, sched
 
   if want("softmax"):
     xn = rng.standard_normal((sm_n, sm_n), dtype=np.float32)
-    x = Tensor(xn).realize()
+    x = narrow(xn)
     out = x.softmax(-1)
     sched = prepare(out)
     secs = median_time(lambda: time_schedule(backend, sched), args.warmup, args.runs)
-    def np_softmax():
-      e = np.exp(xn - xn.max(1, keepdims=True))
+    xr = back(xn[:8]) if args.dtype != "float32" else xn
+    def np_softmax(v=xn):
+      e = np.exp(v - v.max(1, keepdims=True))
       return e / e.sum(1, keepdims=True)
-    ok = bool(np.allclose(out.numpy()[:8], np_softmax()[:8], rtol=1e-4, atol=1e-6))
+    ok = bool(np.allclose(out.cast(dtypes.float32).numpy()[:8], np_softmax(xr[:8]), rtol=1e-4 if args.dtype == "float32" else tol,
+                          atol=1e-6 if args.dtype == "float32" else tol / 10))
     np_secs = numpy_time(np_softmax, args.warmup, args.runs) if with_numpy else None
-    record("softmax", f"{sm_n}x{sm_n}", secs, 2 * sm_n * sm_n * 4, "GB/s", np_secs, ok, len(sched))
+    tt = None
+    if th is not None:
+      tx = th.tensor(xn, device="cuda").to(_torch_dtype(args.dtype))
+      tt = torch_time(lambda: tx.softmax(-1))
+    record("softmax", f"{sm_n}x{sm_n}", secs, 2 * sm_n * sm_n * isz, "GB/s", np_secs, ok, len(sched), tt)
     del x, out, sched
 
   if want("sum"):
     an = rng.standard_normal(n_elem, dtype=np.float32)
-    a = Tensor(an).realize()
-    out = a.sum()
+    a = narrow(an)
+    out = a.sum() if args.dtype == "float32" else a.cast(dtypes.float32).sum()  # a narrow sum of 64M elements would round away
     sched = prepare(out)
     secs = median_time(lambda: time_schedule(backend, sched), args.warmup, args.runs)
-    ok = bool(np.isclose(out.item(), an.astype(np.float64).sum(), rtol=1e-3, atol=1e-1))
+    ref = (back(an) if args.dtype != "float32" else an).astype(np.float64).sum()
+    ok = bool(np.isclose(out.item(), ref, rtol=1e-3, atol=1e-1 if args.dtype == "float32" else 2.0))
     np_secs = numpy_time(lambda: an.sum(), args.warmup, args.runs) if with_numpy else None
-    record("sum", f"{n_elem}", secs, n_elem * 4, "GB/s", np_secs, ok, len(sched))
+    tt = None
+    if th is not None:
+      ts_ = th.tensor(an, device="cuda").to(_torch_dtype(args.dtype))
+      tt = torch_time(lambda: ts_.float().sum() if args.dtype != "float32" else ts_.sum())
+    record("sum", f"{n_elem}", secs, n_elem * isz, "GB/s", np_secs, ok, len(sched), tt)
     del a, out, sched
 
   if want("matmul"):
     an, bn = rng.standard_normal((mm_n, mm_n), dtype=np.float32), rng.standard_normal((mm_n, mm_n), dtype=np.float32)
-    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    a, b = narrow(an), narrow(bn)
     out = a @ b
     sched = prepare(out)
     runs = max(3, args.runs // 2) if not tgt.is_gpu else args.runs
     secs = median_time(lambda: time_schedule(backend, sched), args.warmup, runs)
-    ok = bool(np.allclose(out.numpy()[:4], an[:4] @ bn, rtol=1e-3, atol=1e-3))
+    ar, br = (back(an[:4]), back(bn)) if args.dtype != "float32" else (an[:4], bn)
+    # a K-long dot product of unit normals is ~sqrt(K): a narrow result carries that times its precision
+    ok = bool(np.allclose(out.cast(dtypes.float32).numpy()[:4], ar @ br, rtol=1e-3 if args.dtype == "float32" else tol,
+                          atol=1e-3 if args.dtype == "float32" else tol * np.sqrt(mm_n)))
     np_secs = numpy_time(lambda: an @ bn, args.warmup, runs) if with_numpy else None
-    record("matmul", f"{mm_n}x{mm_n}x{mm_n}", secs, 2 * mm_n ** 3, "TFLOPS", np_secs, ok, len(sched))
+    tt = None
+    if th is not None:
+      ta, tb = (th.tensor(v, device="cuda").to(_torch_dtype(args.dtype)) for v in (an, bn))
+      tt = torch_time(lambda: ta @ tb)
+    record("matmul", f"{mm_n}x{mm_n}x{mm_n}", secs, 2 * mm_n ** 3, "TFLOPS", np_secs, ok, len(sched), tt)
     del a, b, out, sched
 
   # *** report ***
@@ -172,15 +240,19 @@ def main(argv: list[str] | None = None) -> int:
   print(f"\n### tinysched kernels on {tgt.name}\n")
   print(f"{date} · {device} · {tgt.vendor} · driver {tgt.driver_version} · {'GPU' if tgt.is_gpu else 'CPU'} · size `{size}` · "
         f"median of {args.runs} runs after {args.warmup} warm-up · host {platform.node()}\n")
-  head = "| op | shape | kernels | time (ms) | rate | % of copy |" + (" numpy (ms) | numpy rate |" if with_numpy else "") + " check |"
+  with_torch = any("torch_ms" in r for r in rows)
+  head = "| op | shape | dtype | kernels | time (ms) | rate | % of copy |" + (" numpy (ms) | numpy rate |" if with_numpy else "") + \
+         (" torch CUDA (ms) | torch rate |" if with_torch else "") + " check |"
   print(head)
   print("|" + "---|" * (head.count("|") - 1))
   for r in rows:
     unit = "GB/s" if "GB/s" in r else "TFLOPS"
     pct = f"{100 * r['GB/s'] / ceiling:.0f}%" if unit == "GB/s" and ceiling else ""
-    line = f"| {r['op']} | {r['shape']} | {r['kernels']} | {r['ms']:.3f} | {r[unit]:.2f} {unit} | {pct} |"
+    line = f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['kernels']} | {r['ms']:.3f} | {r[unit]:.2f} {unit} | {pct} |"
     if with_numpy:
       line += f" {r['numpy_ms']:.3f} | {r['numpy_' + unit]:.2f} {unit} |" if "numpy_ms" in r else " | |"
+    if with_torch:
+      line += f" {r['torch_ms']:.3f} | {r['torch_' + unit]:.2f} {unit} |" if "torch_ms" in r else " | |"
     line += f" {'ok' if r['ok'] else 'MISMATCH'} |"
     print(line)
   print("\nGB/s counts the bytes an operation must move (inputs once, outputs once); softmax reads its input more than once.")
