@@ -1,0 +1,169 @@
+"""The seed's (tinygrad 0.10.0's) fusion switches and folds, each against its kernel count and the numbers.
+
+FUSE_CONV_BW (off by default, as in 0.10.0): a reduce read through a view only by another reduce of the same op is
+not stored; both become one reduce in the reader's kernel (fusion `inline_double_reduce`, kernel_ast
+`reshape_between_reduces` + `fuse_reduces`). Kernel counts below are tinygrad 0.10.0's for the same graphs, except
+where 0.10.0 is wrong (noted at the test).
+
+Every rule has a test that plants the bug it catches (the rule switched off, or made to fuse where it must not) and
+shows the check fail.
+"""
+import numpy as np
+import pytest
+import torch
+from tinysched import Tensor
+from tinysched.ops import Ops
+from tinysched.helpers import Context, FUSE_CONV_BW
+from tinysched.scheduling import fusion, kernel_ast
+from tests.tinysched.kernels import HAS_CL
+
+needs_cl = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
+DEVICES = ["NUMPY", pytest.param("OPENCL", marks=needs_cl)]
+RNG = np.random.default_rng(0)
+X3 = RNG.random((4, 5, 6), dtype=np.float32)
+
+def _kernels(*ts: Tensor) -> list:
+  return [si for si in Tensor.schedule(*ts) if si.ast.op is Ops.SINK]
+
+def _count(make, flag: int) -> int:
+  with Context(FUSE_CONV_BW=flag): return len(_kernels(*make()))
+
+def _values(make, flag: int) -> list[np.ndarray]:
+  with Context(FUSE_CONV_BW=flag):
+    outs = make()
+    Tensor.realize(*outs)
+    return [o.numpy() for o in outs]
+
+def _x3(device=None) -> Tensor: return Tensor(X3, device=device).realize() + 1
+
+# *** FUSE_CONV_BW ***
+
+# graph, its numpy value, kernels with FUSE_CONV_BW=0 and =1 (tinygrad 0.10.0's counts)
+DOUBLE = {
+  "sum_sum":          (lambda d=None: (_x3(d).sum(2).sum(1),), lambda: [(X3 + 1).sum((1, 2))], 2, 1),
+  "sum_T_sum":        (lambda d=None: (_x3(d).sum(2).T.sum(1),), lambda: [(X3 + 1).sum(2).T.sum(1)], 2, 1),
+  "max_T_max":        (lambda d=None: (_x3(d).max(2).T.max(0),), lambda: [(X3 + 1).max((1, 2))], 2, 1),
+  "triple":           (lambda d=None: (_x3(d).sum(2).sum(1).sum(0),), lambda: [(X3 + 1).sum()], 3, 1),
+  "expand_between":   (lambda d=None: (_x3(d).sum(2, keepdim=True).expand(4, 5, 3).sum(1),),
+                       lambda: [np.broadcast_to((X3 + 1).sum(2, keepdims=True), (4, 5, 3)).sum(1)], 2, 1),
+  "pad_between":      (lambda d=None: (_x3(d).sum(2).pad(((0, 0), (1, 1))).sum(1),), lambda: [(X3 + 1).sum((1, 2))], 2, 1),
+  "shrink_between":   (lambda d=None: (_x3(d).sum(2)[:, 1:3].sum(1),), lambda: [(X3 + 1).sum(2)[:, 1:3].sum(1)], 2, 1),
+  "flip_between":     (lambda d=None: (_x3(d).sum(2).flip(1).sum(1),), lambda: [(X3 + 1).sum((1, 2))], 2, 1),
+  # 0.10.0 fuses these two into 1 kernel with wrong numbers (it matches the outer's axes dim by dim against the inner's
+  # shape across a rank-changing reshape): here 1 kernel, right numbers (kernel_ast reshape_between_reduces)
+  "reshape_flat":     (lambda d=None: (_x3(d).sum(2).reshape(20).sum(0),), lambda: [(X3 + 1).sum()], 2, 1),
+  "reshape_2x10":     (lambda d=None: (_x3(d).sum(2).reshape(2, 10).sum(1),), lambda: [(X3 + 1).sum(2).reshape(2, 10).sum(1)], 2, 1),
+  # not double reduces: no view between (0.10.0 requires one), or an elementwise op between
+  "keepdim":          (lambda d=None: (_x3(d).sum(2, keepdim=True).sum(1, keepdim=True),), lambda: [(X3 + 1).sum((1, 2), keepdims=True)], 2, 2),
+  "mul_between":      (lambda d=None: ((_x3(d).sum(2) * 2).sum(1),), lambda: [((X3 + 1).sum(2) * 2).sum(1)], 2, 2),
+  # the inner reduce has two readers: stored once, read twice
+  "two_readers":      (lambda d=None: (lambda a: (a.sum(1), a.sum(0)))(_x3(d).sum(2)),
+                       lambda: [(X3 + 1).sum((1, 2)), (X3 + 1).sum(2).sum(0)], 3, 3),
+  # 0.10.0 drops the store of an inner reduce that is itself an output (1 kernel; the output is computed again on
+  # its next use): here it stays stored
+  "inner_is_output":  (lambda d=None: (lambda a: (a, a.sum(1)))(_x3(d).sum(2)), lambda: [(X3 + 1).sum(2), (X3 + 1).sum((1, 2))], 2, 2),
+  # 0.10.0 asserts (it would merge a max into a sum): two kernels
+  "other_op":         (lambda d=None: (_x3(d).sum(2).max(1),), lambda: [(X3 + 1).sum(2).max(1)], 2, 2),
+  # a pad over exp under the inner reduce: the pad's zeros must not go through exp (they would read exp(0) = 1)
+  "pad_over_exp":     (lambda d=None: ((_x3(d) - 1).exp().sum(2).pad(((0, 0), (1, 1))).sum(1),), lambda: [np.exp(X3).sum((1, 2))], 2, 2),
+}
+
+def test_conv_bw_flag_default_off_env_and_context(monkeypatch):
+  monkeypatch.delenv("FUSE_CONV_BW", raising=False)
+  assert not FUSE_CONV_BW and FUSE_CONV_BW.default == 0
+  monkeypatch.setenv("FUSE_CONV_BW", "1")
+  assert FUSE_CONV_BW
+  with Context(FUSE_CONV_BW=0): assert not FUSE_CONV_BW
+  assert FUSE_CONV_BW
+
+def test_conv_bw_is_a_recorded_schedule_flag():
+  from tinysched import schedule as S
+  assert S.SCHEDULE_FLAGS["FUSE_CONV_BW"] is FUSE_CONV_BW
+  with Context(FUSE_CONV_BW=1): assert S.current_flags().get("FUSE_CONV_BW") == 1
+  with Context(FUSE_CONV_BW=0): assert "FUSE_CONV_BW" not in S.current_flags()
+
+@pytest.mark.parametrize("name", list(DOUBLE))
+@pytest.mark.parametrize("flag", [0, 1])
+def test_double_reduce_kernel_count(name, flag):
+  make, _, off, on = DOUBLE[name]
+  assert _count(make, flag) == (on if flag else off)
+
+def test_env_flag_fuses(monkeypatch):
+  monkeypatch.setenv("FUSE_CONV_BW", "1")
+  assert len(_kernels(*DOUBLE["sum_sum"][0]())) == 1
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(DOUBLE))
+@pytest.mark.parametrize("flag", [0, 1])
+def test_double_reduce_numbers(device, name, flag):
+  make, want, _, _ = DOUBLE[name]
+  for got, ref in zip(_values(lambda: make(device), flag), want(), strict=True): np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+def _conv_bw(device=None, relu=True):
+  img = Tensor(RNG.random((2, 3, 8, 8), dtype=np.float32), device=device, requires_grad=True).realize()
+  w = Tensor(RNG.random((4, 3, 3, 3), dtype=np.float32), device=device, requires_grad=True).realize()
+  out = img.conv2d(w)
+  (out.relu() if relu else out).sum().backward()
+  return img, w
+
+@pytest.mark.parametrize("flag,n", [(0, 4), (1, 3)])
+def test_conv_backward_kernel_count(flag, n):
+  # tinygrad 0.10.0: 4 kernels, and 3 with FUSE_CONV_BW=1 (the weight gradient's double reduce in one kernel)
+  with Context(FUSE_CONV_BW=flag):
+    img, w = _conv_bw()
+    assert len(_kernels(w.grad, img.grad)) == n
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("flag", [0, 1])
+def test_conv_backward_numbers(device, flag):
+  with Context(FUSE_CONV_BW=flag):
+    img, w = _conv_bw(device)
+    Tensor.realize(w.grad, img.grad)
+    ti, tw = torch.tensor(img.numpy(), requires_grad=True), torch.tensor(w.numpy(), requires_grad=True)
+    torch.nn.functional.conv2d(ti, tw).relu().sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(img.grad.numpy(), ti.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+def test_conv_bw_realized_input_does_not_crash():
+  # 0.10.0 with FUSE_CONV_BW=1 fails an assertion on any reduce over a realized buffer (a plain conv's weight grad)
+  with Context(FUSE_CONV_BW=1):
+    img, w = _conv_bw(relu=False)
+    assert len(_kernels(w.grad)) == 1
+
+@pytest.mark.parametrize("name,choice", [("sum_sum", "double_reduce_fused"), ("inner_is_output", "double_reduce_kept"),
+                                         ("other_op", "double_reduce_kept"), ("pad_over_exp", "double_reduce_kept")])
+def test_double_reduce_choices_are_named(monkeypatch, name, choice):
+  from tinysched import rewrite
+  from tinysched.schedule import schedule_graph
+  from tinysched.scheduling.bigraph import build_big_graph
+  outs = [t.lazydata.base for t in DOUBLE[name][0]()]
+  for o in outs: o.forced_realize = True  # outputs, as create_schedule marks them
+  big = build_big_graph(outs)
+  monkeypatch.setattr(rewrite, "FIRED", [])
+  schedule_graph(big.sink, big.var_vals, {"FUSE_CONV_BW": 1})  # a fresh memo: the choices are made again
+  fired = [c for c, who in rewrite.FIRED if who is fusion.grouping and c.startswith("double_reduce")]
+  assert fired == [choice]
+  assert "reshape_between_reduces" in kernel_ast.views_down.rule_names() and "fuse_reduces" in kernel_ast.views_down.rule_names()
+
+# *** planted bugs: each check above must be able to fail ***
+
+def test_planted_no_double_reduce_fusion_is_caught(monkeypatch):
+  monkeypatch.setattr(fusion._Fusion, "inline_double_reduce", lambda self, r_op: None)
+  with pytest.raises(AssertionError): test_double_reduce_kernel_count("sum_sum", 1)
+  with pytest.raises(AssertionError): test_conv_backward_kernel_count(1, 3)
+
+def test_planted_fusion_of_output_is_caught(monkeypatch):
+  # fuse the inner reduce whatever it is (0.10.0's rule without our guards)
+  def fuse_any(self, r_op):
+    if (top := fusion.double_reduce_source(r_op)) is not None and len(self.facts.readers.get(top, {})) == 1: self.stores.pop(top, None)
+  monkeypatch.setattr(fusion._Fusion, "inline_double_reduce", fuse_any)
+  with pytest.raises(AssertionError): test_double_reduce_kernel_count("inner_is_output", 1)
+  with pytest.raises(AssertionError): test_double_reduce_numbers("NUMPY", "pad_over_exp", 1)
+
+def test_planted_dim_by_dim_axes_is_caught(monkeypatch):
+  # without reshape_between_reduces the outer's axes are matched dim by dim (0.10.0's wrong numbers)
+  views_down = kernel_ast.PatternMatcher([(p, f, n) for p, f, n, _ in kernel_ast.views_down.rules if n != "reshape_between_reduces"], name="views_down")
+  monkeypatch.setattr(kernel_ast, "views_down", views_down)
+  # the axes found dim by dim are wrong; here the kernel's views no longer fit (0.10.0 runs it and gets wrong numbers)
+  for name in ("reshape_2x10", "reshape_flat"):
+    with pytest.raises((AssertionError, ValueError)): test_double_reduce_numbers("NUMPY", name, 1)
