@@ -150,7 +150,9 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   return frozenset(bad)
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
-  outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST)
+  # a constant needs no kernel, and neither does a buffer of no elements (an EMPTY of size 0; any other op of no
+  # elements is already the constant 0): tinygrad 0.10.0 schedules nothing for either
+  outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST and not _no_elements(x.base))
   if not outs: return [], {}
   for out in outs: out.forced_realize = True
   big = build_big_graph(outs)
@@ -165,6 +167,8 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
     for b in si.outputs:
       if (lb := big.lazy_of.get(b)) is not None and hasattr(lb, "srcs"): del lb.srcs  # scheduled: realized from now on
   return schedule, var_vals
+
+def _no_elements(lb: LazyBuffer) -> bool: return isinstance(n := lb.st.size, int) and n == 0
 
 def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   schedule, var_vals = create_schedule_with_vars(outs)

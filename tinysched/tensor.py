@@ -1094,6 +1094,7 @@ class Tensor:
     a, b = self._broadcasted(x, reverse)
     if not dtypes.is_int(a.dtype): return (a / b).floor().cast(a.dtype)
     q = F.IDiv.apply(a, b)
+    if _const_is(b, 1): return q  # x // 1 is x (folded): no sign fix-up to compute
     # truncation rounds toward zero: step down where the signs differ and there is a remainder
     return ((q * b).ne(a) & ((a < 0).ne(b < 0))).where(q - 1, q)
   def mod(self, x, reverse: bool = False) -> Tensor:
@@ -1115,7 +1116,8 @@ class Tensor:
     scalar_e = isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse
     if scalar_e: d_base = bf.zeros_like() if x == 0 else x * bf._pow_value(x - 1, False)
     else: d_base = (ef == 0).where(0.0, ef * bf._pow_value(ef - 1, False))
-    d_exp = ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
+    # 1 ** e is 1 for every e: d/de = log(1) = 0, a constant (no kernel), as the value is
+    d_exp = bf.zeros_like() if _const_is(bf, 1) else ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
     return F.Chain.apply(base, exponent, value, d_base.cast(value.dtype), d_exp.cast(value.dtype))
   def _pow_value(self, x, reverse: bool) -> Tensor:
     """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, else exp/log."""
@@ -1132,6 +1134,10 @@ class Tensor:
     base, exponent = self._broadcasted(x, reverse)
     bf = base._to_float()
     ef = exponent.cast(bf.dtype)
+    # b ** 0 and 1 ** e are 1 for every b and e, inf and nan included (IEEE pow, numpy, torch): a constant, no kernel
+    if _const_is(ef, 0) or _const_is(bf, 1):
+      one = bf.ones_like()
+      return one.cast(base.dtype) if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype) else one
     # |b|^e, then the sign for negative bases with odd integer exponents; nan for negative bases and fractional exponents
     mag = (ef * bf.abs().log()).exp()
     is_int_exp = ef.trunc() == ef
@@ -1562,6 +1568,11 @@ class Tensor:
     def __enter__(self): self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
     def __exit__(self, *exc): Tensor.no_grad = self.prev
 
+
+def _const_is(t: Tensor, v: ConstType) -> bool:
+  """Whether `t` is the constant `v` everywhere (an unrealized, unpadded CONST): what pow and floordiv fold."""
+  lb = t.lazydata
+  return lb.is_unrealized_unmasked_const and not isinstance(lb.base.arg, bool) and lb.base.arg == v
 
 def _argfix(*x: Any) -> tuple:
   """Shapes and dim lists may come spread out, f(2, 3), or as one tuple or list, f((2, 3)): both give (2, 3)."""

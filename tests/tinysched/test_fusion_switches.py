@@ -5,6 +5,10 @@ not stored; both become one reduce in the reader's kernel (fusion `inline_double
 `reshape_between_reduces` + `fuse_reduces`). Kernel counts below are tinygrad 0.10.0's for the same graphs, except
 where 0.10.0 is wrong (noted at the test).
 
+Folds: a result of no elements or of a constant value launches no kernel, as in 0.10.0 (most fold in lazy.py at
+creation; schedule.py drops an EMPTY of size 0, tensor.py folds b ** 0, 1 ** e and x // 1), and a result that is not
+constant still computes the right numbers (inf and nan included).
+
 Every rule has a test that plants the bug it catches (the rule switched off, or made to fuse where it must not) and
 shows the check fail.
 """
@@ -167,3 +171,98 @@ def test_planted_dim_by_dim_axes_is_caught(monkeypatch):
   # the axes found dim by dim are wrong; here the kernel's views no longer fit (0.10.0 runs it and gets wrong numbers)
   for name in ("reshape_2x10", "reshape_flat"):
     with pytest.raises((AssertionError, ValueError)): test_double_reduce_numbers("NUMPY", name, 1)
+
+# *** constant results and results of no elements: no kernel, as in tinygrad 0.10.0 ***
+
+SPECIAL = np.array([0.0, 1.0, -2.5, np.inf, -np.inf, np.nan], dtype=np.float32)
+INTS = np.array([-3, -1, 0, 2, 7], dtype=np.int32)
+
+def _f(device=None) -> Tensor: return Tensor(SPECIAL, device=device).realize()
+def _i(device=None) -> Tensor: return Tensor(INTS, device=device).realize()
+
+# graph, its numpy value, kernels launched (tinygrad 0.10.0: all 0)
+FOLDS = {
+  "ones_0x3":       (lambda d=None: Tensor.ones(0, 3, device=d), lambda: np.ones((0, 3), np.float32)),
+  "empty_0x3":      (lambda d=None: Tensor.empty(0, 3, device=d), lambda: np.zeros((0, 3), np.float32)),
+  "arange_0":       (lambda d=None: Tensor.arange(0, device=d), lambda: np.arange(0, dtype=np.int32)),
+  "empty_plus_1":   (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize() + 1, lambda: np.zeros((0, 3), np.float32)),
+  "empty_matmul":   (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize() @ Tensor(np.ones((3, 4), np.float32), device=d).realize(),
+                     lambda: np.zeros((0, 4), np.float32)),
+  "empty_sum0":     (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize().sum(0), lambda: np.zeros(3, np.float32)),
+  "empty_max0":     (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize().max(0), lambda: np.full(3, -np.inf, np.float32)),
+  "x_pow_0":        (lambda d=None: _f(d) ** 0, lambda: SPECIAL ** 0),
+  "x_pow_zeros":    (lambda d=None: _f(d).pow(Tensor.zeros(6, device=d)), lambda: SPECIAL ** np.zeros(6, np.float32)),
+  "one_pow_x":      (lambda d=None: 1 ** _f(d), lambda: np.float32(1) ** SPECIAL),
+  "ones_pow_x":     (lambda d=None: Tensor.ones(6, device=d).pow(_f(d)), lambda: np.float32(1) ** SPECIAL),
+  "int_pow_0":      (lambda d=None: _i(d) ** 0, lambda: INTS ** 0),
+  "one_pow_int":    (lambda d=None: 1 ** _i(d), lambda: np.ones(5, np.int32)),
+  "int_floordiv_1": (lambda d=None: _i(d) // 1, lambda: INTS // 1),
+}
+
+@pytest.mark.parametrize("name", list(FOLDS))
+def test_fold_launches_nothing(name):
+  from tinysched.helpers import GlobalCounters
+  make, _ = FOLDS[name]
+  assert len(make().schedule()) == 0
+  GlobalCounters.reset()
+  make().realize()
+  assert GlobalCounters.kernel_count == 0
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(FOLDS))
+def test_fold_numbers(device, name):
+  make, want = FOLDS[name]
+  got, ref = make(device).numpy(), want()
+  assert got.shape == ref.shape and got.dtype == ref.dtype
+  np.testing.assert_array_equal(got, ref)
+
+# not constant: these compute (their values checked against torch/numpy; a fold here would be wrong)
+NOT_FOLDED = {
+  "zero_pow_x":     (lambda d=None: 0 ** _f(d), lambda: np.float32(0) ** SPECIAL),
+  "two_pow_x":      (lambda d=None: 2 ** _f(d), lambda: np.float32(2) ** SPECIAL),
+  "x_pow_2":        (lambda d=None: _f(d) ** 2, lambda: SPECIAL ** 2),
+  "int_floordiv_m1": (lambda d=None: _i(d) // -1, lambda: INTS // -1),
+  "int_floordiv_2": (lambda d=None: _i(d) // 2, lambda: INTS // 2),
+  "x_minus_x":      (lambda d=None: (lambda x: x - x)(_f(d)), lambda: SPECIAL - SPECIAL),
+}
+
+@pytest.mark.parametrize("name", list(NOT_FOLDED))
+def test_not_constant_computes(name):
+  assert len(NOT_FOLDED[name][0]().schedule()) == 1  # tinygrad 0.10.0: 1 kernel each
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(NOT_FOLDED))
+def test_not_constant_numbers(device, name):
+  with np.errstate(all="ignore"): ref = NOT_FOLDED[name][1]()
+  np.testing.assert_allclose(NOT_FOLDED[name][0](device).numpy(), ref, rtol=1e-6)
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("exp_first", [False, True])
+def test_folded_pow_gradients(device, exp_first):
+  # x ** 0: d/dx 0 everywhere; 1 ** x: d/dx log(1) = 0 everywhere (torch agrees, inf and nan included); no kernel
+  from tinysched.helpers import GlobalCounters
+  x = Tensor(SPECIAL, device=device, requires_grad=True).realize()
+  (1 ** x if exp_first else x ** 0).sum().backward()
+  tx = torch.tensor(SPECIAL, requires_grad=True)
+  (torch.pow(1.0, tx) if exp_first else tx ** 0).sum().backward()
+  assert len(x.grad.schedule()) == 0
+  GlobalCounters.reset()
+  x.grad.realize()
+  assert GlobalCounters.kernel_count == 0
+  np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+def test_planted_no_fold_is_caught(monkeypatch):
+  from tinysched import tensor, schedule
+  monkeypatch.setattr(tensor, "_const_is", lambda t, v: False)
+  for name in ("x_pow_zeros", "one_pow_x", "int_floordiv_1"):
+    with pytest.raises(AssertionError): test_fold_launches_nothing(name)
+  with pytest.raises(AssertionError): test_folded_pow_gradients("NUMPY", True)
+  monkeypatch.setattr(schedule, "_no_elements", lambda lb: False)
+  with pytest.raises(AssertionError): test_fold_launches_nothing("empty_0x3")
+
+def test_planted_fold_of_any_constant_is_caught(monkeypatch):
+  # folding whenever a side is some constant (not the right one) is wrong: 0 ** x, 2 ** x, x // 2
+  from tinysched import tensor
+  monkeypatch.setattr(tensor, "_const_is", lambda t, v: t.lazydata.is_unrealized_unmasked_const)
+  for name in ("zero_pow_x", "two_pow_x", "int_floordiv_2"):
+    with pytest.raises(AssertionError): test_not_constant_numbers("NUMPY", name)
