@@ -609,15 +609,17 @@ class Tensor:
     bshape = _broadcast_shape(*(t.shape for t in idxs))
     rest = [d for d in range(self.ndim) if d not in dims]
     k, nb, nr = len(dims), len(bshape), len(rest)
-    # mask[*b, i_1..i_k] = all_j(idx_j[*b] == i_j)
+    # mask[*b, i_1..i_k, *r] = all_j(idx_j[*b] == i_j), compared at the full shape: the index and the arange are
+    # broadcast, not the compare's result (an expanded compare would be stored as a kernel of its own first)
+    full = (*bshape, *sizes, *[self.shape[d] for d in rest])
     mask: Tensor | None = None
     for j, (t, s) in enumerate(zip(idxs, sizes)):
-      ar = Tensor.arange(s, device=self.device, requires_grad=False).cast(t.dtype).reshape(*[1] * j, s, *[1] * (k - j - 1))
-      m = t._broadcast_to(bshape).reshape(*bshape, *[1] * k) == ar
+      ar = Tensor.arange(s, device=self.device, requires_grad=False).cast(t.dtype).reshape(*[1] * (nb + j), s, *[1] * (k - j - 1 + nr))
+      m = t._broadcast_to(bshape).reshape(*bshape, *[1] * (k + nr)).expand(full) == ar.expand(full)
       mask = m if mask is None else (mask & m)
     assert mask is not None
     xp = self.permute(*dims, *rest).reshape(*[1] * nb, *sizes, *[self.shape[d] for d in rest])
-    picked = mask.reshape(*mask.shape, *[1] * nr).where(xp, Tensor(0, device=self.device, dtype=self.dtype))
+    picked = mask.where(xp, Tensor(0, device=self.device, dtype=self.dtype))
     ret = picked.sum(tuple(range(nb, nb + k))).cast(self.dtype)  # one non-zero term per sum: exact for every dtype
     # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first. A 0-d
     # index counts as an int (torch's rule), so it separates nothing: only the indices with dims are checked

@@ -9,6 +9,9 @@ Folds: a result of no elements or of a constant value launches no kernel, as in 
 creation; schedule.py drops an EMPTY of size 0, tensor.py folds b ** 0, 1 ** e and x // 1), and a result that is not
 constant still computes the right numbers (inf and nan included).
 
+Indexing with tensors: the one-hot mask (index == arange) is compared at the gather's full shape, so it is fused into
+the gather instead of being stored first as a kernel of its own (tensor.py `_index_with_tensors`), as in 0.10.0.
+
 Every rule has a test that plants the bug it catches (the rule switched off, or made to fuse where it must not) and
 shows the check fail.
 """
@@ -266,3 +269,51 @@ def test_planted_fold_of_any_constant_is_caught(monkeypatch):
   monkeypatch.setattr(tensor, "_const_is", lambda t, v: t.lazydata.is_unrealized_unmasked_const)
   for name in ("zero_pow_x", "two_pow_x", "int_floordiv_2"):
     with pytest.raises(AssertionError): test_not_constant_numbers("NUMPY", name)
+
+# *** tensor indexing: the one-hot mask is compared at the full shape, not stored as a kernel of its own ***
+
+X10 = RNG.random((10, 4), dtype=np.float32)
+X1010 = RNG.random((10, 10), dtype=np.float32)
+IDX = np.array([1, 3, -5], dtype=np.int32)
+IDX2 = np.array([[1, 2], [9, -1]], dtype=np.int32)
+
+# graph, numpy value, kernels with FUSE_ARANGE=0 and =1 (tinygrad 0.10.0's counts; one kernel is the negative-index fix)
+INDEXING = {
+  "rows":      (lambda d=None: Tensor(X10, device=d).realize()[Tensor(IDX, device=d).realize()], lambda: X10[IDX], 3, 2),
+  "rows_1d":   (lambda d=None: Tensor(X10[:, 0], device=d).realize()[Tensor(IDX, device=d).realize()], lambda: X10[:, 0][IDX], 3, 2),
+  "columns":   (lambda d=None: Tensor(X10.T, device=d).realize()[:, Tensor(IDX, device=d).realize()], lambda: X10.T[:, IDX], 3, 2),
+  "two_index": (lambda d=None: Tensor(X1010, device=d).realize()[Tensor(IDX, device=d).realize(), Tensor(IDX[::-1].copy(), device=d).realize()],
+                lambda: X1010[IDX, IDX[::-1]], 4, 3),
+  "index_2d":  (lambda d=None: Tensor(X10, device=d).realize()[Tensor(IDX2, device=d).realize()], lambda: X10[IDX2], 3, 2),
+  "rows_plus": (lambda d=None: Tensor(X10, device=d).realize()[Tensor(IDX, device=d).realize()] + 1, lambda: X10[IDX] + 1, 3, 2),
+  "rows_sum":  (lambda d=None: Tensor(X10, device=d).realize()[Tensor(IDX, device=d).realize()].sum(), lambda: X10[IDX].sum(), 4, 3),
+}
+
+@pytest.mark.parametrize("name", list(INDEXING))
+@pytest.mark.parametrize("fuse_arange", [0, 1])
+def test_index_mask_kernel_count(name, fuse_arange):
+  make, _, off, on = INDEXING[name]
+  with Context(FUSE_ARANGE=fuse_arange): assert len(_kernels(make())) == (on if fuse_arange else off)
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(INDEXING))
+@pytest.mark.parametrize("fuse_arange", [0, 1])
+def test_index_mask_numbers(device, name, fuse_arange):
+  make, want, _, _ = INDEXING[name]
+  with Context(FUSE_ARANGE=fuse_arange): np.testing.assert_allclose(make(device).numpy(), want(), rtol=1e-6)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_index_gradient(device):
+  x = Tensor(X10, device=device, requires_grad=True).realize()
+  (x[Tensor(IDX, device=device).realize()] * 2).sum().backward()
+  tx = torch.tensor(X10, requires_grad=True)
+  (tx[torch.tensor(IDX, dtype=torch.long)] * 2).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+def test_planted_stored_mask_is_caught(monkeypatch):
+  # the one-hot compare stored as a kernel of its own (what the old front end's expanded compare led to)
+  orig = Tensor.__eq__
+  monkeypatch.setattr(Tensor, "__eq__", lambda self, other: orig(self, other).contiguous())
+  for fuse_arange in (0, 1):
+    with pytest.raises(AssertionError): test_index_mask_kernel_count("rows", fuse_arange)
+  test_index_mask_numbers("NUMPY", "rows", 0)  # the same numbers: only the count can tell
