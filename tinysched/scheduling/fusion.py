@@ -41,8 +41,11 @@ grouping = Decisions("grouping", {
   "arange_inlined": "FUSE_ARANGE: an arange's stores dropped, each reader recomputes it",
   "arange_kept": "FUSE_ARANGE: an arange kept stored (an output, or read only by COPY/BUFFER_VIEW)",
   "double_reduce_fused": "FUSE_CONV_BW: a reduce read through a view only by a reduce of the same op is not stored",
-  "double_reduce_kept": "FUSE_CONV_BW: a reduce read through a view by another reduce stays stored (an output, other "
-                        "readers, another op, or a pad over an op that maps 0 elsewhere)",
+  "double_reduce_shared": "FUSE_CONV_BW: a reduce read by a reduce stays stored: it has other readers",
+  "double_reduce_output": "FUSE_CONV_BW: a reduce read by a reduce stays stored: it is an output (0.10.0 drops the store)",
+  "double_reduce_other_op": "FUSE_CONV_BW: a reduce read by a reduce of another op stays stored (0.10.0 fails an assert)",
+  "double_reduce_unsafe_pad": "FUSE_CONV_BW: a reduce read by a reduce through a pad stays stored: it computes an op that "
+                              "maps 0 elsewhere (0.10.0 fuses it, wrong numbers)",
 })
 
 class _Fusion:
@@ -167,15 +170,17 @@ class _Fusion:
     permuted reduce). That inner reduce is not stored but computed in r_op's kernel, where kernel_ast merges the two
     into one reduce over both axis sets (fuse_reduces). tinygrad 0.10.0 also drops the store of an output, and merges
     reduces of different ops (an assertion) or through a pad over exp/log...: we keep those stored."""
-    if (top := double_reduce_source(r_op)) is None: return
+    if (top := double_reduce_source(r_op)) is None or top not in self.stores: return
     movement, top_op = r_op.src[0], self.op_of(top)
-    pads = any(v.mask is not None for v in movement.st.views)
-    if top_op.arg[0] is not r_op.arg[0] or len(self.facts.readers.get(top, {})) != 1 or forced_only(self.facts.writer[top].src[1]) \
-       or top not in self.stores or (pads and self.maps_zero_elsewhere(top_op)):
-      grouping.note("double_reduce_kept")
+    if len(self.facts.readers.get(top, {})) != 1: kept = "double_reduce_shared"
+    elif forced_only(self.facts.writer[top].src[1]): kept = "double_reduce_output"
+    elif top_op.arg[0] is not r_op.arg[0]: kept = "double_reduce_other_op"
+    elif any(v.mask is not None for v in movement.st.views) and self.maps_zero_elsewhere(top_op): kept = "double_reduce_unsafe_pad"
+    else:
+      grouping.note("double_reduce_fused")
+      del self.stores[top]
       return
-    grouping.note("double_reduce_fused")
-    del self.stores[top]
+    grouping.note(kept)
 
   def maps_zero_elsewhere(self, op: UOp) -> bool:
     """Whether an op that maps 0 to something else (exp, log, reciprocal...) computes in the same kernel as `op`:
