@@ -153,6 +153,17 @@ def test_double_reduce_choices_are_named(monkeypatch, name, choice):
   assert list(dict.fromkeys(fired)) == [choice]
   assert "reshape_between_reduces" in kernel_ast.views_down.rule_names() and "fuse_reduces" in kernel_ast.views_down.rule_names()
 
+# the same kernel rule serves FUSE_ARANGE: a cumsum of a constant, reshaped and summed, is recomputed in the sum's kernel
+# (before reshape_between_reduces that kernel could not be built, and the cumsum was stored: 2 kernels). tinygrad
+# 0.10.0 with FUSE_ARANGE=1: 1 kernel, wrong numbers ([300, ~0, ~0, ~0])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fuse_arange,n", [(0, 2), (1, 1)])
+def test_inlined_cumsum_through_reshape(device, fuse_arange, n):
+  make = lambda: Tensor.ones(24, device=device).cumsum(0).reshape(4, 6).sum(1)
+  with Context(FUSE_ARANGE=fuse_arange):
+    assert len(_kernels(make())) == n
+    np.testing.assert_array_equal(make().numpy(), np.ones(24).cumsum().reshape(4, 6).sum(1))
+
 # *** planted bugs: each check above must be able to fail ***
 
 def test_planted_no_double_reduce_fusion_is_caught(monkeypatch):
@@ -175,6 +186,7 @@ def test_planted_dim_by_dim_axes_is_caught(monkeypatch):
   # the axes found dim by dim are wrong; here the kernel's views no longer fit (0.10.0 runs it and gets wrong numbers)
   for name in ("reshape_2x10", "reshape_flat"):
     with pytest.raises((AssertionError, ValueError)): test_double_reduce_numbers("NUMPY", name, 1)
+  with pytest.raises(AssertionError): test_inlined_cumsum_through_reshape("NUMPY", 1, 1)
 
 # *** constant results and results of no elements: no kernel, as in tinygrad 0.10.0 ***
 
