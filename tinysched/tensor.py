@@ -1122,7 +1122,8 @@ class Tensor:
     d_exp = bf.zeros_like() if _const_is(bf, 1) else ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
     return F.Chain.apply(base, exponent, value, d_base.cast(value.dtype), d_exp.cast(value.dtype))
   def _pow_value(self, x, reverse: bool) -> Tensor:
-    """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, else exp/log."""
+    """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, the constant 1
+    for b ** 0 and 1 ** e, else exp/log."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse:
       if x == 0: return self.ones_like()
       if x == 0.5: return self.sqrt()

@@ -10,7 +10,8 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
    composes with the load's index) or a constant (which needs none: VALID keeps the mask);
 3. `views_down`: a VIEW that cannot move up, because a reduce is below it, moves down instead: through the reduce
    (the reduce is rebuilt over a view of its input), through elementwise ops, and into the STORE's index; a reduce
-   over (a view of) a reduce of the same op (FUSE_CONV_BW) becomes one reduce over both axis sets;
+   over (a view of) a reduce of the same op (FUSE_CONV_BW, or an arange FUSE_ARANGE inlined) becomes one reduce
+   over both axis sets;
 4. `finish_rules`: views are simplified and their Variables unbound, PRELOAD becomes LOAD, ASSIGN disappears (the
    STORE already targets the buffer), a meta op kernel (COPY...) becomes the meta op itself;
 5. `number_rules`: BUFFERs become DEFINE_GLOBAL 0.. , outputs first.
@@ -106,10 +107,11 @@ def views_through_op(root: UOp) -> UOp | None:
   return root.replace(src=tuple(s.src[0] if s in moved else push_up(s, flat) for s in root.src)).view(ShapeTracker.from_shape(outer))
 
 def reshape_between_reduces(outer: UOp, inner: UOp, src: UOp, v: UOp) -> UOp | None:
-  """REDUCE(reshape(REDUCE(src))) of one op (FUSE_CONV_BW: the inner reduce fused into the outer's kernel): push the
-  reshape into the inner reduce as view_over_reduce does for other views. reduce_over_reshape would instead match the
-  outer's axes against the inner's shape dim by dim, which is wrong once the reshape changes the rank ((4,5,1)->(20,)).
-  The inner reduce then has the outer's input shape plus trailing 1s, and the outer reduces it directly (fuse_reduces)."""
+  """REDUCE(reshape(REDUCE(src))) of one op (the inner fused into the outer's kernel by FUSE_CONV_BW or FUSE_ARANGE):
+  push the reshape into the inner reduce as view_over_reduce does for other views. reduce_over_reshape would instead
+  match the outer's axes against the inner's shape dim by dim, which is wrong once the reshape changes the rank
+  ((4,5,1)->(20,)). The inner reduce then has the outer's input shape plus trailing 1s, and the outer reduces it
+  directly (fuse_reduces)."""
   if outer.arg[0] is not inner.arg[0]: return None
   widened = _widened_reduce(inner, src, v.st).src[0]  # shape: v's shape + a 1 per reduced axis
   return widened.r(outer.arg[0], outer.axis_arg).view(ShapeTracker.from_shape(outer.st.shape))
@@ -235,17 +237,18 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   return new[pre], order
 
 def rules_fingerprint() -> tuple:
-  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (and fusion's
-  methods), the rewrite
-  engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`). Any monkeypatch of
-  one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
-  (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's."""
+  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (fusion's
+  methods too), the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py
+  `_runnable`). Any monkeypatch of one of them (a rule change in a running process) changes it. The objects
+  themselves, compared by identity (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot
+  come back as a new one's."""
   import sys
   from tinysched import rewrite, shape
   from tinysched.scheduling import bigraph, stores, fusion, order
   from tinysched.codegen import kernel, lowerer, folds
   facade = vars(sys.modules["tinysched.schedule"]).values() if "tinysched.schedule" in sys.modules else ()
-  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(fusion._Fusion).values(), *vars(order).values(), *facade,
+  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(fusion._Fusion).values(),
+          *vars(order).values(), *facade,
           *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values(),
           *vars(kernel).values(), *vars(kernel.Kernel).values(), *vars(lowerer).values(), *vars(folds).values()]
   return tuple(o for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
