@@ -131,6 +131,37 @@ def test_conv_backward_numbers(device, flag):
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(img.grad.numpy(), ti.grad.numpy(), rtol=1e-4, atol=1e-4)
 
+def _train_steps(flag: int, fuse_arange: int, device=None) -> tuple[list[float], list[np.ndarray]]:
+  # a small CNN's SGD steps: double reduces (weight gradients, the loss's sum of sums) next to an inlined arange
+  # (the cross-entropy's one-hot)
+  from tinysched import nn
+  rng = np.random.default_rng(1)
+  w1 = Tensor(rng.standard_normal((4, 1, 3, 3), dtype=np.float32) * 0.5, device=device, requires_grad=True).realize()
+  w2 = Tensor(rng.standard_normal((3, 4, 3, 3), dtype=np.float32) * 0.5, device=device, requires_grad=True).realize()
+  x = Tensor(rng.random((4, 1, 8, 8), dtype=np.float32), device=device).realize()
+  y = Tensor(np.array([0, 1, 2, 1], np.int32), device=device).realize()
+  opt = nn.optim.SGD([w1, w2], lr=0.1)
+  losses = []
+  with Context(FUSE_CONV_BW=flag, FUSE_ARANGE=fuse_arange), Tensor.train():
+    for _ in range(3):
+      opt.zero_grad()
+      loss = x.conv2d(w1).relu().conv2d(w2).mean((2, 3)).sparse_categorical_crossentropy(y)
+      loss.backward()
+      opt.step()
+      losses.append(loss.item())
+  return losses, [w1.numpy(), w2.numpy()]
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fuse_arange", [0, 1])
+def test_training_steps_same_with_conv_bw(device, fuse_arange):
+  # FUSE_ARANGE=1 (our default) with FUSE_CONV_BW=1 looped in views_down before reshape_between_reduces refused a
+  # third reduce (the inlined arange under the loss's double reduce)
+  ref_losses, ref_w = _train_steps(0, fuse_arange, device)
+  losses, ws = _train_steps(1, fuse_arange, device)
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+  assert ref_losses[-1] < ref_losses[0]  # it learns: the steps are not degenerate
+  for w, r in zip(ws, ref_w, strict=True): np.testing.assert_allclose(w, r, rtol=1e-4, atol=1e-6)
+
 def test_conv_bw_realized_input_does_not_crash():
   # 0.10.0 with FUSE_CONV_BW=1 fails an assertion on any reduce over a realized buffer (a plain conv's weight grad)
   with Context(FUSE_CONV_BW=1):
@@ -187,6 +218,20 @@ def test_planted_dim_by_dim_axes_is_caught(monkeypatch):
   for name in ("reshape_2x10", "reshape_flat"):
     with pytest.raises((AssertionError, ValueError)): test_double_reduce_numbers("NUMPY", name, 1)
   with pytest.raises(AssertionError): test_inlined_cumsum_through_reshape("NUMPY", 1, 1)
+
+def test_planted_third_reduce_widened_is_caught(monkeypatch):
+  # reshape_between_reduces without its refusal of a third reduce: the views never settle
+  from tinysched.rewrite import RewriteLoop
+  def no_refusal(outer, inner, src, v):
+    if outer.arg[0] is not inner.arg[0]: return None
+    return kernel_ast._widened_reduce(inner, src, v.st).src[0].r(outer.arg[0], outer.axis_arg).view(
+      kernel_ast.ShapeTracker.from_shape(outer.st.shape))
+  views_down = kernel_ast.PatternMatcher([(p, no_refusal if n == "reshape_between_reduces" else f, n) for p, f, n, _ in kernel_ast.views_down.rules],
+                                         name="views_down")
+  monkeypatch.setattr(kernel_ast, "views_down", views_down)
+  from tinysched import rewrite
+  monkeypatch.setattr(rewrite, "REWRITE_DEPTH_LIMIT", 500)  # the loop shows sooner (a real kernel nests far less)
+  with pytest.raises(RewriteLoop): test_training_steps_same_with_conv_bw("NUMPY", 1)
 
 # *** constant results and results of no elements: no kernel, as in tinygrad 0.10.0 ***
 

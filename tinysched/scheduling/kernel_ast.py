@@ -113,6 +113,9 @@ def reshape_between_reduces(outer: UOp, inner: UOp, src: UOp, v: UOp) -> UOp | N
   ((4,5,1)->(20,)). The inner reduce then has the outer's input shape plus trailing 1s, and the outer reduces it
   directly (fuse_reduces)."""
   if outer.arg[0] is not inner.arg[0]: return None
+  # a third reduce inside (an arange FUSE_ARANGE inlined): fuse_reduces could not merge them anyway. Said at once, so
+  # the scheduler stores that arange instead (schedule.py _misfused_aranges); widening over it would never settle
+  if any(u.op is Ops.REDUCE_AXIS for u in src.toposort()): raise ScheduleError("can't merge more than two reduces")
   widened = _widened_reduce(inner, src, v.st).src[0]  # shape: v's shape + a 1 per reduced axis
   return widened.r(outer.arg[0], outer.axis_arg).view(ShapeTracker.from_shape(outer.st.shape))
 
