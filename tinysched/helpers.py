@@ -60,6 +60,10 @@ def Context(**flags: Any):
 # FUSE_ARANGE=0 gives the seed's default schedule exactly.
 FUSE_ARANGE = ContextFlag("FUSE_ARANGE", 1)
 
+# scheduler switch (tinygrad 0.10.0, off by default there and here): a reduce read through a view only by another reduce
+# of the same op (a convolution's weight gradient) is not stored; the two become one reduce in the reader's kernel.
+FUSE_CONV_BW = ContextFlag("FUSE_CONV_BW", 0)
+
 def cdiv(a: int, b: int) -> int:
   """C-style integer division (truncates toward zero), the semantics of Ops.IDIV."""
   q = abs(a) // abs(b)

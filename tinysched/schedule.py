@@ -24,7 +24,7 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.rewrite import graph_rewrite
 from tinysched.lazy import LazyBuffer, Metadata
-from tinysched.helpers import dedup, FUSE_ARANGE
+from tinysched.helpers import dedup, FUSE_ARANGE, FUSE_CONV_BW
 from tinysched import capture_hook
 from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed, value_of
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
@@ -59,7 +59,7 @@ class ScheduleItem:
     return tuple(b for i, b in enumerate(self.bufs) if i not in outs)
 
 # the ContextFlags the passes depend on; only values that differ from the default are recorded with a capture
-SCHEDULE_FLAGS = {"FUSE_ARANGE": FUSE_ARANGE}
+SCHEDULE_FLAGS = {"FUSE_ARANGE": FUSE_ARANGE, "FUSE_CONV_BW": FUSE_CONV_BW}
 
 def current_flags() -> dict[str, Any]:
   """The scheduler flags in effect here (environment and Context), as schedule_graph's `flags` argument."""
@@ -99,14 +99,16 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   key = (big_graph, tuple(var_vals.items()), tuple(sorted(flags.items())))
   if capture_hook.HOOK is None and (hit := memo.schedules.get(key)) is not None: return list(hit[0]), dict(hit[1])
   fuse_arange = bool(flags.get("FUSE_ARANGE", FUSE_ARANGE.default))
+  fuse_conv_bw = bool(flags.get("FUSE_CONV_BW", FUSE_CONV_BW.default))
   keep: frozenset = frozenset()
   facts = gather_facts(big_graph, var_vals)
   planned: dict[UOp, UOp] = {}
   graph_rewrite(big_graph, store_rules, planned)                        # plan_stores: fills `planned` as rules fire
   while True:
     stores = dict(planned)
-    # (keep_stored only when there is one: a patched group_stores with the 3-argument signature keeps working)
-    groups = group_stores(facts, stores, fuse_arange, keep) if keep else group_stores(facts, stores, fuse_arange)
+    # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
+    extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
+    groups = group_stores(facts, stores, fuse_arange, **extra)
     graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
     pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
     if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
@@ -148,7 +150,9 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   return frozenset(bad)
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
-  outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST)
+  # a constant needs no kernel, and neither does a buffer of no elements (an EMPTY of size 0; any other op of no
+  # elements is already the constant 0): tinygrad 0.10.0 schedules nothing for either
+  outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST and not _no_elements(x.base))
   if not outs: return [], {}
   for out in outs: out.forced_realize = True
   big = build_big_graph(outs)
@@ -163,6 +167,8 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
     for b in si.outputs:
       if (lb := big.lazy_of.get(b)) is not None and hasattr(lb, "srcs"): del lb.srcs  # scheduled: realized from now on
   return schedule, var_vals
+
+def _no_elements(lb: LazyBuffer) -> bool: return isinstance(n := lb.st.size, int) and n == 0
 
 def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
   schedule, var_vals = create_schedule_with_vars(outs)

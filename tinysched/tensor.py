@@ -617,15 +617,17 @@ class Tensor:
     bshape = _broadcast_shape(*(t.shape for t in idxs))
     rest = [d for d in range(self.ndim) if d not in dims]
     k, nb, nr = len(dims), len(bshape), len(rest)
-    # mask[*b, i_1..i_k] = all_j(idx_j[*b] == i_j)
+    # mask[*b, i_1..i_k, *r] = all_j(idx_j[*b] == i_j), compared at the full shape: the index and the arange are
+    # broadcast, not the compare's result (an expanded compare would be stored as a kernel of its own first)
+    full = (*bshape, *sizes, *[self.shape[d] for d in rest])
     mask: Tensor | None = None
     for j, (t, s) in enumerate(zip(idxs, sizes)):
-      ar = Tensor.arange(s, device=self.device, requires_grad=False).cast(t.dtype).reshape(*[1] * j, s, *[1] * (k - j - 1))
-      m = t._broadcast_to(bshape).reshape(*bshape, *[1] * k) == ar
+      ar = Tensor.arange(s, device=self.device, requires_grad=False).cast(t.dtype).reshape(*[1] * (nb + j), s, *[1] * (k - j - 1 + nr))
+      m = t._broadcast_to(bshape).reshape(*bshape, *[1] * (k + nr)).expand(full) == ar.expand(full)
       mask = m if mask is None else (mask & m)
     assert mask is not None
     xp = self.permute(*dims, *rest).reshape(*[1] * nb, *sizes, *[self.shape[d] for d in rest])
-    picked = mask.reshape(*mask.shape, *[1] * nr).where(xp, Tensor(0, device=self.device, dtype=self.dtype))
+    picked = mask.where(xp, Tensor(0, device=self.device, dtype=self.dtype))
     ret = picked.sum(tuple(range(nb, nb + k))).cast(self.dtype)  # one non-zero term per sum: exact for every dtype
     # numpy rule: adjacent tensor indices put the broadcast dims where they were, separated ones put them first. A 0-d
     # index counts as an int (torch's rule), so it separates nothing: only the indices with dims are checked
@@ -1103,6 +1105,7 @@ class Tensor:
     a, b = self._broadcasted(x, reverse)
     if not dtypes.is_int(a.dtype): return (a / b).floor().cast(a.dtype)
     q = F.IDiv.apply(a, b)
+    if _const_is(b, 1): return q  # x // 1 is x (folded): no sign fix-up to compute
     # truncation rounds toward zero: step down where the signs differ and there is a remainder
     return ((q * b).ne(a) & ((a < 0).ne(b < 0))).where(q - 1, q)
   def mod(self, x, reverse: bool = False) -> Tensor:
@@ -1124,10 +1127,12 @@ class Tensor:
     scalar_e = isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse
     if scalar_e: d_base = bf.zeros_like() if x == 0 else x * bf._pow_value(x - 1, False)
     else: d_base = (ef == 0).where(0.0, ef * bf._pow_value(ef - 1, False))
-    d_exp = ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
+    # 1 ** e is 1 for every e: d/de = log(1) = 0, a constant (no kernel), as the value is
+    d_exp = bf.zeros_like() if _const_is(bf, 1) else ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
     return F.Chain.apply(base, exponent, value, d_base.cast(value.dtype), d_exp.cast(value.dtype))
   def _pow_value(self, x, reverse: bool) -> Tensor:
-    """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, else exp/log."""
+    """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, the constant 1
+    for b ** 0 and 1 ** e, else exp/log."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse:
       if x == 0: return self.ones_like()
       if x == 0.5: return self.sqrt()
@@ -1141,6 +1146,10 @@ class Tensor:
     base, exponent = self._broadcasted(x, reverse)
     bf = base._to_float()
     ef = exponent.cast(bf.dtype)
+    # b ** 0 and 1 ** e are 1 for every b and e, inf and nan included (IEEE pow, numpy, torch): a constant, no kernel
+    if _const_is(ef, 0) or _const_is(bf, 1):
+      one = bf.ones_like()
+      return one.cast(base.dtype) if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype) else one
     # |b|^e, then the sign for negative bases with odd integer exponents; nan for negative bases and fractional exponents
     mag = (ef * bf.abs().log()).exp()
     is_int_exp = ef.trunc() == ef
@@ -1571,6 +1580,11 @@ class Tensor:
     def __enter__(self): self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
     def __exit__(self, *exc): Tensor.no_grad = self.prev
 
+
+def _const_is(t: Tensor, v: ConstType) -> bool:
+  """Whether `t` is the constant `v` everywhere (an unrealized, unpadded CONST): what pow and floordiv fold."""
+  lb = t.lazydata
+  return lb.is_unrealized_unmasked_const and not isinstance(lb.base.arg, bool) and lb.base.arg == v
 
 def _argfix(*x: Any) -> tuple:
   """Shapes and dim lists may come spread out, f(2, 3), or as one tuple or list, f((2, 3)): both give (2, 3)."""

@@ -12,14 +12,18 @@ a wider dtype: storing the narrower value is cheaper).
 Two more reasons to store the reduce by itself: a group member that computes from another reduce (upstream,
 other than through this one) would put two reduces in one kernel; and an assign target in the group may not be
 fused with a kernel that also reads the target of another assign.
+
+Two switches of tinygrad 0.10.0 then drop stores again: FUSE_ARANGE (`inline_arange`: an arange is recomputed by its
+readers) and FUSE_CONV_BW (`inline_double_reduce`: a reduce read through a view only by a reduce of the same op is
+computed inside that reader, where kernel_ast merges the two reduces into one).
 """
 from __future__ import annotations
-from tinysched.ops import Ops
+from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp
 from tinysched.shape import ShapeTracker
 from tinysched.helpers import dedup
 from tinysched.rewrite import Decisions
-from tinysched.scheduling.bigraph import under_views, value_of, read_buffers, forced_only
+from tinysched.scheduling.bigraph import under_views, value_of, read_buffers, forced_only, computed
 from tinysched.scheduling.stores import GraphFacts
 
 # every grouping choice, named so that replay coverage can count the captures that exercise it
@@ -36,6 +40,12 @@ grouping = Decisions("grouping", {
   "before_widening_cast": "stored before a cast to a wider dtype (the narrower value is cheaper to store)",
   "arange_inlined": "FUSE_ARANGE: an arange's stores dropped, each reader recomputes it",
   "arange_kept": "FUSE_ARANGE: an arange kept stored (an output, or read only by COPY/BUFFER_VIEW)",
+  "double_reduce_fused": "FUSE_CONV_BW: a reduce read through a view only by a reduce of the same op is not stored",
+  "double_reduce_shared": "FUSE_CONV_BW: a reduce read by a reduce stays stored: it has other readers",
+  "double_reduce_output": "FUSE_CONV_BW: a reduce read by a reduce stays stored: it is an output (0.10.0 drops the store)",
+  "double_reduce_other_op": "FUSE_CONV_BW: a reduce read by a reduce of another op stays stored (0.10.0 fails an assert)",
+  "double_reduce_unsafe_pad": "FUSE_CONV_BW: a reduce read by a reduce through a pad stays stored: it computes an op that "
+                              "maps 0 elsewhere (0.10.0 fuses it, wrong numbers)",
 })
 
 class _Fusion:
@@ -155,19 +165,61 @@ class _Fusion:
     grouping.note("arange_inlined")
     for b in mine: self.stores.pop(b, None)
 
+  def inline_double_reduce(self, r_op: UOp) -> None:
+    """FUSE_CONV_BW: `r_op` reduces a movement of another reduce's buffer (a convolution's weight gradient reduces a
+    permuted reduce). That inner reduce is not stored but computed in r_op's kernel, where kernel_ast merges the two
+    into one reduce over both axis sets (fuse_reduces). tinygrad 0.10.0 also drops the store of an output, and merges
+    reduces of different ops (an assertion) or through a pad over exp/log...: we keep those stored."""
+    if (top := double_reduce_source(r_op)) is None or top not in self.stores: return
+    movement, top_op = r_op.src[0], self.op_of(top)
+    if len(self.facts.readers.get(top, {})) != 1: kept = "double_reduce_shared"
+    elif forced_only(self.facts.writer[top].src[1]): kept = "double_reduce_output"
+    elif top_op.arg[0] is not r_op.arg[0]: kept = "double_reduce_other_op"
+    elif any(v.mask is not None for v in movement.st.views) and self.maps_zero_elsewhere(top_op): kept = "double_reduce_unsafe_pad"
+    else:
+      grouping.note("double_reduce_fused")
+      del self.stores[top]
+      return
+    grouping.note(kept)
+
+  def maps_zero_elsewhere(self, op: UOp) -> bool:
+    """Whether an op that maps 0 to something else (exp, log, reciprocal...) computes in the same kernel as `op`:
+    a pad pushed through it to the loads would then read f(0), not 0."""
+    todo, seen = [op], set()
+    while todo:
+      if (u := todo.pop()) in seen: continue
+      seen.add(u)
+      if u.op in GroupOp.UnsafePad: return True
+      if computed(u) and u.src[0] in self.stores: continue  # read from memory, computed elsewhere
+      todo.extend(u.src)
+    return False
+
+def double_reduce_source(r_op: UOp) -> UOp | None:
+  """The BUFFER of the reduce that reduce `r_op` reads through a movement view (the seed requires one: a keepdim
+  reduce read directly is not a double reduce), if there is one."""
+  s = r_op.src[0]
+  if s.op is not Ops.VIEW or len(s.src) != 1 or not computed(b := under_views(s)): return None
+  return b.src[0] if value_of(b).op is Ops.REDUCE_AXIS else None
+
 def is_arange(op: UOp) -> bool:
   """A sum of masked constants (arange, cumsum of a constant): the reduce FUSE_ARANGE recomputes in its readers."""
   return op.op is Ops.REDUCE_AXIS and op.arg[0] is Ops.ADD and under_views(op.src[0]).op is Ops.WHERE
 
-def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool, keep_stored: frozenset = frozenset()) -> list[list[UOp]]:
+def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool, keep_stored: frozenset = frozenset(),
+                 fuse_conv_bw: bool = False) -> list[list[UOp]]:
   """Adds the reduces' stores to `stores` and returns the stored BUFFERs grouped by kernel, in `stores` order.
-  `keep_stored`: aranges FUSE_ARANGE must not inline (their readers' kernels would not be well formed)."""
+  `keep_stored`: aranges FUSE_ARANGE must not inline (their readers' kernels would not be well formed).
+  `fuse_conv_bw`: FUSE_CONV_BW, double reduces share one kernel (inline_double_reduce)."""
   f = _Fusion(facts, stores)
   aranges: list[UOp] = []
+  double: list[UOp] = []
   for r, node in facts.writer.items():
-    if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS or r in stores: continue
+    if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS: continue
+    if fuse_conv_bw and double_reduce_source(r_op) is not None: double.append(r_op)  # also when r_op itself is stored
+    if r in stores: continue
     f.group_reduce(r, r_op)
     if fuse_arange and is_arange(r_op) and r not in keep_stored: aranges.append(r)
+  for r_op in double: f.inline_double_reduce(r_op)
   for r in aranges: f.inline_arange(r)
   kernels: dict[UOp, list[UOp]] = {}
   for b in stores: kernels.setdefault(f.kernel_of.get(b, b), []).append(b)

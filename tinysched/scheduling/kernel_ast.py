@@ -9,7 +9,9 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
 2. `views_up`: a VIEW above an elementwise op moves onto each of its sources, until it reaches a load (where it
    composes with the load's index) or a constant (which needs none: VALID keeps the mask);
 3. `views_down`: a VIEW that cannot move up, because a reduce is below it, moves down instead: through the reduce
-   (the reduce is rebuilt over a view of its input), through elementwise ops, and into the STORE's index;
+   (the reduce is rebuilt over a view of its input), through elementwise ops, and into the STORE's index; a reduce
+   over (a view of) a reduce of the same op (FUSE_CONV_BW, or an arange FUSE_ARANGE inlined) becomes one reduce
+   over both axis sets;
 4. `finish_rules`: views are simplified and their Variables unbound, PRELOAD becomes LOAD, ASSIGN disappears (the
    STORE already targets the buffer), a meta op kernel (COPY...) becomes the meta op itself;
 5. `number_rules`: BUFFERs become DEFINE_GLOBAL 0.. , outputs first.
@@ -69,8 +71,10 @@ def view_over_reduce(r: UOp, src: UOp, v: UOp) -> UOp | None:
   """VIEW(REDUCE(src)) with a view that reorders, repeats or masks the reduce's output: reduce a view of src instead.
   With the reduced axes moved last, each output element is `n` consecutive input elements, so every view of the
   output widens to a view of the input with the reduced dims appended (strides times n, then contiguous over them)."""
-  st = v.st
-  if st.contiguous: return None
+  return None if v.st.contiguous else _widened_reduce(r, src, v.st)
+
+def _widened_reduce(r: UOp, src: UOp, st: ShapeTracker) -> UOp:
+  """view_over_reduce's rewrite, for any view `st` of r's output: a reduce of a view of src, reshaped to st's shape."""
   shape, axes = src.st.shape, r.axis_arg
   reduced = tuple(shape[i] for i in axes)
   n = prod(reduced)
@@ -102,6 +106,19 @@ def views_through_op(root: UOp) -> UOp | None:
   flat = ShapeTracker.from_shape(inner)
   return root.replace(src=tuple(s.src[0] if s in moved else push_up(s, flat) for s in root.src)).view(ShapeTracker.from_shape(outer))
 
+def reshape_between_reduces(outer: UOp, inner: UOp, src: UOp, v: UOp) -> UOp | None:
+  """REDUCE(reshape(REDUCE(src))) of one op (the inner fused into the outer's kernel by FUSE_CONV_BW or FUSE_ARANGE):
+  push the reshape into the inner reduce as view_over_reduce does for other views. reduce_over_reshape would instead
+  match the outer's axes against the inner's shape dim by dim, which is wrong once the reshape changes the rank
+  ((4,5,1)->(20,)). The inner reduce then has the outer's input shape plus trailing 1s, and the outer reduces it
+  directly (fuse_reduces)."""
+  if outer.arg[0] is not inner.arg[0]: return None
+  # a third reduce inside (an arange FUSE_ARANGE inlined): fuse_reduces could not merge them anyway. Said at once, so
+  # the scheduler stores that arange instead (schedule.py _misfused_aranges); widening over it would never settle
+  if any(u.op is Ops.REDUCE_AXIS for u in src.toposort()): raise ScheduleError("can't merge more than two reduces")
+  widened = _widened_reduce(inner, src, v.st).src[0]  # shape: v's shape + a 1 per reduced axis
+  return widened.r(outer.arg[0], outer.axis_arg).view(ShapeTracker.from_shape(outer.st.shape))
+
 def fuse_reduces(outer: UOp, inner: UOp) -> UOp:
   """REDUCE(REDUCE(x)) of one op: one reduce of x over both sets of axes (the outer's first, as they were pushed)."""
   op, axes, x = inner.arg[0], outer.axis_arg + inner.axis_arg, inner.src[0]
@@ -116,6 +133,8 @@ def store_through_assign_view(a: UOp, b: UOp, index: UOp) -> UOp | None:
 views_down = compose_rules + PatternMatcher([
   (UPat(Ops.STORE, src=(UPat.var("b"), UPat.var("index"), UPat(Ops.ASSIGN, name="a"))), store_through_assign_view, "store_through_assign_view"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat.var("src"),), name="r").view(name="v"), view_over_reduce, "view_over_reduce"),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, src=(UPat.var("src"),), name="inner").view(name="v"),), name="outer"),
+   reshape_between_reduces, "reshape_between_reduces"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x").view(name="v"),), name="r"), reduce_over_reshape, "reduce_over_reshape"),
   (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.STORE), name="root"), views_through_op, "views_through_op"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, name="inner"),), name="outer"), fuse_reduces, "fuse_reduces"),
@@ -221,16 +240,18 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   return new[pre], order
 
 def rules_fingerprint() -> tuple:
-  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module, the rewrite
-  engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`). Any monkeypatch of
-  one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
-  (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's."""
+  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (fusion's
+  methods too), the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py
+  `_runnable`). Any monkeypatch of one of them (a rule change in a running process) changes it. The objects
+  themselves, compared by identity (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot
+  come back as a new one's."""
   import sys
   from tinysched import rewrite, shape
   from tinysched.scheduling import bigraph, stores, fusion, order
   from tinysched.codegen import kernel, lowerer, folds
   facade = vars(sys.modules["tinysched.schedule"]).values() if "tinysched.schedule" in sys.modules else ()
-  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(order).values(), *facade,
+  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(fusion._Fusion).values(),
+          *vars(order).values(), *facade,
           *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values(),
           *vars(kernel).values(), *vars(kernel.Kernel).values(), *vars(lowerer).values(), *vars(folds).values()]
   return tuple(o for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
