@@ -192,7 +192,7 @@ class LazyBuffer:
     return create_lazybuffer(self.device, ShapeTracker.from_shape(self.shape), out_dtype, op, None, srcs)
 
   def _fold(self, op: Ops, srcs: tuple[LazyBuffer, ...], out_dtype: DType) -> LazyBuffer | None:
-    """Constant folding at creation: x+0, x*1, x*0, x//1 and ops whose every source is a constant."""
+    """Constant folding at creation: x+0, x*1, integer x*0, x//1 and ops whose every source is a constant."""
     consts = [s.base.arg if s.is_unrealized_unmasked_const else None for s in srcs]
     if all(c is not None for c in consts) and op in GroupOp.ALU:
       try: return srcs[0].cast(out_dtype).const_like(exec_alu(op, out_dtype, consts)) if out_dtype == srcs[0].dtype else \
@@ -207,8 +207,9 @@ class LazyBuffer:
     if op is Ops.MUL:
       if cy is not None and cy == 1 and not isinstance(cy, bool): return x
       if cx is not None and cx == 1 and not isinstance(cx, bool): return y
-      if cy is not None and cy == 0 and not isinstance(cy, bool): return y
-      if cx is not None and cx == 0 and not isinstance(cx, bool): return x
+      # x * 0 is 0 only for ints and bools: a float inf or nan times 0 is nan (tinygrad 0.10.0 folds floats too)
+      if cy is not None and cy == 0 and not isinstance(cy, bool) and not dtypes.is_float(out_dtype): return y
+      if cx is not None and cx == 0 and not isinstance(cx, bool) and not dtypes.is_float(out_dtype): return x
     if op is Ops.IDIV and cy is not None and cy == 1: return x
     return None
 

@@ -1511,8 +1511,9 @@ class Tensor:
     # like tinygrad, ignore_index=-1 (the default) ignores nothing
     loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
     y = _one_hot_mask(Y, self.shape[-1], self.device) & loss_mask.unsqueeze(-1)
-    smoothing = label_smoothing * (log_probs.mean(-1) * loss_mask)
-    unreduced = (1 - label_smoothing) * y.where(log_probs, 0).sum(-1) + smoothing
+    unreduced = y.where(log_probs, 0).sum(-1)
+    # the smoothing term only when there is one: 0 * x is not folded for floats (inf * 0 is nan), so it would be computed
+    if label_smoothing: unreduced = (1 - label_smoothing) * unreduced + label_smoothing * (log_probs.mean(-1) * loss_mask)
     # mean over the counted labels only, so Tensor.mean does not fit
     if reduction == "mean": return -unreduced.sum() / loss_mask.sum()
     return -(unreduced.sum() if reduction == "sum" else unreduced)
@@ -1524,7 +1525,7 @@ class Tensor:
       Y = Y.one_hot(num_classes=self.shape[1])
       if self.ndim > 2: Y = Y.permute(0, Y.ndim - 1, *range(1, Y.ndim - 1))
     if Y.shape != self.shape: raise ShapeError(f"cross_entropy: target {Y.shape} does not fit logits {self.shape}")
-    Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]
+    if label_smoothing: Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]
     return (-self.log_softmax(axis=1).mul(Y).sum(axis=1))._do_reduction(reduction)
   def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
     """torch-style negative log likelihood of log-probabilities (N, C, ...) and int labels (N, ...)."""

@@ -106,7 +106,8 @@ class LAMB(Optimizer):
       p.assign((p.detach() - lr * ratio * u).cast(p.dtype))
     return [self.b1_t, self.b2_t] + self.m + self.v
   def _adam_direction(self, p: Tensor, m_hat: Tensor, v_hat: Tensor) -> Tensor:
-    return (m_hat / (v_hat.sqrt() + self.eps)) + self.wd * p.detach().float()
+    u = m_hat / (v_hat.sqrt() + self.eps)
+    return u + self.wd * p.detach().float() if self.wd else u  # 0 * p is not folded for floats (inf * 0 is nan)
 
 def _ema(state: Tensor, beta: float, x: Tensor) -> None:
   """state = beta * state + (1 - beta) * x, in place."""
