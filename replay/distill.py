@@ -7,7 +7,9 @@ captures of baseline + distilled set exercise it, where the source rows can: cor
 afl-cmin, over rule coverage instead of branch edges.
 
 Selection is greedy and deterministic: each step takes the source input that serves the most rules still short of
-`per_rule`, ties broken by the smaller stored input, then level and input key; it stops when no input serves a rule
+`per_rule`, ties broken by size: first whether its largest view or buffer exceeds BIG_ELEMENTS (a test past 2**31
+elements is chosen only for a rule no smaller capture serves: executing it takes minutes and tens of GiB), then the
+smaller stored input, then level and input key; it stops when no input serves a rule
 that is short. Only inputs that replay to the end with the current code are candidates (an error row is a bug to fix,
 not a baseline). Each chosen input keeps one row (its first: store, run, sequence order) with its label, so a
 distilled capture still names the test it came from.
@@ -21,6 +23,32 @@ from replay.coverage import CoverageError, RuleKey, coverage, fired_rules, rule_
 
 Log = Callable[[str], None]
 LEVEL_RANK = {"kernel": 0, "schedule": 1, "program": 2}
+BIG_ELEMENTS = 1 << 24
+
+def _uops(x, out: list) -> None:
+  """The UOps a decoded input holds (a tuple of graphs and maps, or a program document's roots)."""
+  from tinysched.uop import UOp
+  if isinstance(x, UOp): out.append(x)
+  elif isinstance(x, (list, tuple)):
+    for y in x: _uops(y, out)
+  elif isinstance(x, dict):
+    for k, v in x.items(): _uops(k, out); _uops(v, out)
+  elif hasattr(x, "roots"): _uops(list(x.roots()), out)
+
+def footprint(level: str, data: bytes) -> int:
+  """The element count of the largest view or buffer of a stored input (symbolic sizes are not counted)."""
+  from tinysched.ops import Ops
+  from replay.runner import decode_input
+  us: list = []
+  _uops(decode_input(level, data), us)
+  big = 0
+  for u in us:
+    for n in u.toposort():
+      try:
+        if n.op is Ops.VIEW and hasattr(n.arg, "size"): big = max(big, int(n.arg.size))
+        elif n.op is Ops.BUFFER: big = max(big, int(n.arg[1][1]))
+      except (TypeError, ValueError, IndexError): continue  # a symbolic size
+  return big
 
 @dataclass
 class Distilled:
@@ -55,7 +83,8 @@ def _candidates(stores: list[tuple[str, list[dict]]], log: Log) -> tuple[list[tu
         outcome, fired = fired_rules(row["level"], data)
         if outcome != "ran": continue
         rules = frozenset(rk for f in fired if (rk := by_fn.get(f)) is not None)
-        out.append(((sizes.get(row["input_key"]) or 0, LEVEL_RANK.get(row["level"], 9), row["level"], row["input_key"]), path, row, rules))
+        big = footprint(row["level"], data) > BIG_ELEMENTS
+        out.append(((big, sizes.get(row["input_key"]) or 0, LEVEL_RANK.get(row["level"], 9), row["level"], row["input_key"]), path, row, rules))
     finally: store.close()
   return out, len(seen)
 

@@ -100,3 +100,19 @@ def test_cli_summary_and_bad_input(stores, tmp_path):
   assert r.returncode == 2 and "missing.db" in r.stderr and not (tmp_path / "o2.db").exists()
   r = _cli(str(src), "--out", str(tmp_path / "o3.db"), "--per-rule", "0")
   assert r.returncode == 2 and "at least 1" in r.stderr
+
+def test_a_huge_capture_loses_ties_to_a_small_one(tmp_path, monkeypatch):
+  # two sources fire the same rules; the one past BIG_ELEMENTS is not kept (planted: sizes read backwards, and the huge
+  # one is kept: the footprint is what decides)
+  def work(n):
+    def run(): (Tensor.empty(n) * 2).realize()
+    return run
+  small = capture_store(tmp_path / "small.db", work(64), "small")
+  huge = capture_store(tmp_path / "huge.db", work(D.BIG_ELEMENTS * 2), "huge")
+  assert D.footprint("kernel", Store(huge, readonly=True).blob(next(Store(huge, readonly=True).captures(level="kernel"))["input_key"])) > D.BIG_ELEMENTS
+  res = D.distill([str(huge), str(small)], str(tmp_path / "d.db"), per_rule=1, log=lambda s: None)
+  assert res.kept and {r["label"] for _, r in res.kept} == {"small"}
+  real = D.footprint
+  monkeypatch.setattr(D, "footprint", lambda level, data: 0 if real(level, data) > D.BIG_ELEMENTS else 2 * D.BIG_ELEMENTS)
+  res = D.distill([str(huge), str(small)], str(tmp_path / "e.db"), per_rule=1, log=lambda s: None)
+  assert "huge" in {r["label"] for _, r in res.kept}
