@@ -128,14 +128,20 @@ def compare(ref: np.ndarray, got: np.ndarray, dtype_name: str, ignore: np.ndarra
     return {**c, "first_diff": where[c["first_diff"]].tolist()}
   return _compare_floats(ref, got, ref.dtype, rtol, atol)
 
-def _compare_floats(ref: np.ndarray, got: np.ndarray, npd: np.dtype, rtol: float, atol: float) -> dict[str, Any]:
-  a64, b64 = ref.astype(np.float64), got.astype(np.float64)
+def _float_errors(a64: np.ndarray, b64: np.ndarray) -> tuple[np.ndarray, ...]:
+  """(nan in a, nan in b, an infinity that does not match, both finite, abs error, rel error) of two float64 arrays."""
   nan_a, nan_b = np.isnan(a64), np.isnan(b64)
   inf_mismatch = (np.isinf(a64) | np.isinf(b64)) & (a64 != b64) & ~(nan_a | nan_b)
   finite = ~(nan_a | nan_b | np.isinf(a64) | np.isinf(b64))
   with np.errstate(all="ignore"):
     ae = np.where(finite, np.abs(a64 - b64), 0.0)
     re = np.where(finite, ae / np.maximum(np.abs(a64), 1e-30), 0.0)
+  return nan_a, nan_b, inf_mismatch, finite, ae, re
+
+def _compare_floats(ref: np.ndarray, got: np.ndarray, npd: np.dtype, rtol: float, atol: float) -> dict[str, Any]:
+  a64, b64 = ref.astype(np.float64), got.astype(np.float64)
+  nan_a, nan_b, inf_mismatch, finite, ae, re = _float_errors(a64, b64)
+  with np.errstate(all="ignore"):
     ulp = np.where(finite, _ulp(a64, b64, npd), 0.0) if ref.size else ae
   bad = (nan_a != nan_b) | inf_mismatch | (finite & (ae > atol + rtol * np.abs(a64)))
   return {"equal": not bad.any(), "max_abs_err": float(ae.max()) if ae.size else 0.0, "max_rel_err": float(re.max()) if re.size else 0.0,
@@ -154,12 +160,8 @@ def _compare_bf16(ref: np.ndarray, got: np.ndarray, loose: bool = False) -> dict
   if ref.dtype == got.dtype == np.uint16 and np.array_equal(ref, got):  # the same bits (the common case): equal, NaNs included
     a = b = np.zeros(0, np.float32)
   a64, b64 = a.astype(np.float64), b.astype(np.float64)
-  nan_a, nan_b = np.isnan(a64), np.isnan(b64)
-  inf_mismatch = (np.isinf(a64) | np.isinf(b64)) & (a64 != b64) & ~(nan_a | nan_b)
-  finite = ~(nan_a | nan_b | np.isinf(a64) | np.isinf(b64))
+  nan_a, nan_b, inf_mismatch, finite, ae, re = _float_errors(a64, b64)
   with np.errstate(all="ignore"):
-    ae = np.where(finite, np.abs(a64 - b64), 0.0)
-    re = np.where(finite, ae / np.maximum(np.abs(a64), 1e-30), 0.0)
     # a bfloat16 ULP is 2^16 float32 ULPs (same exponent range; subnormals: 2^-133 both ways); on the smaller magnitude,
     # so one step down across a power of two counts as one ULP, not half of one
     small = np.minimum(np.abs(a), np.abs(b))

@@ -315,3 +315,20 @@ def test_list_index_builds_the_graph_an_int_tensor_does():
   want = x[Tensor([0, 2])].schedule()
   got = x[[0, 2]].schedule()
   assert [si.ast.key for si in got] == [si.ast.key for si in want]
+
+# *** symbolic reshapes: a bound Variable as a dim (a KV cache's length) ***
+
+def test_reshape_with_a_bound_variable_dim():
+  from tinysched import Variable
+  vi = Variable("i", 1, 10).bind(4)
+  xn = np.arange(30, dtype=np.float32)
+  x = Tensor(xn).realize()
+  z = x.shrink(((0, 3 * vi),)).reshape(3, vi)
+  assert z.shape[0] == 3 and z.shape[1] is not None and str(z.shape[1]).startswith("<i")
+  np.testing.assert_array_equal((z * 2).sum(1).numpy(), (xn[:12].reshape(3, 4) * 2).sum(1))
+  # and back: (3, i) -> (3*i,), and the transposed view of a (3, i) slice
+  np.testing.assert_array_equal((z.reshape(3 * vi) + 1).sum().numpy(), (xn[:12] + 1).sum())
+  w = Tensor(xn.reshape(3, 10)).realize()[:, :vi]
+  wt = w.reshape(3, vi).T  # (i, 3): a symbolic shape has no numpy(); its concrete reductions do
+  np.testing.assert_array_equal(wt.sum(0).numpy(), xn.reshape(3, 10)[:, :4].T.sum(0))
+  with pytest.raises(ValueError, match="element counts differ"): z.reshape(4, vi)  # 3*i elements cannot be 4*i
