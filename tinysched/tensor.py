@@ -3,7 +3,7 @@
 Nothing runs until realize()/numpy(): every method builds LazyBuffers through autograd Functions.
 """
 from __future__ import annotations
-import contextlib, functools, math
+import contextlib, functools, math, numbers
 from typing import Any, Callable, Sequence, Union
 import numpy as np
 from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType, bf16_bits, bf16_float
@@ -65,6 +65,20 @@ def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     out.append(first)
   return tuple(out)
 
+
+_SINT_OPS = {Ops.ADD: "add", Ops.MUL: "mul", Ops.IDIV: "idiv", Ops.MOD: "mod", Ops.MAX: "maximum", Ops.CMPLT: "__lt__",
+             Ops.CMPNE: "ne"}
+
+def _sint_tensor(x: UOp, device: str) -> "Tensor":
+  """A 0-d Tensor computing a symbolic size expression (bound Variables, constants, + * // % max <): what mean over a
+  symbolic shrink divides by. An unbound Variable or another op has no value to compute: ValueError naming it."""
+  if x.op is Ops.CONST: return Tensor(x.arg, device=device, dtype=x.dtype)
+  if x.op is Ops.BIND: return Tensor(x, device=device)
+  if (name := _SINT_OPS.get(x.op)) is not None and len(x.src) == 2:
+    return getattr(_sint_tensor(x.src[0], device), name)(_sint_tensor(x.src[1], device))
+  what = f"the unbound Variable {x.arg[0]!r}" if x.op is Ops.DEFINE_VAR else f"{x.op}"
+  raise ValueError(f"a Tensor from a UOp needs bound Variables and + * // % max <, got {what}: bind it (Variable(...).bind(n))")
+
 class Tensor:
   """A lazily evaluated n-dimensional array with automatic differentiation."""
   __slots__ = ("lazydata", "requires_grad", "grad", "_ctx")
@@ -84,8 +98,8 @@ class Tensor:
       lb = data
     elif data is None: lb = LazyBuffer.metaop(Ops.EMPTY, (0,), dt or dtypes.default_float, dev)
     elif isinstance(data, UOp):
-      if data.op is not Ops.BIND: raise ValueError(f"a Tensor from a UOp needs a bound Variable, got {data.op}")
-      lb = LazyBuffer.metaop(Ops.CONST, (), dt or data.dtype, dev, data)
+      if data.op is Ops.BIND: lb = LazyBuffer.metaop(Ops.CONST, (), dt or data.dtype, dev, data)
+      else: lb = _sint_tensor(data, dev).cast(dt or data.dtype).lazydata  # an expression of bound Variables (a symbolic count)
     elif isinstance(data, (bool, int, float)):
       lb = LazyBuffer.metaop(Ops.CONST, (), dt or dtypes.from_py(data), dev, data)
     elif isinstance(data, bytes): lb = _from_np(np.frombuffer(data, np.uint8), dev)
@@ -208,6 +222,10 @@ class Tensor:
     shifting it down by (step - start) turns it into the values. The running sum is one reduce kernel."""
     first, end = (0, start) if stop is None else (start, stop)
     if step == 0: raise ValueError("arange: step must not be zero")
+    if not all(isinstance(v, numbers.Real) for v in (first, end, step)):
+      # the element count must be known when the graph is built (a Variable's length: shrink an arange of its maximum)
+      raise ArgumentError(f"arange({first!r}, {end!r}, {step!r}): start, stop and step must be Python ints or floats; for a "
+                          "symbolic length take Tensor.arange(max).shrink(((0, v),))")
     floats = isinstance(first, float) or isinstance(end, float) or isinstance(step, float)
     out_dtype = kwargs.pop("dtype", dtypes.default_float if floats else dtypes.default_int)
     count = max(math.ceil((end - first) / step), 0)
@@ -399,6 +417,7 @@ class Tensor:
   def flip(self, axis, *args) -> Tensor:
     dims = self._dims(_argfix(axis, *args))
     if len(set(dims)) < len(dims): raise ShapeError(f"flip: dims {dims} repeat")
+    if self.ndim == 0: return self  # a 0-d tensor takes dim 0 / -1 (torch and tinygrad): one element, nothing to reverse
     return F.Flip.apply(self, axis=dims)
   def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
     if len(arg) != self.ndim: raise ShapeError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")

@@ -332,3 +332,26 @@ def test_reshape_with_a_bound_variable_dim():
   wt = w.reshape(3, vi).T  # (i, 3): a symbolic shape has no numpy(); its concrete reductions do
   np.testing.assert_array_equal(wt.sum(0).numpy(), xn.reshape(3, 10)[:, :4].T.sum(0))
   with pytest.raises(ValueError, match="element counts differ"): z.reshape(4, vi)  # 3*i elements cannot be 4*i
+
+@pytest.mark.parametrize("device", ["NUMPY", "OPENCL"])
+def test_mean_and_var_over_a_symbolic_shrink(device):
+  # the count they divide by is an expression of the bound Variable: a 0-d Tensor computes it (Tensor(uop))
+  from tinysched import Variable
+  from tinysched.runtime.opencl import opencl_available
+  if device == "OPENCL" and not opencl_available(): pytest.skip("no OpenCL device")
+  vi = Variable("i", 1, 10).bind(4)
+  yn = np.random.default_rng(0).random((3, 10), dtype=np.float32)
+  y = Tensor(yn, device=device).realize().shrink((None, (0, vi)))
+  np.testing.assert_allclose(y.mean(1).numpy(), yn[:, :4].mean(1), rtol=1e-6)
+  np.testing.assert_allclose(y.mean().numpy(), yn[:, :4].mean(), rtol=1e-6)
+  np.testing.assert_allclose(y.var().numpy(), yn[:, :4].var(ddof=1), rtol=1e-5)
+  np.testing.assert_allclose(Tensor(vi * 2 + 1, device=device).numpy(), 9)
+
+def test_symbolic_edge_cases_fail_clearly_or_work():
+  from tinysched import Variable
+  from tinysched.errors import ArgumentError
+  assert Tensor(3.0).flip(0).numpy() == 3.0 and Tensor(3.0).flip(-1).numpy() == 3.0  # a 0-d tensor takes dim 0 / -1, as torch
+  with pytest.raises(IndexError): Tensor(3.0).flip(1)
+  with pytest.raises(ArgumentError, match="shrink"): Tensor.arange(Variable("i", 1, 10).bind(4))
+  assert Tensor.arange(np.int64(3)).tolist() == [0, 1, 2]  # numpy ints are ints
+  with pytest.raises(ValueError, match="unbound Variable 'u'"): Tensor(Variable("u", 1, 10) + 1)
