@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
+from bench.jit_timing import unjitted_vs_jit  # noqa: E402
 
 def main() -> None:
   ap = argparse.ArgumentParser()
@@ -27,27 +28,7 @@ def main() -> None:
   jit = TinyJit(fwd)
   rng = np.random.default_rng(7)
   def tokens() -> Tensor: return Tensor(rng.integers(0, c.vocab_size, (1, 64)).astype(np.int32), dtype=dtypes.int32).realize()
-  def timed(f, runs: int) -> tuple[list[float], list]:
-    ts, outs = [], []
-    for _ in range(runs):
-      tok = tokens()
-      dev.synchronize()
-      t0 = time.perf_counter()
-      out = f(tok)
-      dev.synchronize()
-      ts.append(time.perf_counter() - t0)
-      outs.append((tok, out.numpy()))
-    return ts, outs
-  t_first = timed(fwd, 1)[0][0]
-  timed(fwd, 1)
-  t_plain, _ = timed(fwd, a.runs)
-  timed(jit, 3)  # warm-up, record, first replay
-  t_jit, outs = timed(jit, a.runs)
-  err = max(float(np.abs(o - fwd(tok).numpy()).max()) for tok, o in outs[:3])
-  print(f"# GPT-2 small 1 x 64 forward, full logits, device {Device.DEFAULT}, {time.strftime('%Y-%m-%d %H:%M')}")
-  print(f"first call (schedule + compile): {t_first * 1e3:.0f} ms")
-  print(f"unjitted: median {statistics.median(t_plain) * 1e3:.2f} ms, min {min(t_plain) * 1e3:.2f} ms")
-  print(f"TinyJit:  median {statistics.median(t_jit) * 1e3:.2f} ms, min {min(t_jit) * 1e3:.2f} ms; max |jit - unjitted| = {err:.2e}")
+  unjitted_vs_jit(dev, fwd, jit, tokens, a.runs, f"GPT-2 small 1 x 64 forward, full logits, device {Device.DEFAULT}")
   try:
     import torch
     if not torch.cuda.is_available(): raise ImportError("no CUDA")

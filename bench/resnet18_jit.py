@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
+from bench.jit_timing import unjitted_vs_jit  # noqa: E402
 
 def _torch_forward(torch, s_np: dict, dev: str):
   """The same network as bench/models.py resnet18's forward, in torch.nn.functional, on the numpy weights."""
@@ -52,27 +53,7 @@ def main() -> None:
   jit = TinyJit(fwd)
   rng = np.random.default_rng(7)
   def image() -> Tensor: return Tensor(rng.random((1, 3, 224, 224), dtype=np.float32)).realize()
-  def timed(f, runs: int):
-    ts, outs = [], []
-    for _ in range(runs):
-      x = image()
-      dev.synchronize()
-      t0 = time.perf_counter()
-      out = f(x)
-      dev.synchronize()
-      ts.append(time.perf_counter() - t0)
-      outs.append((x, out.numpy()))
-    return ts, outs
-  t_first = timed(fwd, 1)[0][0]
-  timed(fwd, 1)
-  t_plain, _ = timed(fwd, a.runs)
-  timed(jit, 3)  # warm-up, record, first replay
-  t_jit, outs = timed(jit, a.runs)
-  err = max(float(np.abs(o - fwd(x).numpy()).max()) for x, o in outs[:3])
-  print(f"# ResNet-18 1 x 3 x 224 x 224 forward, eval BN, random weights, device {Device.DEFAULT}, {time.strftime('%Y-%m-%d %H:%M')}")
-  print(f"first call (schedule + compile): {t_first * 1e3:.0f} ms")
-  print(f"unjitted: median {statistics.median(t_plain) * 1e3:.2f} ms, min {min(t_plain) * 1e3:.2f} ms")
-  print(f"TinyJit:  median {statistics.median(t_jit) * 1e3:.2f} ms, min {min(t_jit) * 1e3:.2f} ms; max |jit - unjitted| = {err:.2e}")
+  outs = unjitted_vs_jit(dev, fwd, jit, image, a.runs, f"ResNet-18 1 x 3 x 224 x 224 forward, eval BN, random weights, device {Device.DEFAULT}")
   try: import torch
   except ImportError:
     print("torch eager: not run (torch is not installed)")
