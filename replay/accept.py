@@ -25,15 +25,13 @@ from typing import Callable
 from replay import git as G
 from replay.encode import IncompatibleCapture, encode_graph, key_of
 from replay.store import Store, StoreError, dumps, graph_row
+from replay.errors import HintedError
 
 Log = Callable[[str], None]
 _HEX = re.compile(r"[0-9a-f]+")
 
-class AcceptError(RuntimeError):
+class AcceptError(HintedError):
   """A selection or a row that cannot be accepted: the message and what to do next (exit 2)."""
-  def __init__(self, msg: str, hint: str | None = None):
-    super().__init__(msg)
-    self.hint = hint
 
 @dataclass
 class Row:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os, subprocess, sys, time
 from pathlib import Path
 from typing import Callable
+from replay.errors import HintedError
 
 Log = Callable[[str], None]
 EXTRAS = ("gpu_target", "tests")
@@ -24,10 +25,8 @@ GPU_MODELS = ("cnn_train", "gpt2_tiny", "mlp_digits")
 TARGET = "nvidia-like-gpu"
 PER_RULE = 3
 
-class BaselineError(RuntimeError):
-  def __init__(self, msg: str, hint: str):
-    super().__init__(msg)
-    self.hint = hint
+class BaselineError(HintedError):
+  """A baseline member that cannot be made (failing tests, a failed model): the message and what to do next."""
 
 def _xdist() -> list[str]:
   try: import xdist  # noqa: F401

@@ -29,17 +29,15 @@ from pathlib import Path
 from typing import Callable
 from replay import git as G
 from replay.store import copy_rows
+from replay.errors import HintedError
 
 Log = Callable[[str], None]
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128  # `git bisect run` exit codes of a step
 DIVERGED = ("changed", "error", "unstable")
 ProbeKey = tuple[str, str]  # (level, input_key)
 
-class BisectError(RuntimeError):
+class BisectError(HintedError):
   """A bisect that cannot start or cannot decide: the message and what to do next (exit 2)."""
-  def __init__(self, msg: str, hint: str | None = None):
-    super().__init__(msg)
-    self.hint = hint
 
 @dataclass
 class Replay:

@@ -20,17 +20,15 @@ from typing import Callable, Iterator
 from replay import git as G
 from replay.store import LEVELS, Store, StoreError, compact
 from replay.suite import run_model
+from replay.errors import HintedError
 
 HOOK_FILE = "tinysched/capture_hook.py"
 RUNNER_FILES = ("replay/suite.py", "tinysched/models/suite.py")
 MODELS_DIR = "tinysched/models"
 Log = Callable[[str], None]
 
-class CommitsError(RuntimeError):
+class CommitsError(HintedError):
   """A failure the user can act on: the message and what to do next."""
-  def __init__(self, msg: str, hint: str | None = None):
-    super().__init__(msg)
-    self.hint = hint
 
 class Interrupted(KeyboardInterrupt):
   """Ctrl-C or SIGTERM: a KeyboardInterrupt, so code that already cleans up after Ctrl-C handles both."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib, json, pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from replay.errors import HintedError
 
 MATCHER_MODULES = ("tinysched.scheduling", "tinysched.symbolic", "tinysched.codegen")  # a package means all its modules
 LEFT_OUT: tuple[str, ...] = ()
@@ -33,10 +34,8 @@ WHY_UNREACHED: dict[tuple[str, str], str] = {
                                            "direct UOp.simplify callers reach it (tests/tinysched/test_symbolic.py)",
 }
 
-class CoverageError(Exception):
-  def __init__(self, msg: str, hint: str) -> None:
-    super().__init__(msg)
-    self.hint = hint
+class CoverageError(HintedError):
+  """A store that cannot be read, or a bad --per-rule: the message and what to do next (exit 2)."""
 
 @dataclass(frozen=True, order=True)
 class RuleKey:

@@ -26,15 +26,13 @@ import json, os, shutil, subprocess, sys, tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from replay.errors import HintedError
 
 DEFAULT_SEEDS = (1, 2)
 RowId = tuple[str, int, int, str, str]  # (db, run_id, seq, level, input_key): one stored row
 
-class DeterminismError(RuntimeError):
+class DeterminismError(HintedError):
   """The check could not run (a worker failed): the message and what to do next (exit 2)."""
-  def __init__(self, msg: str, hint: str | None = None):
-    super().__init__(msg)
-    self.hint = hint
 
 def parse_seeds(s: str) -> tuple[int, int]:
   """'A,B' -> (A, B): two different PYTHONHASHSEED values (0..4294967295); raises ValueError saying what is wrong."""
