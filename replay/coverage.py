@@ -84,14 +84,19 @@ def fired_rules(level: str, data: bytes) -> tuple[str, list[tuple[str, Callable]
   """Replay one stored input with rule tracing: (outcome, the (rule name, function) of every firing, in order). Outcome:
   `ran`, `error` (the current code raised: the firings until then are kept) or `incompatible` (the input cannot be
   decoded: nothing ran)."""
+  from replay.runner import decode_input
+  try: inputs = decode_input(level, data)
+  except Exception: return "incompatible", []  # noqa: BLE001 (the decoder's fault or the input's: nothing ran)
+  return fired_rules_of(level, inputs)
+
+def fired_rules_of(level: str, inputs) -> tuple[str, list[tuple[str, Callable]]]:
+  """fired_rules for an input already decoded (replay.runner.decode_input)."""
   from tinysched import rewrite, capture_hook
   from replay.encode import IncompatibleCapture
-  from replay.runner import decode_input, run_input
+  from replay.runner import run_input
   hook, capture_hook.HOOK = capture_hook.HOOK, None  # replaying must not capture itself
   fired: list[tuple[str, Callable]] = []
   try:
-    try: inputs = decode_input(level, data)
-    except Exception: return "incompatible", fired  # noqa: BLE001 (the decoder's fault or the input's: nothing ran)
     _forget_memos()
     prev, rewrite.FIRED = rewrite.FIRED, fired
     try: run_input(level, inputs)
@@ -220,4 +225,4 @@ def save(path: str, log: Callable[[str], None] = print) -> Coverage:
   log(f"{path}: coverage saved ({len(cov.rules) - len(cov.uncovered)} of {len(cov.rules)} rules exercised by {cov.captures} captures)")
   return cov
 
-__all__ = ["coverage", "save", "table", "rule_inventory", "fired_rules", "Coverage", "RuleCount", "RuleKey", "CoverageError", "MATCHER_MODULES"]
+__all__ = ["coverage", "save", "table", "rule_inventory", "fired_rules", "fired_rules_of", "Coverage", "RuleCount", "RuleKey", "CoverageError", "MATCHER_MODULES"]

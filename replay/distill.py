@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from replay.coverage import CoverageError, RuleKey, coverage, fired_rules, rule_inventory, _rows
+from replay.coverage import CoverageError, RuleKey, coverage, fired_rules_of, rule_inventory, _rows
 
 Log = Callable[[str], None]
 LEVEL_RANK = {"kernel": 0, "schedule": 1, "program": 2}
@@ -35,12 +35,11 @@ def _uops(x, out: list) -> None:
     for k, v in x.items(): _uops(k, out); _uops(v, out)
   elif hasattr(x, "roots"): _uops(list(x.roots()), out)
 
-def footprint(level: str, data: bytes) -> int:
-  """The element count of the largest view or buffer of a stored input (symbolic sizes are not counted)."""
+def footprint(inputs) -> int:
+  """The element count of the largest view or buffer of a decoded input (symbolic sizes are not counted)."""
   from tinysched.ops import Ops
-  from replay.runner import decode_input
   us: list = []
-  _uops(decode_input(level, data), us)
+  _uops(inputs, us)
   big = 0
   for u in us:
     for n in u.toposort():
@@ -63,6 +62,7 @@ class Distilled:
 def _candidates(stores: list[tuple[str, list[dict]]], log: Log) -> tuple[list[tuple[tuple, str, dict, frozenset[RuleKey]]], int]:
   """Per distinct source input that ran: (sort key, store, first row, rules it fires); and how many distinct inputs."""
   from replay.store import Store
+  from replay.runner import decode_input
   _, by_fn = rule_inventory()
   seen: set[tuple[str, str]] = set()
   out = []
@@ -78,24 +78,24 @@ def _candidates(stores: list[tuple[str, list[dict]]], log: Log) -> tuple[list[tu
         k = (row["level"], row["input_key"])
         if k in seen or row.get("_invalid"): continue
         seen.add(k)
-        try: data = store.blob(row["input_key"])
-        except Exception: continue  # noqa: BLE001 (a missing or corrupt payload: not a candidate)
-        outcome, fired = fired_rules(row["level"], data)
+        try: inputs = decode_input(row["level"], store.blob(row["input_key"]))
+        except Exception: continue  # noqa: BLE001 (a missing, corrupt or undecodable payload: not a candidate)
+        big = footprint(inputs) > BIG_ELEMENTS
+        outcome, fired = fired_rules_of(row["level"], inputs)
         if outcome != "ran": continue
         rules = frozenset(rk for f in fired if (rk := by_fn.get(f)) is not None)
-        big = footprint(row["level"], data) > BIG_ELEMENTS
         out.append(((big, sizes.get(row["input_key"]) or 0, LEVEL_RANK.get(row["level"], 9), row["level"], row["input_key"]), path, row, rules))
     finally: store.close()
   return out, len(seen)
 
-def distill(sources: list[str], out: str, against: list[str] = (), per_rule: int = 3, log: Log = print) -> Distilled:  # type: ignore[assignment]
+def distill(sources: list[str], out: str, against: list[str] | None = None, per_rule: int = 3, log: Log = print) -> Distilled:
   """Write the distilled rows of `sources` to a new store `out` (replaced whole; see the module docstring)."""
   from replay.store import copy_rows
   if per_rule < 1: raise CoverageError(f"--per-rule {per_rule}: must be at least 1", "pass how many captures each rule should have")
   res = Distilled(out=str(out), sources=list(sources))
   src_rows = _rows(list(sources))  # unreadable sources fail before anything is replayed
   have = {c.rule: c.captures for c in coverage(list(against)).rules} if against else {}
-  log(f"baseline: {sum(1 for v in have.values() if v)} rules exercised by {', '.join(against) or 'nothing'}")
+  log(f"baseline: {sum(1 for v in have.values() if v)} rules exercised by {', '.join(against or []) or 'nothing'}")
   cands, res.source_inputs = _candidates(src_rows, log)
   res.ran = len(cands)
   need = {rk: per_rule - have.get(rk, 0) for rk in rule_inventory()[0]}

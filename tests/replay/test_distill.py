@@ -65,11 +65,11 @@ def test_same_sources_same_selection(stores, tmp_path):
 def test_planted_blind_spot_is_caught_by_the_property(stores, tmp_path, monkeypatch):
   # the check can fail: a selection that does not see the unsafe-pad firings drops the only row that has them
   base, src = stores
-  real = D.fired_rules
-  def blind(level, data):
-    outcome, fired = real(level, data)
+  real = D.fired_rules_of
+  def blind(level, inputs):
+    outcome, fired = real(level, inputs)
     return outcome, [f for f in fired if f[0] != PAD[1]]
-  monkeypatch.setattr(D, "fired_rules", blind)
+  monkeypatch.setattr(D, "fired_rules_of", blind)
   D.distill([str(src)], str(tmp_path / "blind.db"), against=[str(base)], per_rule=1, log=lambda s: None)
   monkeypatch.undo()
   with pytest.raises(AssertionError, match="store_before_unsafe_pad"): _assert_covers(base, src, tmp_path / "blind.db", 1)
@@ -109,10 +109,13 @@ def test_a_huge_capture_loses_ties_to_a_small_one(tmp_path, monkeypatch):
     return run
   small = capture_store(tmp_path / "small.db", work(64), "small")
   huge = capture_store(tmp_path / "huge.db", work(D.BIG_ELEMENTS * 2), "huge")
-  assert D.footprint("kernel", Store(huge, readonly=True).blob(next(Store(huge, readonly=True).captures(level="kernel"))["input_key"])) > D.BIG_ELEMENTS
+  from replay.runner import decode_input
+  s = Store(huge, readonly=True)
+  assert D.footprint(decode_input("kernel", s.blob(next(s.captures(level="kernel"))["input_key"]))) > D.BIG_ELEMENTS
+  s.close()
   res = D.distill([str(huge), str(small)], str(tmp_path / "d.db"), per_rule=1, log=lambda s: None)
   assert res.kept and {r["label"] for _, r in res.kept} == {"small"}
   real = D.footprint
-  monkeypatch.setattr(D, "footprint", lambda level, data: 0 if real(level, data) > D.BIG_ELEMENTS else 2 * D.BIG_ELEMENTS)
+  monkeypatch.setattr(D, "footprint", lambda inputs: 0 if real(inputs) > D.BIG_ELEMENTS else 2 * D.BIG_ELEMENTS)
   res = D.distill([str(huge), str(small)], str(tmp_path / "e.db"), per_rule=1, log=lambda s: None)
   assert "huge" in {r["label"] for _, r in res.kept}
