@@ -55,3 +55,40 @@ def test_identities_are_symbolics_own_rules():
   assert set(rebuild.VALUE_IDENTITIES) <= names and "add_zero_float" not in rebuild.VALUE_IDENTITIES
   fns = {f for _, f, n, _ in SYM.symbolic.rules if n in rebuild.VALUE_IDENTITIES}
   assert {f for _, f, _, _ in rebuild.value_rules().rules} == fns
+
+def _samples():
+  """One node per VALUE_IDENTITIES rule that the rule rewrites (built with UOp directly: no rebuild, no fold)."""
+  from tinysched.ops import Ops
+  from tinysched.uop import UOp
+  f = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("f", 0, 1))
+  i = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("i", 0, 9))
+  b = UOp(Ops.CMPLT, dtypes.bool, (i, UOp.const(dtypes.int32, 5)))
+  c = lambda dt, v: UOp.const(dt, v)  # noqa: E731
+  T, F = c(dtypes.bool, True), c(dtypes.bool, False)
+  return {
+    "add_zero": (Ops.ADD, dtypes.int32, (i, c(dtypes.int32, 0))), "mul_one": (Ops.MUL, dtypes.int32, (i, c(dtypes.int32, 1))),
+    "mul_one_float": (Ops.MUL, dtypes.float32, (f, c(dtypes.float32, 1.0))), "mul_zero": (Ops.MUL, dtypes.int32, (i, c(dtypes.int32, 0))),
+    "div_one": (Ops.IDIV, dtypes.int32, (i, c(dtypes.int32, 1))), "mod_one": (Ops.MOD, dtypes.int32, (i, c(dtypes.int32, 1))),
+    "and_true": (Ops.AND, dtypes.bool, (b, T)), "and_false": (Ops.AND, dtypes.bool, (b, F)), "or_false": (Ops.OR, dtypes.bool, (b, F)),
+    "or_true": (Ops.OR, dtypes.bool, (b, T)), "idempotent": (Ops.MAX, dtypes.float32, (f, f)),
+    "compare_self": (Ops.CMPLT, dtypes.bool, (i, i)), "where_true": (Ops.WHERE, dtypes.float32, (T, f, c(dtypes.float32, 2.0))),
+    "where_false": (Ops.WHERE, dtypes.float32, (F, f, c(dtypes.float32, 2.0))), "where_same": (Ops.WHERE, dtypes.float32, (b, f, f)),
+    "double_neg": (Ops.NEG, dtypes.float32, (UOp(Ops.NEG, dtypes.float32, (f,)),)),
+  }
+
+def test_every_identity_applies_through_alu():
+  # each VALUE_IDENTITIES rule has a sample here (a new one without a sample fails), and rebuild.alu folds each sample
+  from tinysched.uop import UOp
+  samples = _samples()
+  assert set(samples) == set(rebuild.VALUE_IDENTITIES)
+  for name, (op, dt, srcs) in samples.items():
+    built = UOp(op, dt, srcs)
+    assert rebuild.alu(op, dt, srcs) is not built, name
+
+def test_planted_alu_that_skips_some_identities_is_caught(monkeypatch):
+  # the check above can fail: an alu that leaves MAX and WHERE alone leaves their samples unfolded
+  from tinysched.uop import UOp
+  from tinysched.ops import Ops
+  real = rebuild.alu
+  monkeypatch.setattr(rebuild, "alu", lambda op, dt, srcs, arg=None: UOp(op, dt, srcs, arg) if op in (Ops.MAX, Ops.WHERE) else real(op, dt, srcs, arg))
+  with pytest.raises(AssertionError): test_every_identity_applies_through_alu()

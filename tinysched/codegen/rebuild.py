@@ -46,10 +46,7 @@ def alu(op: Ops, dtype: DType, srcs: tuple[UOp, ...], arg: Any = None) -> UOp:
   if op in GroupOp.ALU and all(s.op is Ops.CONST for s in srcs) and not dtypes.is_float(dtype) and \
       not any(dtypes.is_float(s.dtype) for s in srcs):
     return u.simplify()
-  rules = value_rules()
-  for _ in range(8):  # sources are already simplified: a rule or two reaches the node's fixed point
-    if (r := rules.rewrite(u)) is None: break
-    u = r
-  return u
+  # sources are already simplified and an identity gives back an operand or a constant: one application is the fixed point
+  return r if (r := value_rules().rewrite(u)) is not None else u
 
 __all__ = ["substitute", "contains", "alu", "value_rules", "VALUE_IDENTITIES"]
