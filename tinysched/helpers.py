@@ -103,7 +103,7 @@ class GlobalCounters(metaclass=_Counters):
   global_mem: int = 0
   _time_sum_s: float = 0.0
   _pending: list = []   # callables -> seconds, one per launch whose time the device has not reported yet
-  _PENDING_MAX = 4096   # beyond this the oldest are read at once (they have long finished): bounded memory
+  _PENDING_MAX = 4096   # beyond this the older half is read (long finished: no wait on the queue): bounded memory
 
   @classmethod
   def reset(cls) -> None:
@@ -121,10 +121,12 @@ class GlobalCounters(metaclass=_Counters):
     if t is None: return
     if callable(t):
       cls._pending.append(t)
-      if len(cls._pending) > cls._PENDING_MAX: cls._drain()
+      if len(cls._pending) > cls._PENDING_MAX: cls._drain(keep=cls._PENDING_MAX // 2)
     else: cls._time_sum_s += t
 
   @classmethod
-  def _drain(cls) -> None:
-    pending, cls._pending = cls._pending, []
+  def _drain(cls, keep: int = 0) -> None:
+    """Read the reports of all pending launches but the newest `keep` (those may still run: reading waits for them)."""
+    cut = max(len(cls._pending) - keep, 0)
+    pending, cls._pending = cls._pending[:cut], cls._pending[cut:]
     cls._time_sum_s += sum(f() for f in pending)

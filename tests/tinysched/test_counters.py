@@ -144,3 +144,19 @@ def test_copy_counts_its_bytes(src, dst):
   out = a.to(dst).realize()
   assert counters() == (1, 0, 30 * 4)
   np.testing.assert_array_equal(out.numpy(), a.numpy())
+
+def test_bounded_pending_times_never_wait_for_the_newest_launches(monkeypatch):
+  # past _PENDING_MAX, the older half of the pending device reports is read (bounded memory); the newest, which may
+  # still be running, are not (reading one waits for its kernel). Planted: draining all of them calls the newest.
+  from tinysched.helpers import GlobalCounters as GC
+  GC.reset(); GC._pending = []
+  called: list[int] = []
+  n = GC._PENDING_MAX + 1
+  for i in range(n): GC.count(0, 0, (lambda i=i: called.append(i) or 1e-6))
+  assert called and max(called) < n - GC._PENDING_MAX // 2 and len(GC._pending) == GC._PENDING_MAX // 2
+  assert abs(GC.time_sum_s - n * 1e-6) < 1e-9 and len(called) == n  # reading the total reads every report once
+  GC.reset(); GC._pending = []; called.clear()
+  monkeypatch.setattr(GC, "_drain", classmethod(lambda cls, keep=0: [f() for f in cls._pending] and cls._pending.clear()))
+  for i in range(n): GC.count(0, 0, (lambda i=i: called.append(i) or 1e-6))
+  assert max(called) == n - 1  # the plant waited for the newest launch
+  GC._pending = []
