@@ -1,7 +1,7 @@
 """The seed's (tinygrad 0.10.0's) fusion switches and folds, each against its kernel count and the numbers.
 
 FUSE_CONV_BW (off by default, as in 0.10.0): a reduce read through a view only by another reduce of the same op is
-not stored; both become one reduce in the reader's kernel (fusion `inline_double_reduce`, kernel_ast
+not stored; both become one reduce in the reader's kernel (fusion `unstore_reduce_of_reduce`, kernel_ast
 `reshape_between_reduces` + `fuse_reduces`). Kernel counts below are tinygrad 0.10.0's for the same graphs, except
 where 0.10.0 is wrong (noted at the test).
 
@@ -198,15 +198,16 @@ def test_inlined_cumsum_through_reshape(device, fuse_arange, n):
 # *** planted bugs: each check above must be able to fail ***
 
 def test_planted_no_double_reduce_fusion_is_caught(monkeypatch):
-  monkeypatch.setattr(fusion._Fusion, "inline_double_reduce", lambda self, r_op: None)
+  monkeypatch.setattr(fusion._Fusion, "unstore_reduce_of_reduce", lambda self, inner: None)
   with pytest.raises(AssertionError): test_double_reduce_kernel_count("sum_sum", 1)
   with pytest.raises(AssertionError): test_conv_backward_kernel_count(1, 3)
 
 def test_planted_fusion_of_output_is_caught(monkeypatch):
   # fuse the inner reduce whatever it is (0.10.0's rule without our guards)
-  def fuse_any(self, r_op):
-    if (top := fusion.double_reduce_source(r_op)) is not None and len(self.facts.readers.get(top, {})) == 1: self.stores.pop(top, None)
-  monkeypatch.setattr(fusion._Fusion, "inline_double_reduce", fuse_any)
+  def fuse_any(self, inner):
+    readers = self.facts.readers.get(inner, {})
+    if len(readers) == 1 and fusion.reads_reduce_through_view(self.op_of(next(iter(readers)))) is inner: self.stores.pop(inner, None)
+  monkeypatch.setattr(fusion._Fusion, "unstore_reduce_of_reduce", fuse_any)
   with pytest.raises(AssertionError): test_double_reduce_kernel_count("inner_is_output", 1)
   with pytest.raises(AssertionError): test_double_reduce_numbers("NUMPY", "pad_over_exp", 1)
 

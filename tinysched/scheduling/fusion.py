@@ -14,7 +14,7 @@ other than through this one) would put two reduces in one kernel; and an assign 
 fused with a kernel that also reads the target of another assign.
 
 Two switches of tinygrad 0.10.0 then drop stores again: FUSE_ARANGE (`inline_arange`: an arange is recomputed by its
-readers) and FUSE_CONV_BW (`inline_double_reduce`: a reduce read through a view only by a reduce of the same op is
+readers) and FUSE_CONV_BW (`unstore_reduce_of_reduce`: a reduce read through a view only by a reduce of the same op is
 computed inside that reader, where kernel_ast merges the two reduces into one).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tinysched.shape import ShapeTracker
 from tinysched.helpers import dedup
 from tinysched.rewrite import Decisions
 from tinysched.scheduling.bigraph import under_views, value_of, read_buffers, forced_only, computed
-from tinysched.scheduling.stores import GraphFacts
+from tinysched.scheduling.stores import GraphFacts, zero_preserving
 
 # every grouping choice, named so that replay coverage can count the captures that exercise it
 grouping = Decisions("grouping", {
@@ -165,39 +165,32 @@ class _Fusion:
     grouping.note("arange_inlined")
     for b in mine: self.stores.pop(b, None)
 
-  def inline_double_reduce(self, r_op: UOp) -> None:
-    """FUSE_CONV_BW: `r_op` reduces a movement of another reduce's buffer (a convolution's weight gradient reduces a
-    permuted reduce). That inner reduce is not stored but computed in r_op's kernel, where kernel_ast merges the two
-    into one reduce over both axis sets (fuse_reduces). tinygrad 0.10.0 also drops the store of an output, and merges
-    reduces of different ops (an assertion) or through a pad over exp/log...: we keep those stored."""
-    if (top := double_reduce_source(r_op)) is None or top not in self.stores: return
-    movement, top_op = r_op.src[0], self.op_of(top)
-    if len(self.facts.readers.get(top, {})) != 1: kept = "double_reduce_shared"
-    elif forced_only(self.facts.writer[top].src[1]): kept = "double_reduce_output"
-    elif top_op.arg[0] is not r_op.arg[0]: kept = "double_reduce_other_op"
-    elif any(v.mask is not None for v in movement.st.views) and self.maps_zero_elsewhere(top_op): kept = "double_reduce_unsafe_pad"
+  def unstore_reduce_of_reduce(self, inner: UOp) -> None:
+    """FUSE_CONV_BW, seen from the stored reduce `inner`: when the only buffer reading it is a reduce of the same op
+    that reads it through a movement view (a convolution's weight gradient reduces a permuted reduce), `inner` is not
+    stored: it is computed in that reader's kernel, where kernel_ast merges the two into one reduce over both axis sets
+    (fuse_reduces). Kept stored, unlike tinygrad 0.10.0: an output (0.10.0 drops its store), a reader of another op
+    (0.10.0 asserts), a pad between them over an op that maps 0 elsewhere (0.10.0 gives wrong numbers)."""
+    outers = [rd for rd in self.facts.readers.get(inner, {}) if reads_reduce_through_view(self.op_of(rd)) is inner]
+    if not outers: return
+    outer, inner_op = self.op_of(outers[0]), self.op_of(inner)
+    if len(self.facts.readers[inner]) != 1: kept = "double_reduce_shared"
+    elif forced_only(self.facts.writer[inner].src[1]): kept = "double_reduce_output"
+    elif inner_op.arg[0] is not outer.arg[0]: kept = "double_reduce_other_op"
+    elif any(v.mask is not None for v in outer.src[0].st.views) and \
+        not zero_preserving(inner_op, stop=lambda u: computed(u) and u.src[0] in self.stores):  # stored: computed elsewhere
+      kept = "double_reduce_unsafe_pad"
     else:
       grouping.note("double_reduce_fused")
-      del self.stores[top]
+      del self.stores[inner]
       return
     grouping.note(kept)
 
-  def maps_zero_elsewhere(self, op: UOp) -> bool:
-    """Whether an op that maps 0 to something else (exp, log, reciprocal...) computes in the same kernel as `op`:
-    a pad pushed through it to the loads would then read f(0), not 0."""
-    todo, seen = [op], set()
-    while todo:
-      if (u := todo.pop()) in seen: continue
-      seen.add(u)
-      if u.op in GroupOp.UnsafePad: return True
-      if computed(u) and u.src[0] in self.stores: continue  # read from memory, computed elsewhere
-      todo.extend(u.src)
-    return False
-
-def double_reduce_source(r_op: UOp) -> UOp | None:
-  """The BUFFER of the reduce that reduce `r_op` reads through a movement view (the seed requires one: a keepdim
-  reduce read directly is not a double reduce), if there is one."""
-  s = r_op.src[0]
+def reads_reduce_through_view(op: UOp) -> UOp | None:
+  """The BUFFER of the reduce that reduce `op` reads through a movement view, if it does (the seed's double reduce: a
+  keepdim reduce read directly is not one)."""
+  if op.op is not Ops.REDUCE_AXIS: return None
+  s = op.src[0]
   if s.op is not Ops.VIEW or len(s.src) != 1 or not computed(b := under_views(s)): return None
   return b.src[0] if value_of(b).op is Ops.REDUCE_AXIS else None
 
@@ -209,17 +202,16 @@ def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool, k
                  fuse_conv_bw: bool = False) -> list[list[UOp]]:
   """Adds the reduces' stores to `stores` and returns the stored BUFFERs grouped by kernel, in `stores` order.
   `keep_stored`: aranges FUSE_ARANGE must not inline (their readers' kernels would not be well formed).
-  `fuse_conv_bw`: FUSE_CONV_BW, double reduces share one kernel (inline_double_reduce)."""
+  `fuse_conv_bw`: FUSE_CONV_BW, a reduce of a reduce shares one kernel (unstore_reduce_of_reduce)."""
   f = _Fusion(facts, stores)
   aranges: list[UOp] = []
-  double: list[UOp] = []
   for r, node in facts.writer.items():
-    if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS: continue
-    if fuse_conv_bw and double_reduce_source(r_op) is not None: double.append(r_op)  # also when r_op itself is stored
-    if r in stores: continue
+    if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS or r in stores: continue
     f.group_reduce(r, r_op)
     if fuse_arange and is_arange(r_op) and r not in keep_stored: aranges.append(r)
-  for r_op in double: f.inline_double_reduce(r_op)
+  if fuse_conv_bw:  # every reduce now stored, in the big graph's order
+    for r, node in facts.writer.items():
+      if r in stores and value_of(node).op is Ops.REDUCE_AXIS: f.unstore_reduce_of_reduce(r)
   for r in aranges: f.inline_arange(r)
   kernels: dict[UOp, list[UOp]] = {}
   for b in stores: kernels.setdefault(f.kernel_of.get(b, b), []).append(b)

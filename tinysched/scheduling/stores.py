@@ -54,10 +54,18 @@ def store_and_load(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp) -> UOp:
   ctx[b] = UOp.store(b, view_of(ShapeTracker.from_shape(node.st.shape)), value)
   return reader
 
-def zero_preserving(u: UOp) -> bool:
+def zero_preserving(u: UOp, stop=None) -> bool:
   """No op under `u` maps 0 to something else, so padding `u`'s result equals computing it on padded inputs.
-  Stored buffers are LOADs in the graph being rewritten, so the walk ends at them."""
-  return all(x.op not in GroupOp.UnsafePad for x in u.toposort())
+  Stored buffers are LOADs in the graph being rewritten, so the walk ends at them; `stop(node)`: also end at a node
+  for which it is true (in the big graph: a buffer computed in another kernel)."""
+  if stop is None: return all(x.op not in GroupOp.UnsafePad for x in u.toposort())
+  todo, seen = [u], set()
+  while todo:
+    if (x := todo.pop()) in seen: continue
+    seen.add(x)
+    if x.op in GroupOp.UnsafePad: return False
+    if not stop(x): todo.extend(x.src)
+  return True
 
 def _plain_pad(node: UOp, movement: UOp) -> bool:
   """One masked view that shows no more elements than the buffer holds: a plain pad (or shrink)."""
@@ -72,7 +80,7 @@ def _store_before_expand(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp, mov
 
 def _store_before_unsafe_pad(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp, movement: UOp) -> UOp | None:
   """A padding (masked) view over an op that maps 0 to something else: the pad's zeros must not go through it."""
-  if not (_plain_pad(node, movement) or any(v.mask is not None for v in movement.st.views)) or zero_preserving(node): return None
+  if all(v.mask is None for v in movement.st.views) or zero_preserving(node): return None  # (a plain pad has a mask too)
   return store_and_load(ctx, b, value, node).view(movement.st)
 
 def _store_source_of(ctx: dict[UOp, UOp], root: UOp, b: UOp, value: UOp, node: UOp, movement: UOp | None = None) -> UOp:
