@@ -18,6 +18,7 @@ from tinysched.dtype import dtypes
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin
 from tinysched.helpers import dedup
+from tinysched.errors import ShapeError
 
 Mask = Optional[tuple[tuple[sint, sint], ...]]
 _IDX = dtypes.int32  # dtype of index expressions (and of Variables by default)
@@ -215,7 +216,7 @@ class View:
     if any(type(s) is int and s < 0 for s in new_shape):
       raise ValueError(f"cannot reshape {_shape_str(self.shape)} to {_shape_str(new_shape)}: negative dimension")
     if not _same_value(self.size, _sprod(new_shape)):
-      raise ValueError(f"cannot reshape {_shape_str(self.shape)} to {_shape_str(new_shape)}: element counts differ")
+      raise ShapeError(f"cannot reshape {_shape_str(self.shape)} to {_shape_str(new_shape)}: element counts differ")
     if _tuple_eq(self.shape, new_shape): return self
     if any(type(s) is int and s == 0 for s in self.shape): return View.create(new_shape)  # no elements: any view is exact
     if self.contiguous: return View.create(new_shape)
@@ -266,7 +267,7 @@ class View:
       raise ValueError(f"cannot shrink shape {_shape_str(self.shape)} to {stable_repr(arg)}: wrong number of dims")
     for s, (b, e) in zip(self.shape, arg):
       if not (_ge0(b) and _le(b, e) and _le(e, s)):
-        raise ValueError(f"cannot shrink shape {_shape_str(self.shape)} to {stable_repr(arg)}: need 0 <= begin <= end <= dim")
+        raise ShapeError(f"cannot shrink shape {_shape_str(self.shape)} to {stable_repr(arg)}: need 0 <= begin <= end <= dim")
     if all(type(b) is int and b == 0 and _eq(e, s) for s, (b, e) in zip(self.shape, arg)): return self
     new_shape = tuple(_sub(e, b) for b, e in arg)
     offset = self.offset

@@ -390,8 +390,6 @@ class Tensor:
       if known == 0 or (isinstance(known, int) and isinstance(self.numel(), int) and self.numel() % known != 0):
         raise ShapeError(f"cannot reshape tensor of shape {self.shape} to {new_shape}")
       new_shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in new_shape)
-    if all_int(new_shape) and all_int(self.shape) and prod(new_shape) != self.numel():
-      raise ShapeError(f"cannot reshape {self.shape} to {new_shape}: element counts differ")
     return self if new_shape == self.shape else F.Reshape.apply(self, shape=new_shape)
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
   def expand(self, shape, *args) -> Tensor:
@@ -421,10 +419,7 @@ class Tensor:
     return F.Flip.apply(self, axis=dims)
   def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
     if len(arg) != self.ndim: raise ShapeError(f"shrink {arg} needs {self.ndim} entries for shape {self.shape}")
-    norm = tuple(x if x is not None else (0, s) for x, s in zip(arg, self.shape))
-    for (b, e), s in zip(norm, self.shape):
-      if all(isinstance(v, int) for v in (b, e, s)) and not 0 <= b <= e <= s:
-        raise ShapeError(f"cannot shrink shape {self.shape} to {norm}: need 0 <= begin <= end <= dim")
+    norm = tuple(x if x is not None else (0, s) for x, s in zip(arg, self.shape))  # bounds: checked by View.shrink
     if all(x == (0, s) for x, s in zip(norm, self.shape) if isinstance(s, int) and all(isinstance(v, int) for v in x)) and \
         all_int(flatten(norm)): return self
     return F.Shrink.apply(self, arg=norm)
@@ -541,8 +536,11 @@ class Tensor:
     nested lists in it become Tensors first), so they must all have one shape."""
     def has_tensor(v) -> bool: return isinstance(v, Tensor) or (isinstance(v, (list, tuple)) and any(has_tensor(e) for e in v))
     if isinstance(seq, (list, tuple)) and has_tensor(seq):
-      parts = [e if isinstance(e, Tensor) else self._index_tensor(self._sequence_index(e) if isinstance(e, (list, tuple)) else np.array(e))
-               for e in seq]
+      def part(e) -> Tensor:
+        if isinstance(e, Tensor): return e
+        sub = self._sequence_index(e) if isinstance(e, (list, tuple)) else np.array(e)
+        return sub if isinstance(sub, Tensor) else self._index_tensor(sub)  # a nested list of Tensors is stacked already
+      parts = [part(e) for e in seq]
       if len({p.shape for p in parts}) > 1: raise IndexError(f"a list of index Tensors needs them all of the same shape, got {[p.shape for p in parts]}")
       if not all(dtypes.is_int(p.dtype) for p in parts): raise IndexError("index Tensors in a list must be int tensors (boolean masks are not supported)")
       dt = least_upper_dtype(*(p.dtype for p in parts))
@@ -551,8 +549,7 @@ class Tensor:
     except ValueError: raise IndexError(f"a ragged list cannot be an index: {seq!r}") from None
     if arr.dtype == np.object_: raise IndexError(f"a ragged list cannot be an index: {seq!r}")
     if arr.size == 0 and arr.dtype == np.float64: arr = arr.astype(np.int32)  # [] selects nothing
-    if arr.dtype == np.bool_: raise IndexError("boolean mask indices inside a list or tuple are not supported: index with the bool Tensor or ndarray alone (x[mask]), or use masked_select / where")
-    if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index list must hold ints (or be an int Tensor), got {arr.dtype}")
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer): return self._index_tensor(arr)  # raises: not ints
     # a Python list keeps the dtype Tensor(list) gives it (the default int where the values fit), as before
     info = np.iinfo(dtypes.default_int.np)
     if not isinstance(seq, np.ndarray) and (not arr.size or (info.min <= arr.min() and arr.max() <= info.max)): arr = arr.astype(dtypes.default_int.np)

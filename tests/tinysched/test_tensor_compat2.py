@@ -355,3 +355,10 @@ def test_symbolic_edge_cases_fail_clearly_or_work():
   with pytest.raises(ArgumentError, match="shrink"): Tensor.arange(Variable("i", 1, 10).bind(4))
   assert Tensor.arange(np.int64(3)).tolist() == [0, 1, 2]  # numpy ints are ints
   with pytest.raises(ValueError, match="unbound Variable 'u'"): Tensor(Variable("u", 1, 10) + 1)
+
+def test_nested_list_of_index_tensors_is_one_index_array():
+  # x[[[i, j], [j, i]]] stacks the Tensors at every depth (it raised a TypeError from numpy: a stacked Tensor was
+  # handed on as host data)
+  xn = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+  i, j = Tensor([0, 2]), Tensor([1, 0])
+  np.testing.assert_array_equal(Tensor(xn)[[[i, j], [j, i]]].numpy(), xn[np.array([[[0, 2], [1, 0]], [[1, 0], [0, 2]]])])
