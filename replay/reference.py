@@ -34,7 +34,7 @@ import numpy as np
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, sym_infer
 from tinysched.reduce import reduce_identity
-from tinysched.dtype import dtypes, bf16_bits, bf16_float
+from tinysched.dtype import dtypes, bf16_bits, bf16_float, bf16_round
 
 ELEMENT_BUDGET = 1 << 25  # the largest intermediate (elements) evaluated whole
 
@@ -57,9 +57,8 @@ def _vt(d) -> np.dtype:
   """The numpy dtype a value of d is computed in: float32 for bfloat16, else d's own."""
   return np.dtype(np.float32) if _is_bf16(d) else _np(d)
 
-def _bf16(x) -> np.ndarray: return bf16_float(bf16_bits(x))  # rounded to the nearest bfloat16, kept as float32
 
-def _const(u: UOp) -> np.ndarray: return _bf16(u.arg) if _is_bf16(u.dtype) else np.array(u.arg, dtype=_np(u.dtype))
+def _const(u: UOp) -> np.ndarray: return bf16_round(u.arg) if _is_bf16(u.dtype) else np.array(u.arg, dtype=_np(u.dtype))
 
 def _to_mem(v, d, like: np.ndarray | None = None) -> np.ndarray:
   """A value written into a buffer of dtype d: bfloat16 rounds to its bits, anything else converts."""
@@ -71,8 +70,8 @@ def _from_mem(flat: np.ndarray, d) -> np.ndarray: return bf16_float(flat) if _is
 def _cast(x, src, dst) -> np.ndarray:
   """CAST: a bfloat16 source is rounded first (its float32 value may be unrounded arithmetic), a bfloat16 target is
   the float32 conversion rounded (an int or double reaches bfloat16 through float32)."""
-  if _is_bf16(src): x = _bf16(x)
-  if _is_bf16(dst): return _bf16(np.asarray(x).astype(np.float32))
+  if _is_bf16(src): x = bf16_round(x)
+  if _is_bf16(dst): return bf16_round(np.asarray(x).astype(np.float32))
   return np.asarray(x).astype(_np(dst))
 
 def _bitcast(x, src, dst) -> np.ndarray:
@@ -201,7 +200,7 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
                 if new.size: new[idx[valid]] = _to_mem(np.broadcast_to(v.value, idx.shape), bd, new)[valid]
                 out[n] = new
               written[n] = out[n]
-              vals[u] = _bf16(val) if _is_bf16(bd) else val  # what was stored: a bfloat16 value is rounded there
+              vals[u] = bf16_round(val) if _is_bf16(bd) else val  # what was stored: a bfloat16 value is rounded there
               continue
             else:
               val = np.broadcast_to(v, shape).reshape(-1)

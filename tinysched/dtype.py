@@ -173,6 +173,10 @@ def bf16_float(bits) -> np.ndarray:
   """bfloat16 bits (uint16) -> the float32 values they encode (exact: bfloat16 is float32's top half)."""
   return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
+def bf16_round(x) -> np.ndarray:
+  """x rounded to the nearest bfloat16 (ties to even, NaN stays NaN), as float32 values."""
+  return bf16_float(bf16_bits(x))
+
 def to_np(d: DType) -> np.dtype:
   if d.fmt is None: raise TypeError(f"{d} has no numpy equivalent")
   return np.dtype(d.fmt)

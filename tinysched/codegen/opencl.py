@@ -23,7 +23,7 @@ A value used once in the same loop is inlined into its user; everything else get
 from __future__ import annotations
 import math
 import numpy as np
-from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float
+from tinysched.dtype import DType, dtypes, bf16_round
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp
 from tinysched.rewrite import UPat, PatternMatcher
@@ -97,7 +97,7 @@ _EXACT_HALF_OPS = frozenset({Ops.NEG, Ops.MAX, Ops.WHERE})
 def _round_float(x: float, dt: DType) -> float:
   """A constant of a float-carried dtype as the float it stands for (rounded to that dtype)."""
   with np.errstate(all="ignore"):
-    if dt == dtypes.bfloat16: return float(bf16_float(bf16_bits(x)))
+    if dt == dtypes.bfloat16: return float(bf16_round(x))
     return float(np.float16(x))
 
 def render_alu(op: Ops, dt: DType, a: list[str], srcs: tuple[UOp, ...]) -> str:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import itertools, math, os, time
 from typing import Any, Iterator, Optional
 import numpy as np
-from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float
+from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float, bf16_round
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sym_infer
 from tinysched.reduce import reduce_identity, acc_dtype
@@ -62,8 +62,6 @@ Region = tuple[tuple[int, int], ...]  # per dim, the half-open range [start, sto
 def _np_dtype(d: DType) -> np.dtype:
   """The numpy dtype values of `d` are computed in: float32 for bfloat16, else d's own."""
   return np.dtype(np.float32) if d.scalar() == dtypes.bfloat16 else np.dtype(d.scalar().fmt)
-def _mem_dtype(d: DType) -> np.dtype: return np.dtype(d.scalar().fmt)  # what a buffer of `d` holds (bfloat16: its uint16 bits)
-def _bf16_round(x: Any) -> np.ndarray: return bf16_float(bf16_bits(x))  # to the nearest bfloat16, kept as float32
 
 def _note(a: Any) -> None:
   # count only arrays that own memory: broadcasts and strided views of buffers cost nothing
@@ -406,7 +404,7 @@ class _Kernel:
 
   def eval_one(self, u: UOp, vals: dict[UOp, Any], region: Region) -> Any:
     op = u.op
-    if op is Ops.CONST: return _bf16_round(u.arg) if u.dtype == dtypes.bfloat16 else np.array(u.arg, dtype=_np_dtype(u.dtype))
+    if op is Ops.CONST: return bf16_round(u.arg) if u.dtype == dtypes.bfloat16 else np.array(u.arg, dtype=_np_dtype(u.dtype))
     if op is Ops.DEFINE_VAR: return np.array(self.var_vals[u], dtype=_np_dtype(u.dtype))
     if op is Ops.BIND: return np.array(u.src[1].arg, dtype=_np_dtype(u.dtype))
     if op is Ops.VALID:
@@ -420,7 +418,7 @@ class _Kernel:
     if op is Ops.BITCAST:
       x = vals[u.src[0]]
       if u.src[0].dtype == dtypes.bfloat16: x = bf16_bits(x)  # the bits of the value it rounds to
-      out = np.ascontiguousarray(x).view(_mem_dtype(u.dtype))
+      out = np.ascontiguousarray(x).view(u.dtype.scalar().np)
       return bf16_float(out) if u.dtype == dtypes.bfloat16 else out
     res = _alu(op, u.dtype, [vals[s] for s in u.src])
     return np.asarray(res).astype(_np_dtype(u.dtype), copy=False)
@@ -534,8 +532,8 @@ class _Kernel:
 def _cast(x: Any, src: DType, dst: DType) -> np.ndarray:
   """CAST: a bfloat16 source is rounded first (its float32 value may be an unrounded result), a bfloat16 target rounds
   the float32 conversion (an int or double reaches bfloat16 through float32, as in the OpenCL kernels)."""
-  if src == dtypes.bfloat16: x = _bf16_round(x)
-  if dst == dtypes.bfloat16: return _bf16_round(np.asarray(x).astype(np.float32))
+  if src == dtypes.bfloat16: x = bf16_round(x)
+  if dst == dtypes.bfloat16: return bf16_round(np.asarray(x).astype(np.float32))
   return np.asarray(x).astype(_np_dtype(dst))
 
 def _injective(view: RView) -> bool:
@@ -562,7 +560,7 @@ def exec_ast(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int], referen
 
 class NumpyBackend(Backend):
   def __init__(self, name: str = "NUMPY", reference: bool | None = None): self.name, self.reference = name, reference
-  def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=_mem_dtype(dtype))
+  def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=dtype.scalar().np)
   def copyin(self, handle: np.ndarray, src: np.ndarray) -> None: handle[:] = src
   def copyout(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray: return handle[:size].copy()
   def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> float:
@@ -573,7 +571,7 @@ class NumpyBackend(Backend):
 
 def _sub(b: Buffer) -> np.ndarray:
   base = b.base.handle
-  return base.view(np.uint8)[b.offset:b.offset + b.nbytes].view(_mem_dtype(b.dtype))
+  return base.view(np.uint8)[b.offset:b.offset + b.nbytes].view(b.dtype.scalar().np)
 
 __all__ = ["exec_ast", "NumpyBackend", "InterpreterError", "view_positions", "resolve_views", "CHUNK_ELEMENTS", "CLOSED_FORM",
            "REFERENCE", "STATS", "reset_stats"]
