@@ -33,7 +33,7 @@ from replay.errors import HintedError
 
 Log = Callable[[str], None]
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128  # `git bisect run` exit codes of a step
-DIVERGED = ("changed", "error", "unstable")
+DIVERGED = ("changed", "error")  # what a replay check without --twice (replay_at) reports as diverging
 ProbeKey = tuple[str, str]  # (level, input_key)
 
 class BisectError(HintedError):

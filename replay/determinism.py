@@ -106,16 +106,11 @@ def _run_workers(paths: list[str], tmp: Path, seeds: tuple[int, int], filters: l
         p.kill()
         p.wait()
 
-def _describe(res, level: str, a: Any, b: Any, names: tuple[str, str]) -> None:
-  """The diff from process A's output to process B's, into an `unstable` result."""
-  from replay.runner import describe_diff
-  describe_diff(res, level, a, b, names, prefix="unstable ")
-
 def mark_unstable(rep, paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None,
                   shard: tuple[int, int] | None = None, seeds: tuple[int, int] = DEFAULT_SEEDS, timeout: float | None = None) -> int:
   """Replay the rows of `rep` (a Report of check() over `paths` with the same filters) in two processes with the two
   hash seeds; results whose outputs differ between them become `unstable`. Returns how many did."""
-  from replay.runner import decode_output
+  from replay.runner import decode_output, describe_diff
   filters = [*(["--level", level] if level else []), *(["--label", label] if label else []), *(["--key", key] if key else []),
              *(["--shard", f"{shard[0]}/{shard[1]}"] if shard else [])]
   tmp = Path(tempfile.mkdtemp(prefix="replay-twice-"))
@@ -136,7 +131,7 @@ def mark_unstable(rep, paths: list[str], level: str | None = None, label: str | 
       if a["new_key"] and b["new_key"]:
         out_a = decode_output(r.level, (tmp / f"seed-{a_seed}" / "outputs" / a["new_key"]).read_bytes())
         out_b = decode_output(r.level, (tmp / f"seed-{b_seed}" / "outputs" / b["new_key"]).read_bytes())
-        _describe(r, r.level, out_a, out_b, (f"PYTHONHASHSEED={a_seed}", f"PYTHONHASHSEED={b_seed}"))
+        describe_diff(r, r.level, out_a, out_b, (f"PYTHONHASHSEED={a_seed}", f"PYTHONHASHSEED={b_seed}"), prefix="unstable ")  # A's output -> B's
       else: r.signature = f"unstable {r.level}: raises under one hash seed only"
     return n
   finally: shutil.rmtree(tmp, ignore_errors=True)

@@ -8,7 +8,7 @@ predates it. Each request runs in a forked child of the warm server: whatever a 
 memo tables (the view algebra's) dies with the child, and a hang or crash costs only that request.
 """
 from __future__ import annotations
-import hashlib, json, os, subprocess, sys
+import hashlib, json, subprocess, sys
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +85,9 @@ class ProbeError(RuntimeError): pass
 class Probe:
   """A warm server running `tree`'s code. ask() -> {"key": sha256 of the output bytes, ...} or {"error": ...}."""
   def __init__(self, tree: Path, name: str) -> None:
+    from replay.commits import subprocess_env
     self.tree, self.name, self.asked = Path(tree), name, 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TINYSCHED_CAPTURE")}
-    env["PYTHONPATH"] = str(self.tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    self.proc = subprocess.Popen([sys.executable, "-c", PROBE_SCRIPT], cwd=self.tree, env=env, stdin=subprocess.PIPE,
+    self.proc = subprocess.Popen([sys.executable, "-c", PROBE_SCRIPT], cwd=self.tree, env=subprocess_env(self.tree), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
   def ask(self, level: str, data: bytes, limit: int | None = None, output: bool = False) -> dict[str, Any]:
     assert self.proc.stdin and self.proc.stdout

@@ -181,10 +181,12 @@ MD_DIFF_LINES, MD_DIFF_BYTES = 60, 6_000  # of one group's text diff
 
 def _size(lines: list[str]) -> int: return sum(len(x.encode()) + 1 for x in lines)
 
+FAIL_OUTCOMES = ("error", "incompatible", "unstable")  # replay outcomes that fail whatever a reviewer says
+
 def group_failures(g: dict) -> list[str]:
-  """What makes a group fail whatever a reviewer says: its outcome (error, incompatible, unstable) or its members' failing exec
+  """What makes a group fail whatever a reviewer says: its outcome (FAIL_OUTCOMES) or its members' failing exec
   verdicts, worst first; [] for a reviewable (or cosmetic) group."""
-  if g["outcome"] in ("error", "incompatible", "unstable"): return [g["outcome"]]
+  if g["outcome"] in FAIL_OUTCOMES: return [g["outcome"]]
   kinds = {(m.exec or {}).get("verdict") for m in g["members"]}
   return [v for v in FAIL_ORDER if v in kinds]
 
@@ -254,7 +256,7 @@ def _md_group_details(rep: Report, i: int, g: dict) -> list[str]:
   if ex.traceback: out += ["", "```", "\n".join(ex.traceback.splitlines()[-15:]).replace("```", "'''"), "```"]
   return out + ["", "</details>", ""]
 
-def _html_text(s: str) -> str: return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _html_text(s: str) -> str: return escape(s)
 
 def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -> str:
   """The Markdown report, at most `limit` UTF-8 bytes: summary, failures first (each with the command to run next), the

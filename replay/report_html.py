@@ -16,7 +16,7 @@ no set order). The page runs a self-check when opened with `#selftest` (the resu
 `data-selftest`), and `#search=TEXT` opens it filtered.
 """
 from __future__ import annotations
-import difflib, html
+import difflib, html, json
 from typing import Any
 from replay.check import Report
 from replay.runner import Result
@@ -54,9 +54,11 @@ def class_counts(rep: Report) -> dict[str, int]:
   out = {k: 0 for k in CLASSES}
   out["fatal"] = len(rep.fatal)
   out["error"], out["incompatible"], out["identical"] = c["error"], c["incompatible"], c["identical"]
+  out["unstable"] = c["unstable"]  # the outcome (replay check --twice); changed captures whose exec is unstable are added below
   for r in rep.results:
-    if r.outcome != "changed": continue
     v = (r.exec or {}).get("verdict")
+    if r.outcome == "identical" and v in FAIL_VERDICTS: out["identical"] -= 1; out[v] += 1  # --exec all: unchanged, yet failing
+    if r.outcome != "changed": continue
     out[v if v in out and v not in ("identical", "error", "incompatible", "fatal") else "changed"] += 1
   out["perf"] = len(rep.perf_failures())
   return out
@@ -251,7 +253,9 @@ def _group_html(rep: Report, i: int, g: dict, drawings: dict | None) -> str:
 
 def _summary_html(rep: Report, counts: dict[str, int]) -> str:
   code = rep.exit_code()
-  failing = sum(counts[k] for k in FAILING)
+  fails = R.exec_failures(rep)
+  probs = [r for r in rep.results if r.outcome in R.FAIL_OUTCOMES]
+  failing = bool(rep.fatal or fails or probs or rep.perf_failures())  # what exits non-zero whatever [replay:accept] says
   status = "fail" if failing or code == 2 else ("review" if code == 1 else "ok")
   title = {"fail": "✖ failures found: not waivable by [replay:accept]", "review": "△ changes to review",
            "ok": "✓ every capture replays identically"}[status]
@@ -265,9 +269,7 @@ def _summary_html(rep: Report, counts: dict[str, int]) -> str:
          f'<h1>{_e(title)}</h1>',
          f'<p class="sub">process replay of {len(rep.results)} captures from {len(rep.sources)} store(s); exit code {code}</p>',
          f'<div class="cards">{"".join(cards)}</div>']
-  fails = R.exec_failures(rep)
-  probs = [r for r in rep.results if r.outcome in ("error", "incompatible")]
-  if rep.fatal or fails or probs or rep.perf_failures():
+  if failing:
     out.append('<section id="failures"><h2>Failures</h2><div class="scroll"><table class="fails"><thead><tr><th>what</th><th>capture</th><th>detail</th>'
                '<th>next</th></tr></thead><tbody>')
     for f in rep.fatal: out.append(f'<tr><td>{_badge("fatal", "fatal")}</td><td>–</td><td>{_e(f)}</td><td>fix or re-capture the store</td></tr>')
@@ -281,7 +283,9 @@ def _summary_html(rep: Report, counts: dict[str, int]) -> str:
                  f'<td>{_e(R._exec_line(r))}</td><td><code>{_e(R.next_command(rep, r))}</code></td></tr>')
     out.append("</tbody></table></div><ul class='next'>")
     out += [f"<li><b>{_e(v)}</b>: {_e(R.NEXT_STEPS[v])}</li>" for v in R._failing_kinds(rep)]
-    out += [f"<li><b>{o}</b>: {_e(R.NEXT_STEPS[o])}</li>" for o in ("error", "incompatible") if rep.counts()[o]]
+    c = rep.counts()
+    out += [f"<li><b>{o}</b>: {_e(R.NEXT_STEPS[o])}</li>" for o in ("error", "incompatible") if c[o]]
+    if c["unstable"]: out.append(f"<li><b>unstable</b>: {_e(R.NEXT_STEPS['unstable_output'])}</li>")
     out.append("</ul></section>")
   out.append("</header>")
   return "\n".join(out)
@@ -311,9 +315,6 @@ def render(rep: Report, drawings: dict | None = None, title: str = "process repl
   parts += [_group_html(rep, i + 1, g, drawings) for i, g in enumerate(groups)]
   parts += ["</section>", '<pre id="selftest" hidden></pre>', f"<script>{JS}</script>", "</body></html>"]
   return "\n".join(p for p in parts if p) + "\n"
-
-def write(rep: Report, path: str, drawings: dict | None = None, **kw) -> None:
-  with open(path, "w", encoding="utf-8") as f: f.write(render(rep, drawings, **kw))
 
 def capture_page(db: str, key: str) -> str:
   """`replay show DB KEY --html`: one capture replayed with the current code, its input and outputs printed, and its
@@ -385,6 +386,7 @@ pre{white-space:pre-wrap;word-break:break-all;background:#fff;border:1px solid v
 
 JS = r"""
 (function () {
+  var FAILING = @FAILING@;
   var q = document.getElementById('search'), shown = document.getElementById('shown');
   var groups = Array.prototype.slice.call(document.querySelectorAll('details.group'));
   function apply() {
@@ -404,8 +406,7 @@ JS = r"""
     var box = summary.getBoundingClientRect();
     check('summary first and visible at the top', document.body.firstElementChild === summary && box.top <= 1 && box.height > 20, box.top);
     var cards = Array.prototype.slice.call(summary.querySelectorAll('.card')).map(function (c) { return c.getAttribute('data-class'); });
-    check('failure classes before the others', summary.getAttribute('data-status') !== 'fail' || ['fatal', 'wrong', 'mismatch', 'unstable', 'failed',
-          'timeout', 'error', 'incompatible', 'perf'].indexOf(cards[0]) >= 0, cards.join(','));
+    check('failure classes before the others', summary.getAttribute('data-status') !== 'fail' || FAILING.indexOf(cards[0]) >= 0, cards.join(','));
     check('every group is on the page', groups.length === Number(sec.getAttribute('data-groups')), groups.length);
     var members = groups.reduce(function (s, g) { return s + g.querySelectorAll('table.members tbody tr').length; }, 0);
     check('every member is listed', members === Number(sec.getAttribute('data-captures')), members);
@@ -430,4 +431,4 @@ JS = r"""
   else if (h.indexOf('search=') === 0) type(h.slice(7));
   else apply();
 })();
-"""
+""".replace("@FAILING@", json.dumps(list(FAILING)))

@@ -130,6 +130,24 @@ def test_all_200_groups_on_the_page():
   assert sum(len(g["members"]) for g in groups) == len(rep.results) == sum(int(g["data-count"]) for g in groups)
   assert sorted(k for g in groups for k in g["members"]) == sorted(r.input_key[:16] for r in rep.results)
 
+def test_unstable_outcome_alone_is_a_failure():
+  """A report whose only result is `unstable` (`replay check --twice`: its output depends on the hash seed) exits 1 and
+  fails the gate whatever [replay:accept] says: the page says failure, lists it, and says what to do next."""
+  from replay.check import Report
+  from replay.runner import Result
+  r = Result("stores/model.db", 1, 0, "kernel", "model0", "a" * 64, "b" * 64, "c" * 64, outcome="unstable",
+             reason="the output depends on the hash seed: PYTHONHASHSEED=1 gives cccc, PYTHONHASHSEED=2 gives dddd",
+             signature="unstable kernel: planted")
+  rep = Report(results=[r], sources=["stores/model.db"], elapsed=1.0)
+  assert rep.exit_code() == 1 and R.group_failures(rep.groups()[0]) == ["unstable"]
+  page = H.render(rep, {})
+  assert H.class_counts(rep)["unstable"] == 1
+  assert '<header id="summary" class="summary fail" data-status="fail" data-exit="1">' in page and "changes to review" not in page
+  fails = page[page.index('<section id="failures">'):page.index('id="groups"')]
+  assert '<td><span class="badge v-unstable">↯ unstable</span></td><td>model0 kernel <code>' + "a" * 16 in fails
+  assert H._e(R.NEXT_STEPS["unstable_output"]) in fails
+  assert parse(page).groups[0]["data-class"] == "unstable"
+
 def test_no_graphviz_is_said_not_a_crash(db, tmp_path, monkeypatch):
   patch_ast(monkeypatch, plant)
   monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` on PATH
