@@ -40,7 +40,8 @@ from __future__ import annotations
 import json, os, select, subprocess, sys, tempfile, threading, time, traceback
 from typing import Any, Callable
 import numpy as np
-from replay.execinputs import compare, domains, seeded_fill, same_bits, kernel_cost, discontinuous, judged_as
+from replay.execinputs import compare, domains, seeded_fill, same_bits, discontinuous, judged_as
+from tinysched.cost import kernel_cost
 
 MIN_TIMEOUT_S = 120.0        # the floor of a job's time limit; scaled up by the calibration run and the job's size
 SECONDS_PER_ELEMENT = 2e-6   # added to a job's limit per buffer element (the reference's cost grows with it)
@@ -432,9 +433,9 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
   if job["level"] == "schedule" and len(old.items) != len(new.items): res["kernel_map"] = _kernel_map(old, new)
   # kernel lists that differ (fusion) may round bfloat16 intermediates at different places
   regrouped = job["level"] == "schedule" and [a.key for a in _asts(old)] != [a.key for a in _asts(new)]
-  for i in both:
-    c = compare(got["old"][i], got["new"][i], judged_as(specs[i][1].name, _asts(old) + _asts(new)), intermediate_rounding=regrouped)
-    if not c["equal"]: findings.insert(0, {**c, "kind": "mismatch", "buffer": i, "sides": "old vs new"})
+  old_vs_new = {i: compare(got["old"][i], got["new"][i], judged_as(specs[i][1].name, _asts(old) + _asts(new)), intermediate_rounding=regrouped)
+                for i in both}
+  findings[:0] = [{**c, "kind": "mismatch", "buffer": i, "sides": "old vs new"} for i, c in reversed(old_vs_new.items()) if not c["equal"]]
   res["compared_buffers"] = both
   res["wrong_sides"] = sorted({f["sides"].split()[0] for f in findings if f["kind"] == "wrong"}) or None
   if unstable: res["unstable_sides"] = {k: v[:5] for k, v in unstable.items()}
@@ -449,8 +450,7 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     res.update(verdict="unstable", side=side, buffer=unstable[side][0],
                error=f"the {side} kernels gave different bits on two runs with the same inputs (buffers {unstable[side][:5]})")
   else:
-    errs = [compare(got["old"][i], got["new"][i], judged_as(specs[i][1].name, _asts(old) + _asts(new)), intermediate_rounding=regrouped)
-            for i in both]
+    errs = list(old_vs_new.values())
     res.update(verdict="equivalent", max_abs_err=max((e["max_abs_err"] or 0.0 for e in errs), default=0.0),
                max_rel_err=max((e.get("max_rel_err") or 0.0 for e in errs), default=0.0))
   if timing_runs:

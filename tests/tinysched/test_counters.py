@@ -116,9 +116,9 @@ def test_no_work_no_count(dev):
   Tensor.empty(4, device=dev).realize()
   assert counters() == (0, 0, 0)
 
-def test_execinputs_uses_the_one_cost_model():
-  from replay import execinputs
-  assert execinputs.kernel_cost is C.kernel_cost
+def test_the_execution_check_uses_the_one_cost_model():
+  from replay import execcheck
+  assert execcheck.kernel_cost is C.kernel_cost
 
 @pytest.mark.parametrize("dev", DEVICES)
 def test_symbolic_dims_count_at_the_bound_value(dev):
