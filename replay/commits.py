@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 from replay import git as G
-from replay.store import LEVELS, Store, StoreError, compact
+from replay.store import LEVELS, Store, StoreError
 from replay.suite import run_model
 from replay.errors import HintedError
 
@@ -329,8 +329,7 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           if not r.get("skipped"): log(f"  {m}: captured nothing; its baseline is kept")
           skipped.append(m)
           continue
-        compact(tmp / f"{m}.db")
-        from replay.coverage import save as save_coverage
+        from replay.coverage import save as save_coverage  # it compacts the store: one file to commit
         save_coverage(str(tmp / f"{m}.db"), log=lambda s: log(f"  {Path(s.split(':', 1)[0]).name}:{s.split(':', 1)[1]}"))
         summaries.append(_change_summary(m, cap / f"{m}.db", tmp / f"{m}.db"))
         log(summaries[-1])

@@ -25,7 +25,6 @@ from typing import Any, Callable
 from replay.errors import HintedError
 
 MATCHER_MODULES = ("tinysched.scheduling", "tinysched.symbolic", "tinysched.codegen")  # a package means all its modules
-LEFT_OUT: tuple[str, ...] = ()
 # rules the committed baseline is known not to exercise, and why (printed beside them; a key that names no rule of the
 # inventory fails tests/replay/test_coverage.py, so a reason cannot outlive its rule)
 WHY_UNREACHED: dict[tuple[str, str], str] = {
@@ -122,14 +121,13 @@ class Coverage:
   captures: int = 0
   outcomes: dict[str, int] = field(default_factory=dict)  # capture rows by replay outcome (ran / error / incompatible)
   other_firings: int = 0  # firings of matchers outside the inventory, over all rows
-  left_out: tuple[str, ...] = LEFT_OUT
   @property
   def uncovered(self) -> list[RuleCount]: return [r for r in self.rules if r.captures == 0]
   def to_dict(self) -> dict[str, Any]:
     return {"format": "replay-coverage", "version": 1, "stores": self.stores, "captures": self.captures,
             "outcomes": dict(sorted(self.outcomes.items())), "rules": [r.to_dict() for r in self.rules],
             "totals": {"rules": len(self.rules), "exercised": len(self.rules) - len(self.uncovered), "uncovered": len(self.uncovered)},
-            "other_firings": self.other_firings, "left_out": list(self.left_out),
+            "other_firings": self.other_firings,
             "why_unreached": {f"{w}.{n}": t for (w, n), t in sorted(WHY_UNREACHED.items()) if any(c.rule.where == w and c.rule.name == n
                                                                                                 for c in self.uncovered)}}
   def to_json(self) -> str: return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
@@ -203,7 +201,6 @@ def table(cov: Coverage, uncovered_only: bool = False) -> str:
   if cov.outcomes.get("error") or cov.outcomes.get("incompatible"):
     out.append("  captures that did not run to the end count only the rules they fired before (`replay check` says why they failed)")
   if cov.other_firings: out.append(f"  {cov.other_firings} firings of matchers outside the rule modules (UOp.substitute) not counted")
-  out += [f"  left out: {x}" for x in cov.left_out]
   return "\n".join(out)
 
 def save(path: str, log: Callable[[str], None] = print) -> Coverage:

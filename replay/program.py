@@ -39,13 +39,12 @@ def replay_program_full(doc, reoptimize: bool = False, host: dict | None = None)
   reoptimize: choose the opts again with the current heuristic (to_program(ast, None, target)) instead of rendering the
   stored ones; `host` (the row's extra["host"]) completes the target with the host facts the keyed input leaves out.
   The caller decides what to do without `host` (replay/runner.py: the stored opts, with a note): here it is required."""
-  from tinysched.codegen.kernel import Opt
   from tinysched.codegen.target import Target
   from tinysched.codegen.program import to_program
   roots = doc.roots()
   if len(roots) != 1: raise IncompatibleCapture("a program input must have one AST root")
   try:
-    opts = tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
+    opts = stored_opts(doc)
     tdict = doc.doc.get("target") or {}
     if reoptimize:
       if not isinstance(host, dict): raise IncompatibleCapture("--reoptimize needs the row's host facts (extra.host)")
@@ -55,6 +54,7 @@ def replay_program_full(doc, reoptimize: bool = False, host: dict | None = None)
   return to_program(roots[0], None if reoptimize else opts, target)
 
 def stored_opts(doc) -> tuple:
+  """The optimization choices a decoded program input holds."""
   from tinysched.codegen.kernel import Opt
   return tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
 
@@ -75,10 +75,8 @@ def program_rules_behind(data: bytes, old_src: str) -> list[str]:
   try:
     doc = parse(data)
     (ast,) = doc.roots()
-    from tinysched.codegen.kernel import Opt
     from tinysched.codegen.target import Target
-    opts = tuple(Opt.from_tuple(t) for t in doc.doc.get("opts", []))
-    _, nodes = trace_program(ast, opts, Target.from_dict(doc.doc.get("target") or {}))
+    _, nodes = trace_program(ast, stored_opts(doc), Target.from_dict(doc.doc.get("target") or {}))
   except Exception: return []  # noqa: BLE001 (an attribution that fails leaves the report without rule names, nothing more)
   old = _unnumbered(old_src)
   changed = {u for u, txt, _, _ in nodes if _unnumbered(txt) not in old}

@@ -195,9 +195,7 @@ def describe_change(store: Store, res: Result, new: Any, data: bytes, old: Any, 
     now = tuple(full["program"].opts)
     if was is not None and tuple(was) != now: opts_line = f"opts changed: {opts_text(was)} -> {opts_text(now)}"
     elif was is not None: opts_line = f"opts unchanged ({opts_text(now)})"
-  if not describe_diff(res, res.level, old, new, too_big=too_big):
-    if opts_line: res.text_diff, res.signature = f"{opts_line}\n{res.text_diff}", f"{res.signature}; {opts_line}"
-    return
+  if not describe_diff(res, res.level, old, new, too_big=too_big): return  # (too large: kernel and schedule outputs only)
   if opts_line:
     res.text_diff = f"{opts_line}\n{res.text_diff or ''}"
     res.signature = (res.signature or "").replace("program: ", f"program: {opts_line}; ", 1)

@@ -238,7 +238,7 @@ class TinyJit(Generic[R]):
     spec = tuple(InputSpec(name, t.lazydata.st.unbind()[0], t.dtype, t.device) for name, t in tensors)
     plain = tuple((name, a) for name, a in named if _plain(a))
     var_args = tuple((name, a.unbind()[0]) for name, a in named if isinstance(a, UOp))
-    rec = Recording(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own, in_bufs)))
+    rec = Recording(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own)))
     return ret, rec
 
   def _check(self, named, tensors) -> None:
@@ -296,7 +296,7 @@ def _map_tensors(x: Any, fn: Callable[[Any], Any], leaf: type = Tensor) -> Any:
   if isinstance(x, dict): return {k: _map_tensors(v, fn, leaf) for k, v in x.items()}
   return x
 
-def _out_spec(t: Tensor, own: dict[int, int], in_bufs: list[Buffer]) -> _Out:
+def _out_spec(t: Tensor, own: dict[int, int]) -> _Out:
   lb = t.lazydata
   buf = lb.base.realized
   if buf is not None and (i := own.get(id(buf))) is not None: return _Out(None, i, lb.base.shape, lb.st)

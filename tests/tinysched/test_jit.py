@@ -390,5 +390,5 @@ def test_plant_view_offset_dropped(monkeypatch):
 
 def test_plant_output_of_recorded_input(monkeypatch):
   """An output that is an input's memory is returned as the recorded call's buffer, not this call's input."""
-  monkeypatch.setattr(J, "_out_spec", lambda t, own, in_bufs: J._Out(t.lazydata))
+  monkeypatch.setattr(J, "_out_spec", lambda t, own: J._Out(t.lazydata))
   red(check_views_and_inplace, "NUMPY")
