@@ -125,14 +125,13 @@ def _new_output(store: Store, row: dict) -> dict | None:
   except Exception as e:  # noqa: BLE001 (any decoding failure is the input's)
     raise AcceptError(f"{name}: its stored input cannot be decoded ({e}); there is no current output to accept",
                       "re-capture the baseline with `replay accept` (without --key)") from None
-  hook, capture_hook.HOOK = capture_hook.HOOK, None  # accepting must not capture itself
-  try: out, data = run_input(row["level"], inputs)
+  try:
+    with capture_hook.paused(): out, data = run_input(row["level"], inputs)  # accepting must not capture itself
   except IncompatibleCapture as e:
     raise AcceptError(f"{name}: the current code cannot read it ({e})", "re-capture the baseline with `replay accept` (without --key)") from None
   except Exception as e:  # noqa: BLE001 (the code under test raised: that is not an output)
     raise AcceptError(f"{name}: the current code raises on it ({type(e).__name__}: {e}); an error cannot be accepted",
                       f"fix the regression (`replay check {store.path} --key {row['input_key'][:16]} -v` shows the traceback)") from None
-  finally: capture_hook.HOOK = hook
   key = key_of(data)
   if key == row["output_key"]: return None
   u = {"id": row["id"], "output_key": key, "op_names": row["op_names"], "output_shapes": row["output_shapes"], "kernel_count": row["kernel_count"]}

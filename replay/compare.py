@@ -83,11 +83,9 @@ def _describe(r: Result, old: Store, o: dict, new: Store, n: dict) -> None:
   the code that made the new capture (it reproduces the new output); otherwise they would explain another change."""
   a, b = decode_output(r.level, old.blob(o["output_key"])), decode_output(r.level, new.blob(n["output_key"]))
   data = new.blob(n["input_key"])
-  hook, capture_hook.HOOK = capture_hook.HOOK, None  # the re-runs must not capture themselves
-  try:
+  with capture_hook.paused():  # the re-runs must not capture themselves
     describe_change(new, r, b, data, a)
     if r.rules and not _reproduces(r.level, data, n["output_key"]): r.rules = []
-  finally: capture_hook.HOOK = hook
 
 def _reproduces(level: str, data: bytes, output_key: str) -> bool:
   try: return key_of(replay_output(level, data)[1]) == output_key

@@ -93,17 +93,15 @@ def fired_rules_of(level: str, inputs) -> tuple[str, list[tuple[str, Callable]]]
   from tinysched import rewrite, capture_hook
   from replay.encode import IncompatibleCapture
   from replay.runner import run_input
-  hook, capture_hook.HOOK = capture_hook.HOOK, None  # replaying must not capture itself
   fired: list[tuple[str, Callable]] = []
-  try:
+  with capture_hook.paused():  # replaying must not capture itself
     _forget_memos()
     prev, rewrite.FIRED = rewrite.FIRED, fired
     try: run_input(level, inputs)
     except IncompatibleCapture: return "incompatible", fired
     except Exception: return "error", fired  # noqa: BLE001 (`replay check` reports the error itself)
     finally: rewrite.FIRED = prev
-    return "ran", fired
-  finally: capture_hook.HOOK = hook
+  return "ran", fired
 
 @dataclass
 class RuleCount:

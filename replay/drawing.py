@@ -172,9 +172,7 @@ def outputs_of(r, stores: dict) -> tuple[Any, Any]:
     old_db = (r.pair or {}).get("old_db", r.db)
     old = decode_output(r.level, store(old_db).blob(r.stored_key))
     if r.pair: return old, decode_output(r.level, store(r.db).blob(r.new_key))
-    hook, capture_hook.HOOK = capture_hook.HOOK, None  # drawing must not capture
-    try: new, data = replay_output(r.level, store(r.db).blob(r.input_key))
-    finally: capture_hook.HOOK = hook
+    with capture_hook.paused(): new, data = replay_output(r.level, store(r.db).blob(r.input_key))  # drawing must not capture
   except LookupError: raise
   except Exception as e: raise LookupError(f"the outputs cannot be read or made again ({type(e).__name__}: {e})") from None  # noqa: BLE001
   if key_of(data) != r.new_key:

@@ -133,8 +133,7 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     res.outcome, res.reason = "incompatible", why
     return res
   if row.get("_invalid"): return incompatible(row["_invalid"])
-  hook, capture_hook.HOOK = capture_hook.HOOK, None  # replaying must not capture itself
-  try:
+  with capture_hook.paused():  # replaying must not capture itself
     try: inputs = decode_input(row["level"], data := store.blob(row["input_key"]))
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
@@ -161,8 +160,6 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     res.outcome = "changed"
     if detail: describe_change(store, res, new, data, old, reopt, full)
     return res
-  finally:
-    capture_hook.HOOK = hook
 
 def _too_big(graphs: list[UOp]) -> str | None:
   """Why the graphs are too big for a detailed diff, or None; stops counting at the limits (bounded work)."""

@@ -6,9 +6,18 @@ level "kernel" (inputs (pre, var_vals, assigns) -> ast), "schedule" (inputs (big
 asts) or "program" (inputs (ast, opts, target) -> source).
 """
 from __future__ import annotations
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 HOOK: Callable[..., None] | None = None  # HOOK(level, inputs, output, info=None)
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+  """Nothing is captured inside the block: a tool re-running stored inputs (replay) must not capture itself."""
+  global HOOK
+  prev, HOOK = HOOK, None
+  try: yield
+  finally: HOOK = prev
 
 def _load_tool() -> Callable[..., None] | None:
   from importlib.metadata import entry_points
