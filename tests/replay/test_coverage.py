@@ -218,3 +218,23 @@ def test_every_stated_reason_names_a_rule_and_is_printed(db):
   text = C.table(cov, uncovered_only=True)
   for (where, name), why in C.WHY_UNREACHED.items():
     if any(c.rule.where == where and c.rule.name == name for c in cov.uncovered): assert f"why: {why}" in text
+
+def test_replaying_under_an_active_capture_captures_nothing(db, tmp_path, monkeypatch):
+  # replay's re-runs go through capture_hook.paused(): a capture open around them records nothing of them. Planted: a
+  # paused() that does not pause lets the replayed calls into the open store
+  import contextlib
+  import replay as R
+  from replay.check import check
+  from tinysched import capture_hook
+  def rows(p):
+    try: s = Store(p, readonly=True)
+    except Exception: return 0  # noqa: BLE001 (nothing was written: no store)
+    try: return sum(1 for _ in s.captures())
+    finally: s.close()
+  with R.capture(tmp_path / "outer.db", label="outer"):
+    assert check([str(db)], jobs=1).exit_code() == 0
+  assert rows(tmp_path / "outer.db") == 0
+  monkeypatch.setattr(capture_hook, "paused", contextlib.nullcontext)
+  with R.capture(tmp_path / "planted.db", label="outer"):
+    check([str(db)], jobs=1)
+  assert rows(tmp_path / "planted.db") > 0
