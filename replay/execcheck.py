@@ -613,7 +613,9 @@ def _job_queue(jobs: list[dict], workers: int, lock: threading.Lock) -> Callable
 def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, timeout_s: float | None = None,
              progress: Callable[[int, int], None] | None = None, workers: int = 1, slower_threshold: float = 0.10) -> dict[int, dict]:
   """Run jobs in `workers` worker processes. `timeout_s` None: each job's limit comes from a calibration run and
-  its size (timeout_for). A job that times out is run again alone with twice its limit before it counts."""
+  its size (timeout_for); the calibration runs beside the first jobs, and when it fails (DeviceUnusable) no further
+  job is started and the failure is raised. A job that times out is run again alone with twice its limit before it
+  counts."""
   device = device or default_device()
   # the calibration runs beside the first jobs (it only sets limits): until it is known, limits assume a machine
   # of normal speed (cal 1 s); a job that times out meanwhile on a slow machine is retried with the measured limit
@@ -633,7 +635,8 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
       done[0] += 1
       if progress: progress(min(done[0], len(jobs)), len(jobs))
   n = max(1, min(workers, len(jobs)))
-  take = _job_queue(jobs, n, lock)
+  queue = _job_queue(jobs, n, lock)
+  def take(w: int) -> dict | None: return None if cal and isinstance(cal[0], Exception) else queue(w)  # unusable: stop
   out: dict[int, dict] = {}
   if n > 1:
     import concurrent.futures as cf

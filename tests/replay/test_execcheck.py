@@ -1,5 +1,6 @@
 """Execution check: old and new kernels run on the same seeded inputs; equivalent vs mismatch, with statistics."""
 import json
+import pytest
 import numpy as np
 from click.testing import CliRunner
 import replay
@@ -339,3 +340,27 @@ def test_a_job_over_the_memory_budget_is_skipped_and_says_why(db, monkeypatch):
   rep = check([str(db)], jobs=1)
   exec_report(rep, mode="all", device=DEVICE, timing_runs=1)
   assert {r.exec["verdict"] for r in rep.results if r.exec and r.level != "program"} == {"equivalent"}
+
+def test_no_job_starts_once_the_calibration_finds_the_device_unusable(monkeypatch):
+  # the calibration runs beside the first jobs; once it fails, the remaining jobs are not started (they would each run
+  # and fail on the same device before the one error that matters is raised)
+  import threading
+  from replay import execcheck as E
+  failed = threading.Event()
+  def unusable(device):
+    failed.set()
+    raise E.DeviceUnusable("planted")
+  started: list[int] = []
+  def run_serial(take, device, timing_runs, limit, thr, tick):
+    failed.wait(5)
+    out = {}
+    while (j := take()) is not None:
+      started.append(j["id"])
+      out[j["id"]] = {"verdict": "equivalent"}
+    return out
+  monkeypatch.setattr(E, "calibrate", unusable)
+  monkeypatch.setattr(E, "_run_serial", run_serial)
+  jobs = [{"id": i, "level": "kernel", "old": [], "new": [], "specs": {}} for i in range(6)]
+  monkeypatch.setattr(E, "job_size", lambda j: 1)
+  with pytest.raises(E.DeviceUnusable): E.run_jobs(jobs, device="NUMPY", workers=1)
+  assert started == []
