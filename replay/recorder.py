@@ -208,6 +208,8 @@ class Capturer:
       if self.target_failed:
         sys.stderr.write(f"replay: capture target {self.target.name}: {len(self.target_failed)} kernel(s) could not be rendered for it "
                          f"(not captured), first: {self.target_failed[0]}\n")
+      if self.dropped:  # pytest --replay-capture: calls made while a test had patched the scheduler's or codegen's rules
+        sys.stderr.write(f"replay: {self.dropped} call(s) not captured into {self.store.path}: made while the rules were patched\n")
       self.store.finish_run(self.run_id, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
       self.store.close()
       self.closed = True

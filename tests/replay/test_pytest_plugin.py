@@ -139,6 +139,7 @@ def test_replay_capture_records_the_tests_by_node_id(tmp_path, workers):
   assert labels == {"test_some.py::test_plain", "test_some.py::test_after"}, labels
   assert c.execute("SELECT count(*) FROM runs").fetchone()[0] == max(workers, 1)  # one run per test process
   c.close()
+  if not workers: assert "call(s) not captured" in r.stderr + r.stdout and "rules were patched" in r.stderr + r.stdout  # said, not silent
   res = CliRunner().invoke(cli, ["check", str(db), "-j", "1"])
   assert res.exit_code == 0, res.output
   bad = run_pytest(tmp_path, "test_some.py", "--replay-capture", str(db), "--replay-capture-levels", "kernel,bogus")
