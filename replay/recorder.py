@@ -20,7 +20,7 @@ from tinysched.uop import UOp
 from replay.encode import bound_values, encode_kernel_input, encode_schedule_input, encode_graph, key_of, canonical_bytes
 from replay.store import Store, StoreError, graph_row, dumps, LEVELS, pause_point
 from replay.program import opts_to_json, target_to_json, launch_json, host_json
-from replay.git import query as _git  # metadata: None when git cannot tell, within 10s
+from replay.git import query as _git, code_commit  # metadata: None when git cannot tell, within 10s
 
 FLUSH_EVERY = 512
 SCHEDULE_FLUSH_EVERY = 16
@@ -34,9 +34,9 @@ def run_info(label: str, levels: tuple[str, ...]) -> dict[str, Any]:
     import pyopencl
     pcl = pyopencl.VERSION_TEXT
   except Exception: pcl = None
-  status = _git(["status", "--porcelain", "--untracked-files=no"], src)
+  sha, dirty = code_commit()
   return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-          "git_commit": _git(["rev-parse", "HEAD"], src), "git_dirty": None if status is None else int(bool(status)),
+          "git_commit": sha, "git_dirty": dirty,
           "git_branch": _git(["rev-parse", "--abbrev-ref", "HEAD"], src), "label": label, "argv": json.dumps(sys.argv),
           "device": Device.DEFAULT, "python": platform.python_version(), "numpy": numpy.__version__, "pyopencl": pcl,
           "tinysched": getattr(tinysched, "__version__", "0.1.0"), "levels": ",".join(levels),
