@@ -39,9 +39,13 @@ register restrict return short signed sizeof static struct switch typedef union 
 uint ulong kernel global local constant private read_only write_only read_write true false""".split())
 _PREFIXES = ("data", "gidx", "lidx", "ridx", "sidx", "acc", "alu", "val", "temp", "cast", "get_", "__", "ts_")
 
+def _lanes(n: int) -> str: return "" if n == 1 else str(n)
+
 def ctype(dt: DType, mem: bool = False) -> str:
-  """The C type of a value (or of buffer memory: bool is stored as uchar)."""
-  if dt.scalar() == dtypes.bool: return ("uchar" if mem else "bool") + (str(dt.count) if dt.count > 1 else "")
+  """The C type of a value, or of buffer memory (`mem`): bool is stored as uchar, bfloat16 as its ushort bits (half
+  stays half*: core OpenCL's vload_half reads it)."""
+  if dt.scalar() == dtypes.bool: return ("uchar" if mem else "bool") + _lanes(dt.count)
+  if mem and dt.scalar() == dtypes.bfloat16: return "ushort" + _lanes(dt.count)
   return dt.name
 
 def render_const(x, dt: DType) -> str:
@@ -74,8 +78,6 @@ def _is_nonzero_const(u: UOp) -> bool: return u.op is Ops.CONST and u.arg != 0
 def float_carried(target: Target) -> tuple[DType, ...]:
   """The dtypes whose values a kernel for `target` holds as float (their buffers keep the narrow format)."""
   return (dtypes.bfloat16,) if target.has_fp16 else (dtypes.bfloat16, dtypes.float16)
-
-def _lanes(n: int) -> str: return "" if n == 1 else str(n)
 
 # helper function templates ({n}: vector width suffix, "" for scalars), emitted in this order, each only when used
 _HELPERS: dict[str, str] = {
@@ -181,7 +183,7 @@ def _access(ctx: _Ctx, index: UOp, dt: DType) -> str:
   b = ctx.r[buf]
   if dt.count > 1:
     space = "__local" if buf.op is Ops.DEFINE_LOCAL else "__global"
-    return f"*(({space} {_mem_ctype(dt) if space == '__global' else _local_ctype(ctx, dt)}*)({b}+{ctx.r[idx]}))"
+    return f"*(({space} {ctype(dt, mem=True) if space == '__global' else _local_ctype(ctx, dt)}*)({b}+{ctx.r[idx]}))"
   return f"{b}[{ctx.r[idx]}]"
 
 def _carried_global(ctx: _Ctx, index: UOp, dt: DType) -> bool:
@@ -208,11 +210,6 @@ def _store(ctx: _Ctx, x: UOp) -> str:
     else: stmt = f"{_access(ctx, index, dt)} = {ctx.call('ts_bf16_bits', n, val)};"
   else: stmt = f"{_access(ctx, index, dt)} = {val};"
   return f"if ({ctx.r[x.src[2]]}) {{ {stmt} }}" if len(x.src) > 2 else stmt
-
-def _mem_ctype(dt: DType) -> str:
-  """The C type of buffer memory: bool is uchar, bfloat16 its ushort bits (half stays half*, core OpenCL for vload_half)."""
-  if dt.scalar() == dtypes.bfloat16: return "ushort" + _lanes(dt.count)
-  return ctype(dt, mem=True)
 
 # rules return C text: an expression for values, a statement for effects (the rule names show what rendered a node)
 opencl_rules = PatternMatcher([
@@ -373,7 +370,7 @@ def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | Non
   restrict = " restrict" if not any(u.op is Ops.BARRIER for u in lw.uops) else ""
   for b in lw.bufs:
     const = "" if b.arg in lw.outs else "const "
-    args.append(f"__global {const}{_mem_ctype(b.dtype.base)}*{restrict} data{b.arg}")
+    args.append(f"__global {const}{ctype(b.dtype.base, mem=True)}*{restrict} data{b.arg}")
   for v in lw.vars: args.append(f"const {ctype(v.dtype)} {ctx.var_names[v]}")
   head = []
   if dtypes.float16 in used and target.has_fp16: head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
