@@ -49,6 +49,7 @@ from tinysched.lazy import LazyBuffer
 from tinysched.tensor import Tensor
 from tinysched.errors import JitError
 from tinysched import realize
+from tinysched.cost import buffers_cost
 
 R = TypeVar("R")
 _PLAIN = (int, float, str, bool, type(None))
@@ -81,6 +82,7 @@ class Launch:
   bufs: tuple[Buffer | None, ...]
   binds: tuple[tuple[int, int, tuple[int, DType, int] | None], ...]
   vars: tuple[UOp, ...]
+  cost: tuple[int, int] | None = None  # (FLOPs, bytes) for GlobalCounters when no Variable changes it: computed once
 
   def buffers(self, inputs: list[Buffer]) -> tuple[Buffer, ...]:
     if not self.binds: return self.bufs  # type: ignore[return-value]
@@ -230,7 +232,8 @@ class TinyJit(Generic[R]):
           bufs.append(None)
         else: bufs.append(b)
       backend = Device[si.outputs[0].device]
-      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv)))
+      cost = buffers_cost(si.ast, si.bufs, kv) if not kv and si.ast.op is Ops.SINK else None
+      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv), cost))
     for n, t in enumerate(outs):
       if not all(isinstance(s, int) for s in t.shape):
         raise JitError(f"TinyJit {self.name}: returned Tensor {n} has the symbolic shape {_shape_str(t.shape)}: a replay cannot "
@@ -277,7 +280,7 @@ class TinyJit(Generic[R]):
     assert c is not None
     inputs = [t.lazydata.base.realized for _, t in tensors]
     for ln in c.launches:
-      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars}, ln.backend)  # type: ignore[arg-type]
+      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost)  # type: ignore[arg-type]
     return _map_tensors(c.ret, lambda o: _out_tensor(o, inputs), leaf=_Out)
 
 def _tensors_in(ret: Any) -> list[Tensor]:
