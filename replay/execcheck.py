@@ -195,11 +195,13 @@ class _Side:
     from replay.encode import decode_graph
     self.device, self.names = device, names
     self.items = [(it[0], decode_graph(it[1].encode())[0], list(it[2])) if it[0] == "ast" else tuple(it) for it in items]
-  def run(self, bufs: dict[int, Any], timed: bool = False, check=None, host: dict[int, np.ndarray] | None = None) -> list[float]:
+  def run(self, bufs: dict[int, Any], timed: bool = False, check=None, host: dict[int, np.ndarray] | None = None,
+          final: dict[int, np.ndarray] | None = None) -> list[float]:
     """Run every kernel once, in order; returns per-kernel seconds when timed. `check(k, item, before, after)` sees
     each kernel's buffers (host copies) just before and just after it ran. `host`: the contents `bufs` were filled
     with; with it, a kernel's inputs are read from host copies kept up to date with every kernel's outputs (each
-    output is read back from the device anyway) instead of from the device again."""
+    output is read back from the device anyway) instead of from the device again; `final` (with `host` and `check`)
+    receives those copies as they are at the end: every buffer's contents, read back once."""
     from tinysched.device import Device
     be = Device[self.device]
     times = []
@@ -218,6 +220,7 @@ class _Side:
         after = {i: bufs[i].numpy() for i in _outputs_of(it, self)}
         if mirror is not None: mirror.update(after)
         check(k, it, before, after)
+    if final is not None and mirror is not None and check is not None: final.update(mirror)
     return times
   def touched(self, it) -> list[int]:
     return sorted(set(it[2])) if it[0] == "ast" else list(range(len(it[3]["dtypes"])))
@@ -409,10 +412,13 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
   for name, side in (("old", old), ("new", new)):
     try:
       bufs = _fresh(device, host, specs)
-      side.run(bufs, check=lambda k, it, before, after, name=name, side=side: check(name, k, it, side, before, after), host=host)
-      # read back what the kernels write and the graph's outputs, not the inputs (they can be vocabulary-sized tables)
+      final: dict[int, np.ndarray] = {}
+      side.run(bufs, check=lambda k, it, before, after, name=name, side=side: check(name, k, it, side, before, after), host=host,
+               final=final)
+      # what the kernels write and the graph's outputs, not the inputs (they can be vocabulary-sized tables): the copies
+      # the per-kernel check already read back
       written = sorted(set(_written_bufs(side)) | set(job.get("outputs") or []))
-      got[name] = {i: bufs[i].numpy() for i in written}
+      got[name] = {i: final[i] if i in final else bufs[i].numpy() for i in written}
       # the same inputs once more: a side that changes its bits is unstable (this run is also the timing's warm-up)
       again = warm[name] = _fresh(device, host, specs)
       side.run(again)
