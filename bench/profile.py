@@ -1,0 +1,80 @@
+"""Where a jitted forward call's device time goes, kernel by kernel: GPT-2 small (1 x 64, full logits) or ResNet-18
+(1 x 3 x 224 x 224), recorded with TinyJit and replayed once with each launch's profiling event read.
+
+  TINYSCHED_DEVICE=OPENCL python bench/profile.py --model gpt2|resnet18 [--top 25]
+
+Prints one line per distinct kernel (name, opts, launch dims), slowest total first: launches, total and per-launch
+microseconds, GFLOP/s and GB/s by tinysched/cost.py's model (bytes: every bound buffer once), then the sum of kernel
+times beside the call's wall time, which is the launch overhead the kernels do not cover.
+"""
+from __future__ import annotations
+import argparse, os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+
+def _gpt2():
+  from tinysched import Tensor, dtypes
+  from tinysched.models.gpt2 import GPT2, GPT2Config, random_gpt2_weights
+  c = GPT2Config()
+  model = GPT2(c, random_gpt2_weights(c, seed=0))
+  def fwd(tok: Tensor) -> Tensor:
+    model.cache = []
+    return model._head(model._hidden(tok, 0)).realize()
+  rng = np.random.default_rng(7)
+  return fwd, lambda: Tensor(rng.integers(0, c.vocab_size, (1, 64)).astype(np.int32), dtype=dtypes.int32).realize()
+
+def _resnet18():
+  from tinysched import Tensor
+  from tinysched.nn.optim import Adam
+  from bench.models import resnet18
+  Tensor.manual_seed(0)
+  setup, forward = resnet18(Tensor, Adam)
+  s = setup()
+  rng = np.random.default_rng(7)
+  return (lambda x: forward({**s, "x": x})[0].realize()), lambda: Tensor(rng.random((1, 3, 224, 224), dtype=np.float32)).realize()
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--model", choices=("gpt2", "resnet18"), default="gpt2")
+  ap.add_argument("--top", type=int, default=25)
+  a = ap.parse_args()
+  from tinysched import TinyJit, Device, realize
+  from tinysched.cost import buffers_cost
+  fwd, make = _gpt2() if a.model == "gpt2" else _resnet18()
+  dev = Device[Device.DEFAULT]
+  jit = TinyJit(fwd)
+  for _ in range(3): jit(make())
+  dev.synchronize()
+  rows: list[tuple] = []
+  inner = realize.exec_item
+  def timed_item(ast, bufs, var_vals, backend, cost=None):
+    t = backend.exec_ast(ast, list(bufs), var_vals)
+    if t is not None and hasattr(backend, "dev"):
+      prg = backend.dev.program(ast, None)
+      gs, ls = prg.launch_dims(var_vals)
+      rows.append((prg.name, prg.opts, gs, ls, *(cost or buffers_cost(ast, bufs, var_vals)), t))
+  x = make()
+  dev.synchronize()
+  t0 = time.perf_counter()
+  jit(x)
+  dev.synchronize()
+  wall_plain = time.perf_counter() - t0
+  realize.exec_item = timed_item
+  try: jit(make())
+  finally: realize.exec_item = inner
+  dev.synchronize()
+  by: dict[tuple, list] = {}
+  for name, opts, gs, ls, fl, by_, t in rows:
+    k = (name, tuple(str(o) for o in opts), gs, ls)
+    e = by.setdefault(k, [0, 0.0, 0, 0])
+    e[0] += 1; e[1] += t(); e[2] += fl; e[3] += by_
+  total = sum(e[1] for e in by.values())
+  print(f"# {a.model} jitted call on {Device.DEFAULT}, {time.strftime('%Y-%m-%d %H:%M')}: {len(rows)} launches, {len(by)} distinct kernels")
+  print(f"{'us total':>9} {'n':>3} {'us each':>8} {'GFLOP/s':>8} {'GB/s':>7}  kernel  global/local  opts")
+  for (name, opts, gs, ls), (n, t, fl, b) in sorted(by.items(), key=lambda kv: -kv[1][1])[:a.top]:
+    print(f"{t * 1e6:9.1f} {n:3d} {t / n * 1e6:8.1f} {fl / t / 1e9:8.0f} {b / t / 1e9:7.0f}  {name}  {gs}/{ls}  {' '.join(opts)}")
+  print(f"sum of kernel times {total * 1e3:.2f} ms; wall time of a replayed call {wall_plain * 1e3:.2f} ms "
+        f"(launch overhead not hidden by the kernels: {(wall_plain - total) * 1e3:.2f} ms)")
+
+if __name__ == "__main__":
+  main()
