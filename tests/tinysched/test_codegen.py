@@ -145,6 +145,42 @@ def test_default_opts_per_device():
   ew = _kernels(Tensor.empty(1 << 20) + 1)[0].ast
   assert Opt(OptOps.UPCAST, 0, 4) in default_opts(ew, GENERIC_GPU)
 
+# GPT-2 small at 64 tokens: every layer's matmul is 64 x K @ K x N, and the tied head is 64 x 768 @ 768 x 50257
+SKINNY = [(64, 768, 2304), (64, 3072, 768), (64, 768, 50257)]
+
+@pytest.mark.parametrize("M,K,N", SKINNY, ids=[f"{m}x{k}x{n}" for m, k, n in SKINNY])
+def test_skinny_matmul_splits_the_reduce_on_a_gpu(M, K, N):
+  """Fewer 128x128 tiles than compute units: the reduce is split over the work-group (GROUP) and not staged; a square
+  matmul with enough tiles keeps the staged tiles. Planted: without the split the skinny choice is the staged tile."""
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  from tinysched.codegen import heuristic
+  ast = _kernels(Tensor.empty(M, K) @ Tensor.empty(K, N))[0].ast
+  opts = default_opts(ast, NVIDIA_LIKE_GPU)
+  assert any(o.op is OptOps.GROUP for o in opts) and not any(o.op is OptOps.STAGE for o in opts), opts
+  assert any(o.op is OptOps.UPCAST for o in opts)
+  sq = _kernels(Tensor.empty(2048, 2048) @ Tensor.empty(2048, 2048))[0].ast
+  assert any(o.op is OptOps.STAGE for o in default_opts(sq, NVIDIA_LIKE_GPU))
+  real = heuristic._gpu_split_reduce
+  try:
+    heuristic._gpu_split_reduce = lambda *a: False
+    assert not any(o.op is OptOps.GROUP for o in default_opts(ast, NVIDIA_LIKE_GPU))
+  finally: heuristic._gpu_split_reduce = real
+
+@needs_cl
+@pytest.mark.parametrize("M,K,N", [(64, 768, 2304), (16, 256, 1000)], ids=["qkv", "odd_n"])
+def test_skinny_matmul_gpu_opts_compute_the_product(M, K, N):
+  """The split-reduce opts chosen for the GPU run on the local OpenCL device and give numpy's product."""
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  from tinysched.runtime.opencl import run_ast as cl_run
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  ast = _kernels(Tensor.empty(M, K) @ Tensor.empty(K, N))[0].ast
+  opts = default_opts(ast, NVIDIA_LIKE_GPU)
+  assert any(o.op is OptOps.GROUP for o in opts), opts
+  out = np.zeros(M * N, np.float32)
+  cl_run(ast, [out, a.reshape(-1), b.reshape(-1)], opts=opts)
+  np.testing.assert_allclose(out.reshape(M, N), a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
 def test_program_capture_hook():
   si = _kernels(Tensor.empty(8) + 1)[0]
   seen = []

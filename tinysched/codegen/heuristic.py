@@ -7,7 +7,9 @@ GPU (target.is_gpu)
   register tiles of 8x8 outputs per thread (two upcasts of 4 and 2 per axis, the 2 outer to the
   local threads so float4 reads stay conflict-free), 16x16 threads, the reduce unrolled by 8 and
   both inputs staged tile by tile through local memory (BM=BN=128, BK=8); smaller tiles when the
-  shape does not divide;
+  shape does not divide; a skinny matmul (fewer such tiles than compute units: GPT-2's 64 tokens
+  times a weight) instead splits the reduce over 16 threads of the work-group (GROUP) with 4x4 or
+  smaller register tiles, as many work-groups as two per compute unit;
 - reduces with few outputs (less than a few waves of threads): GROUP the reduce over up to 256
   threads; when the reduce axis is contiguous in memory it is unrolled by 4 first, so every thread
   reads float4 and consecutive threads read consecutive float4s; when instead the outputs are the
@@ -86,14 +88,34 @@ def _gpu_matmul(k: Kernel, opts: list[Opt], mm: tuple[int, int, UOp, UOp], t: Ta
   if None in (M, N, K): return False
   stage = [Opt(OptOps.STAGE, la.src[0].arg, 0), Opt(OptOps.STAGE, lb.src[0].arg, 0)] if la.src[0].arg != lb.src[0].arg else \
     [Opt(OptOps.STAGE, la.src[0].arg, 0)]
-  for up_in, up_out, loc, bk in ((4, 2, 16, 8), (4, 1, 16, 8), (4, 1, 8, 8), (2, 1, 8, 4)):
-    tile = up_in * up_out * loc
-    if M % tile or N % tile or K % bk or loc * loc > t.max_work_group_size: continue
-    if (tile * bk * 2 * 4) > t.local_mem_size: continue
+  tiles = [(up_in, up_out, loc, bk) for up_in, up_out, loc, bk in ((4, 2, 16, 8), (4, 1, 16, 8), (4, 1, 8, 8), (2, 1, 8, 4))
+           if not (M % (up_in * up_out * loc) or N % (up_in * up_out * loc) or K % bk or loc * loc > t.max_work_group_size
+                   or up_in * up_out * loc * bk * 2 * 4 > t.local_mem_size)]
+  # a skinny matmul (a few tokens times a weight: M = 64 in GPT-2's layers) makes fewer big tiles than the device has
+  # compute units, and each tile walks all of K alone: split K over the work-group instead (GROUP)
+  if not tiles or (M // (tiles[0][0] * tiles[0][1] * tiles[0][2])) * (N // (tiles[0][0] * tiles[0][1] * tiles[0][2])) < t.compute_units:
+    if _gpu_split_reduce(k, opts, m_ax, n_ax, M, N, K, t): return True
+  for up_in, up_out, loc, bk in tiles:
     cands = [Opt(OptOps.UPCAST, m_ax, up_in), Opt(OptOps.LOCAL, m_ax, loc)] + ([Opt(OptOps.UPCAST, m_ax, up_out)] if up_out > 1 else []) + \
             [Opt(OptOps.UPCAST, n_ax, up_in), Opt(OptOps.LOCAL, n_ax, loc)] + ([Opt(OptOps.UPCAST, n_ax, up_out)] if up_out > 1 else []) + \
             [Opt(OptOps.UNROLL, 0, bk)] + stage
     if _try(k, opts, *cands): return True
+  return False
+
+def _gpu_split_reduce(k: Kernel, opts: list[Opt], m_ax: int, n_ax: int, M: int, N: int, K: int, t: Target) -> bool:
+  """Register tiles of um x un outputs per thread, 16 threads along n, the reduce split over 16 more threads (GROUP,
+  combined in local memory), the largest tile that still gives two work-groups per compute unit. Measured on an H200
+  (bench/matmul_opts.py, GPT-2 s64's layers): 2.5-5.5x the staged 128x128 tiles, and the best or within 10% of the
+  best of 523 candidates on each shape. An n axis the 16 threads cannot divide (a 50257-wide head) keeps the m tile
+  and a GROUP of 32."""
+  g = 16
+  for um, un in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
+    if M % um or N % (un * 16) or K % (g * 4): continue
+    if (M // um) * (N // (un * 16)) < 2 * t.compute_units and (um, un) != (1, 1): continue
+    if _try(k, opts, *[o for o in (Opt(OptOps.UPCAST, m_ax, um), Opt(OptOps.UPCAST, n_ax, un)) if o.amount > 1],
+            Opt(OptOps.LOCAL, n_ax, 16), Opt(OptOps.GROUP, 0, g), Opt(OptOps.UNROLL, 0, 4)): return True
+  for um in (4, 2):
+    if M % um == 0 and K % 32 == 0 and _try(k, opts, Opt(OptOps.UPCAST, m_ax, um), Opt(OptOps.GROUP, 0, 32)): return True
   return False
 
 def _pow2_divisor(n: int, limit: int) -> int:
