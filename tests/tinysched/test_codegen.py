@@ -181,6 +181,39 @@ def test_skinny_matmul_gpu_opts_compute_the_product(M, K, N):
   cl_run(ast, [out, a.reshape(-1), b.reshape(-1)], opts=opts)
   np.testing.assert_allclose(out.reshape(M, N), a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))
 
+RESNET_CONVS = [(64, 56, 1), (256, 14, 1), (512, 7, 1), (128, 56, 2)]
+
+@pytest.mark.parametrize("C,S,stride", RESNET_CONVS, ids=[f"c{c}s{s}x{st}" for c, s, st in RESNET_CONVS])
+def test_resnet_conv_gets_channel_tiles_and_a_split_reduce_on_a_gpu(C, S, stride):
+  """ResNet-18's 3x3 convolutions at one image: 8 output channels per thread and the channel reduce split over 16
+  threads. Planted: without the convolution rule they get neither."""
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  from tinysched.codegen import heuristic
+  ast = _kernels(Tensor.empty(1, C // stride, S, S).conv2d(Tensor.empty(C, C // stride, 3, 3), padding=1, stride=stride))[0].ast
+  want = {Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.GROUP, 0, 16)}
+  assert want <= set(default_opts(ast, NVIDIA_LIKE_GPU))
+  real = heuristic._gpu_conv
+  try:
+    heuristic._gpu_conv = lambda *a: False
+    assert not want <= set(default_opts(ast, NVIDIA_LIKE_GPU))
+  finally: heuristic._gpu_conv = real
+
+@needs_cl
+def test_conv_gpu_opts_compute_the_convolution():
+  """The convolution opts chosen for the GPU run on the local OpenCL device and give the unoptimized kernel's numbers."""
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  from tinysched.runtime.opencl import run_ast as cl_run
+  rng = np.random.default_rng(1)
+  x, w = rng.standard_normal((1, 32, 14, 14), dtype=np.float32), rng.standard_normal((48, 32, 3, 3), dtype=np.float32)
+  ast = _kernels(Tensor.empty(1, 32, 14, 14).conv2d(Tensor.empty(48, 32, 3, 3), padding=1))[0].ast
+  opts = default_opts(ast, NVIDIA_LIKE_GPU)
+  assert Opt(OptOps.GROUP, 0, 16) in opts, opts
+  got, ref = np.zeros(48 * 14 * 14, np.float32), np.zeros(48 * 14 * 14, np.float32)
+  cl_run(ast, [got, x.reshape(-1), w.reshape(-1)], opts=opts)
+  cl_run(ast, [ref, x.reshape(-1), w.reshape(-1)], opts=())
+  np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+  assert np.abs(ref).max() > 1  # not a vacuous comparison of zeros
+
 def test_program_capture_hook():
   si = _kernels(Tensor.empty(8) + 1)[0]
   seen = []

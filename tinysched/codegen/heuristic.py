@@ -10,6 +10,9 @@ GPU (target.is_gpu)
   shape does not divide; a skinny matmul (fewer such tiles than compute units: GPT-2's 64 tokens
   times a weight) instead splits the reduce over 16 threads of the work-group (GROUP) with 4x4 or
   smaller register tiles, as many work-groups as two per compute unit;
+- convolution-shaped reduce (a channel axis and small window axes; one input, the weight, varies with
+  one output axis only) with few outputs: 8 output channels per thread, 7 or 14 columns per
+  work-group, the channel reduce split over 16 threads, the window unrolled;
 - reduces with few outputs (less than a few waves of threads): GROUP the reduce over up to 256
   threads; when the reduce axis is contiguous in memory it is unrolled by 4 first, so every thread
   reads float4 and consecutive threads read consecutive float4s; when instead the outputs are the
@@ -106,17 +109,59 @@ def _gpu_split_reduce(k: Kernel, opts: list[Opt], m_ax: int, n_ax: int, M: int, 
   """Register tiles of um x un outputs per thread, 16 threads along n, the reduce split over 16 more threads (GROUP,
   combined in local memory), the largest tile that still gives two work-groups per compute unit. Measured on an H200
   (bench/matmul_opts.py, GPT-2 s64's layers): 2.5-5.5x the staged 128x128 tiles, and the best or within 10% of the
-  best of 523 candidates on each shape. An n axis the 16 threads cannot divide (a 50257-wide head) keeps the m tile
-  and a GROUP of 32."""
+  best of 523 candidates on each shape. An n axis the 16 threads cannot divide (the 50257-wide head) gets an m tile
+  of up to 16 and a GROUP of 32 (the best of 54 such candidates: 626 us against 2,713 us before)."""
   g = 16
   for um, un in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
     if M % um or N % (un * 16) or K % (g * 4): continue
     if (M // um) * (N // (un * 16)) < 2 * t.compute_units and (um, un) != (1, 1): continue
     if _try(k, opts, *[o for o in (Opt(OptOps.UPCAST, m_ax, um), Opt(OptOps.UPCAST, n_ax, un)) if o.amount > 1],
             Opt(OptOps.LOCAL, n_ax, 16), Opt(OptOps.GROUP, 0, g), Opt(OptOps.UNROLL, 0, 4)): return True
-  for um in (4, 2):
+  for um in (16, 8, 4, 2):
+    if M % um == 0 and K % 128 == 0 and _try(k, opts, Opt(OptOps.UPCAST, m_ax, um), Opt(OptOps.GROUP, 0, 32), Opt(OptOps.UNROLL, 0, 4)):
+      return True
     if M % um == 0 and K % 32 == 0 and _try(k, opts, Opt(OptOps.UPCAST, m_ax, um), Opt(OptOps.GROUP, 0, 32)): return True
   return False
+
+def _conv_axes(k: Kernel) -> tuple[int, int, int, list[int]] | None:
+  """(output-channel axis, innermost spatial output axis, channel reduce axis, window reduce axes) when the kernel looks
+  like a convolution: a sum of products over a channel axis and small window axes (each at most 7) of two loads, one
+  (the weight) varying with only one output axis (the output channel), the other (the image) not varying with it."""
+  if k.n_red < 2 or k.n_out < 2: return None
+  for r in k.reduceops:
+    x = r.src[0]
+    while x.op is Ops.CAST: x = x.src[0]
+    if r.arg[0] is not Ops.ADD or x.op is not Ops.MUL: return None
+  loads = _inner_loads(k)
+  if len(loads) != 2: return None
+  for w, img in (loads, loads[::-1]):
+    ws, xs = _strides(k, w.src[1]), _strides(k, img.src[1])
+    varying = [a for a in range(k.n_out) if ws[a] != 0]
+    if len(varying) != 1 or xs[varying[0]] != 0: continue
+    sizes = [_remaining(k, k.n_out + i, LOOP) for i in range(k.n_red)]
+    if None in sizes: return None
+    ci = max(range(k.n_red), key=lambda i: sizes[i])
+    win = [i for i in range(k.n_red) if i != ci]
+    if not all(s <= 7 for i, s in enumerate(sizes) if i != ci): return None  # type: ignore[operator]
+    return varying[0], max(a for a in range(k.n_out) if a != varying[0]), ci, win
+  return None
+
+def _gpu_conv(k: Kernel, opts: list[Opt], axes: tuple[int, int, int, list[int]], t: Target) -> bool:
+  """8 output channels per thread (the image value read once for 8 weights), 7 or 14 neighbouring columns in the
+  work-group, the channel reduce split over 16 threads (GROUP), the window unrolled. Measured on an H200
+  (bench/matmul_opts.py, ResNet-18's 3x3 convolutions at one image): within 10% of the best of 473 candidates on 64,
+  128 and 256 channels (1.8x, 3.0x and 4.3x the generic choice); on 512 at 7x7 not in the best 8 (the best, 37.6 us,
+  had 4 channels per thread, 7 rows and a GROUP of 32; the generic choice 174 us). Only for few outputs (up to 16 per
+  thread of a wave of 256 threads on every compute unit): the measurement did not cover big batches."""
+  co, col, ci, win = axes
+  C, W, CI = _remaining(k, co, GLOBAL), _remaining(k, col, GLOBAL), _remaining(k, k.n_out + ci, LOOP)
+  if None in (C, W, CI) or prod(s for s in k.full_shape[:k.n_out]) > t.compute_units * 256 * 16: return False
+  uc = next((u for u in (8, 4, 2) if C % u == 0), 1)  # type: ignore[operator]
+  lw = next((d for d in (14, 7, 16, 8) if W % d == 0), 1)  # type: ignore[operator]
+  if CI % 16 or 16 * lw > t.max_work_group_size: return False  # type: ignore[operator]
+  cands = [o for o in (Opt(OptOps.UPCAST, co, uc), Opt(OptOps.LOCAL, col, lw)) if o.amount > 1] + [Opt(OptOps.GROUP, ci, 16)] + \
+          [Opt(OptOps.UNROLL, i, 0) for i in sorted(win, reverse=True)]
+  return _try(k, opts, *cands)
 
 def _pow2_divisor(n: int, limit: int) -> int:
   d = 1
@@ -126,6 +171,7 @@ def _pow2_divisor(n: int, limit: int) -> int:
 def _gpu(k: Kernel, t: Target) -> list[Opt]:
   opts: list[Opt] = []
   if k.reduceops and (mm := _matmul_axes(k)) is not None and _gpu_matmul(k, opts, mm, t): return opts
+  if k.reduceops and (cv := _conv_axes(k)) is not None and _gpu_conv(k, opts, cv, t): return opts
   out_size = prod(s for s in k.full_shape[:k.n_out] if type(s) is int)
   red_size = prod(s for s in k.full_shape[k.n_out:] if type(s) is int)
   cont = _contiguous_out_axis(k)
