@@ -1,6 +1,6 @@
 """GPT-2 small (12 x 768, vocab 50257, random weights), one 1 x 64 forward with full logits: unjitted vs TinyJit on the
-current device, and torch eager on CUDA when torch with CUDA is installed (the same architecture, its own random
-weights: a timing reference, not a numerical one; tests/tinysched/test_models.py holds the parity test).
+current device, and torch eager on CUDA when torch with CUDA is installed (the same architecture and
+weights: the functional GPT-2 below, so the logits are compared too).
 
   TINYSCHED_DEVICE=OPENCL python bench/gpt2_jit.py [--runs 10]
 
@@ -28,19 +28,45 @@ def main() -> None:
   jit = TinyJit(fwd)
   rng = np.random.default_rng(7)
   def tokens() -> Tensor: return Tensor(rng.integers(0, c.vocab_size, (1, 64)).astype(np.int32), dtype=dtypes.int32).realize()
-  unjitted_vs_jit(dev, fwd, jit, tokens, a.runs, f"GPT-2 small 1 x 64 forward, full logits, device {Device.DEFAULT}")
+  outs = unjitted_vs_jit(dev, fwd, jit, tokens, a.runs, f"GPT-2 small 1 x 64 forward, full logits, device {Device.DEFAULT}")
+  ids0, ours0 = outs[0]
   try:
     import torch
     if not torch.cuda.is_available(): raise ImportError("no CUDA")
-    from transformers import GPT2Config as HFConfig, GPT2LMHeadModel
-    m = GPT2LMHeadModel(HFConfig()).cuda().eval()
+  except ImportError as e:
+    print(f"torch CUDA: not measured ({type(e).__name__}: {str(e)[:80]})")
+    return
+  torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as fp32, as ours
+  tf = torch_gpt2(torch, model.sd, c, "cuda")
+  with torch.no_grad():
+    ref = tf(torch.tensor(ids0.numpy(), device="cuda").long()).cpu().numpy()[0]
     ids = torch.randint(0, c.vocab_size, (1, 64), device="cuda")
-    with torch.no_grad():
-      for _ in range(3): m(ids).logits
-      ts = []
-      for _ in range(a.runs):
-        torch.cuda.synchronize(); t0 = time.perf_counter(); m(ids).logits; torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
-    print(f"torch {torch.__version__} CUDA eager: median {statistics.median(ts) * 1e3:.2f} ms")
-  except Exception as e: print(f"torch CUDA: not measured ({type(e).__name__}: {str(e)[:80]})")
+    for _ in range(3): tf(ids)
+    ts = []
+    for _ in range(a.runs):
+      torch.cuda.synchronize(); t0 = time.perf_counter(); tf(ids); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+  err = float(np.abs(ours0.reshape(ref.shape) - ref).max())
+  print(f"torch {torch.__version__} CUDA eager (same weights, functional GPT-2): median {statistics.median(ts) * 1e3:.2f} ms; "
+        f"max |ours - torch| logits = {err:.2e} (logits up to {float(np.abs(ref).max()):.2e})")
+
+def torch_gpt2(torch, sd: dict, c, dev: str):
+  """GPT-2 in torch.nn.functional on our weights (HF names and Conv1D layouts: x @ W), logits for every position."""
+  F = torch.nn.functional
+  W = {k: torch.tensor(v, device=dev) for k, v in sd.items()}
+  H, d, eps = c.n_head, c.n_embd, c.layer_norm_epsilon
+  def fwd(ids):
+    T = ids.shape[1]
+    x = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][:T]
+    mask = torch.full((T, T), float("-inf"), device=dev).triu(1)
+    for i in range(c.n_layer):
+      p = f"transformer.h.{i}."
+      h = F.layer_norm(x, (d,), W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
+      q, k, v = (t.view(1, T, H, d // H).transpose(1, 2) for t in (h @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]).split(d, dim=-1))
+      att = F.softmax(q @ k.transpose(-1, -2) / (d // H) ** 0.5 + mask, dim=-1) @ v
+      x = x + att.transpose(1, 2).reshape(1, T, d) @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
+      h = F.layer_norm(x, (d,), W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)
+      x = x + F.gelu(h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"], approximate="tanh") @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
+    return F.layer_norm(x, (d,), W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps) @ W["transformer.wte.weight"].T
+  return fwd
 
 if __name__ == "__main__": main()

@@ -8,7 +8,7 @@ microseconds, GFLOP/s and GB/s by tinysched/cost.py's model (bytes: every bound 
 times beside the call's wall time, which is the launch overhead the kernels do not cover.
 """
 from __future__ import annotations
-import argparse, os, sys, time
+import argparse, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
@@ -47,18 +47,22 @@ def main() -> None:
   dev.synchronize()
   rows: list[tuple] = []
   inner = realize.exec_item
-  def timed_item(ast, bufs, var_vals, backend, cost=None):
-    t = backend.exec_ast(ast, list(bufs), var_vals)
+  def timed_item(ast, bufs, var_vals, backend, cost=None, prepared=None):
+    t = prepared(bufs, var_vals) if prepared is not None else backend.exec_ast(ast, list(bufs), var_vals)
     if t is not None and hasattr(backend, "dev"):
       prg = backend.dev.program(ast, None)
       gs, ls = prg.launch_dims(var_vals)
       rows.append((prg.name, prg.opts, gs, ls, *(cost or buffers_cost(ast, bufs, var_vals)), t))
-  x = make()
-  dev.synchronize()
-  t0 = time.perf_counter()
-  jit(x)
-  dev.synchronize()
-  wall_plain = time.perf_counter() - t0
+  walls, hosts = [], []
+  for _ in range(5):
+    x = make()
+    dev.synchronize()
+    t0 = time.perf_counter()
+    jit(x)
+    t1 = time.perf_counter()
+    dev.synchronize()
+    walls.append(time.perf_counter() - t0); hosts.append(t1 - t0)
+  wall_plain, host = statistics.median(walls), statistics.median(hosts)
   realize.exec_item = timed_item
   try: jit(make())
   finally: realize.exec_item = inner
@@ -73,8 +77,9 @@ def main() -> None:
   print(f"{'us total':>9} {'n':>3} {'us each':>8} {'GFLOP/s':>8} {'GB/s':>7}  kernel  global/local  opts")
   for (name, opts, gs, ls), (n, t, fl, b) in sorted(by.items(), key=lambda kv: -kv[1][1])[:a.top]:
     print(f"{t * 1e6:9.1f} {n:3d} {t / n * 1e6:8.1f} {fl / t / 1e9:8.0f} {b / t / 1e9:7.0f}  {name}  {gs}/{ls}  {' '.join(opts)}")
-  print(f"sum of kernel times {total * 1e3:.2f} ms; wall time of a replayed call {wall_plain * 1e3:.2f} ms "
-        f"(launch overhead not hidden by the kernels: {(wall_plain - total) * 1e3:.2f} ms)")
+  print(f"sum of kernel times {total * 1e3:.2f} ms; a replayed call (median of 5): wall {wall_plain * 1e3:.2f} ms, of which the "
+        f"host took {host * 1e3:.2f} ms to enqueue it ({host / len(rows) * 1e6:.1f} us per launch); not hidden by the kernels: "
+        f"{(wall_plain - total) * 1e3:.2f} ms")
 
 if __name__ == "__main__":
   main()

@@ -24,6 +24,7 @@ def _shard(s: str | None) -> tuple[int, int] | None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
   """Process replay for tinysched: capture, replay, diff and gate scheduler/codegen changes."""
+  os.environ["TINYSCHED_PROFILE"] = "1"  # the execution check times kernels (this process and its workers)
 
 @main.command("check")
 @click.argument("dbs", nargs=-1)

@@ -6,7 +6,7 @@ Backends register themselves lazily so importing tinysched never needs pyopencl.
 """
 from __future__ import annotations
 import os, sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 import numpy as np
 from tinysched.dtype import DType, dtypes
 
@@ -24,6 +24,10 @@ class Backend:
     seconds later (waiting for the kernel), which GlobalCounters calls only when its time_sum_s is read."""
     raise NotImplementedError
   def synchronize(self) -> None: pass
+  def prepare(self, ast, bufs: Sequence[Buffer | None], var_list: Sequence) -> Callable | None:
+    """A recorded launch made ready to repeat (TinyJit): run(bufs, var_vals) doing exec_ast's work with what does not
+    change between calls done once, or None (the default): the jit calls exec_ast each time."""
+    return None
 
 _FACTORIES: dict[str, Callable[[str], Backend]] = {}
 def register_backend(prefix: str, factory: Callable[[str], Backend]) -> None: _FACTORIES[prefix] = factory

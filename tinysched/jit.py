@@ -8,7 +8,9 @@ semantics; our code).
   `tinysched.realize.RECORDER` installed and records every item that runs: the kernel AST (the device's program
   cache holds its program), the device Buffers it binds, the Variables it reads; COPY items too (a copy is replayed
   as the same copy). Calls 3+ replay those launches in order: the function body does not run, no lazy graph is
-  built and the scheduler is not called.
+  built and the scheduler is not called. Each launch is made ready once, at the recording (`Backend.prepare`: on
+  OpenCL its own kernel object with the buffers that do not change bound), so a replay sets only the inputs and the
+  Variables of a launch before enqueueing it.
 - Inputs are the Tensor arguments, positional and keyword (keywords in name order); each is realized first. A replay
   binds the buffers of this call's inputs where the recorded call's inputs were bound, and checks every input against
   the recorded one: device, dtype, shape and view (layout). A difference is a `JitError` (a ValueError and a
@@ -83,6 +85,7 @@ class Launch:
   binds: tuple[tuple[int, int, tuple[int, DType, int] | None], ...]
   vars: tuple[UOp, ...]
   cost: tuple[int, int] | None = None  # (FLOPs, bytes) for GlobalCounters when no Variable changes it: computed once
+  prepared: Callable | None = None     # the backend's launch with its fixed arguments bound once (Backend.prepare), or None
 
   def buffers(self, inputs: list[Buffer]) -> tuple[Buffer, ...]:
     if not self.binds: return self.bufs  # type: ignore[return-value]
@@ -233,7 +236,7 @@ class TinyJit(Generic[R]):
         else: bufs.append(b)
       backend = Device[si.outputs[0].device]
       cost = buffers_cost(si.ast, si.bufs, kv) if not kv and si.ast.op is Ops.SINK else None
-      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv), cost))
+      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv), cost, backend.prepare(si.ast, bufs, tuple(kv))))
     for n, t in enumerate(outs):
       if not all(isinstance(s, int) for s in t.shape):
         raise JitError(f"TinyJit {self.name}: returned Tensor {n} has the symbolic shape {_shape_str(t.shape)}: a replay cannot "
@@ -280,7 +283,7 @@ class TinyJit(Generic[R]):
     assert c is not None
     inputs = [t.lazydata.base.realized for _, t in tensors]
     for ln in c.launches:
-      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost)  # type: ignore[arg-type]
+      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost, ln.prepared)  # type: ignore[arg-type]
     return _map_tensors(c.ret, lambda o: _out_tensor(o, inputs), leaf=_Out)
 
 def _tensors_in(ret: Any) -> list[Tensor]:

@@ -31,12 +31,14 @@ PLAN_MEMORY = os.environ.get("TINYSCHED_MEMORY_PLANNER", "1") not in ("0", "")
 # runs, after its buffers are allocated and before it runs. None (the default) costs one global lookup per item.
 RECORDER: Callable[[ScheduleItem, dict[UOp, int]], None] | None = None
 
-def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backend: Backend, cost: tuple[int, int] | None = None) -> None:
+def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backend: Backend, cost: tuple[int, int] | None = None,
+              prepared: Callable | None = None) -> None:
   """Run one item's work on its (allocated) buffers: a kernel on `backend`, a COPY, nothing for EMPTY / BUFFER_VIEW
   (a view's memory is its source's from the start). The one way an item runs: run_schedule and the jit's replay; so
   it is where GlobalCounters counts (a kernel: its cost from tinysched/cost.py and the time the backend reports; a
   COPY: its destination's bytes). `cost`: the kernel's (FLOPs, bytes) when the caller knows them (a TinyJit launch
-  without Variables: the same every replay)."""
+  without Variables: the same every replay). `prepared`: the backend's `prepare` of this launch (a TinyJit replay),
+  which runs it in place of exec_ast."""
   if ast.op is Ops.COPY:
     dst, src = bufs
     if dst.device == src.device: Device[dst.device].exec_ast(ast, list(bufs), {})
@@ -44,7 +46,7 @@ def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backen
     GlobalCounters.count(0, dst.nbytes)
     return
   if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
-  t = backend.exec_ast(ast, list(bufs), var_vals)
+  t = prepared(bufs, var_vals) if prepared is not None else backend.exec_ast(ast, list(bufs), var_vals)
   GlobalCounters.count(*(cost if cost is not None else buffers_cost(ast, bufs, var_vals)), t)
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:

@@ -392,3 +392,76 @@ def test_plant_output_of_recorded_input(monkeypatch):
   """An output that is an input's memory is returned as the recorded call's buffer, not this call's input."""
   monkeypatch.setattr(J, "_out_spec", lambda t, own: J._Out(t.lazydata))
   red(check_views_and_inplace, "NUMPY")
+
+# *** OpenCL's prepared launches (Backend.prepare): a replay sets only a launch's inputs and Variables ***
+
+needs_opencl = pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+
+@needs_opencl
+def test_opencl_replay_uses_prepared_launches(monkeypatch):
+  """Every kernel of an OpenCL replay runs through its prepared launch: exec_ast (the per-launch program lookup and
+  argument setting) is not called; and the numbers stay right (check_numbers)."""
+  from tinysched.runtime.opencl import OpenCLBackend
+  calls = []
+  real = OpenCLBackend.exec_ast
+  t = Tracked("OPENCL")
+  x = [Tensor(rand(3, 8), device="OPENCL") for _ in range(4)]
+  for xi in x[:2]: t.jit(xi)
+  monkeypatch.setattr(OpenCLBackend, "exec_ast", lambda self, *a: calls.append(1) or real(self, *a))
+  for xi in x[2:]: np.testing.assert_allclose(t.jit(xi).numpy(), t.numpy(xi.numpy()), rtol=1e-5, atol=1e-5)
+  assert not calls and all(ln.prepared is not None for ln in t.jit.recording.launches)
+  check_numbers("OPENCL")
+
+def _plant_prepared(monkeypatch, bug: str) -> None:
+  """OpenCLBackend.prepare with a bug in the run it returns: 'inputs' keeps the first replay's input buffers bound,
+  'vars' keeps the first replay's Variable values."""
+  from tinysched.runtime.opencl import OpenCLBackend
+  real = OpenCLBackend.prepare
+  def prepare(self, ast, bufs, var_list):
+    run = real(self, ast, bufs, var_list)
+    if run is None: return None
+    first: list = []
+    def stale(call_bufs, var_vals):
+      if not first: first.append((call_bufs, var_vals))
+      b, v = first[0]
+      return run(b if bug == "inputs" else call_bufs, v if bug == "vars" else var_vals)
+    return stale
+  monkeypatch.setattr(OpenCLBackend, "prepare", prepare)
+
+@needs_opencl
+def test_plant_prepared_stale_inputs(monkeypatch):
+  _plant_prepared(monkeypatch, "inputs")
+  red(check_numbers, "OPENCL")
+
+@needs_opencl
+def test_plant_prepared_stale_variable(monkeypatch):
+  _plant_prepared(monkeypatch, "vars")
+  red(check_variable, "OPENCL")
+  red(check_kv_cache, "OPENCL")
+
+@needs_opencl
+def test_unprofiled_queue_replays_and_refuses_timing():
+  """TINYSCHED_PROFILE=0 (a queue without profiling: cheaper launches): a jitted call gives the unjitted numbers, kernels
+  report no time, and the explicit timing call says why it cannot time (run in a fresh process: the switch is read
+  when the device opens)."""
+  import subprocess, sys, os
+  code = """
+import numpy as np
+from tinysched import Tensor, TinyJit, Device, GlobalCounters
+from tinysched.device import DeviceError
+Device.DEFAULT = "OPENCL"
+w = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+f = TinyJit(lambda x: (x @ w).relu().realize())
+for i in range(4):
+  x = np.full((2, 3), i - 1.5, np.float32)
+  np.testing.assert_allclose(f(Tensor(x)).numpy(), np.maximum(x @ w.numpy(), 0))
+GlobalCounters.reset(); f(Tensor(np.ones((2, 3), np.float32))); Device["OPENCL"].synchronize()
+assert GlobalCounters.kernel_count > 0 and GlobalCounters.time_sum_s == 0
+si = [s for s in (Tensor(np.ones(4, np.float32)) + 1).schedule() if s.ast.op.name == "SINK"][0]
+try: Device["OPENCL"].run(si.ast, list(si.bufs))
+except DeviceError as e: assert "TINYSCHED_PROFILE=0" in str(e), e
+else: raise AssertionError("run() timed a kernel on a queue without profiling")
+print("ok")
+"""
+  r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TINYSCHED_PROFILE": "0"}, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

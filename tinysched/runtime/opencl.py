@@ -13,14 +13,17 @@ Programs are cached in memory and on disk (`$TINYSCHED_CACHE` or `~/.cache/tinys
 version. A disk entry carries a checksum; an unreadable, corrupted or rejected binary is ignored
 and the program is rebuilt from source. `TINYSCHED_DISK_CACHE=0` turns the disk cache off.
 
-Kernel time comes from profiling events (the queue always profiles): `run_ast(...)` returns it in
-seconds.
+Kernel time comes from profiling events: `run_ast(...)` returns it in seconds. The queue profiles unless
+`TINYSCHED_PROFILE=0` (read when the device opens): NVIDIA's driver then enqueues a kernel in about 10.5 us of host
+time instead of 16.5 (H200 host, 2026-12-01), which is what a jitted GPT-2 call of 210 launches waits on; kernels then
+report no time (GlobalCounters.time_sum_s stays 0) and the explicit timing calls (`run`, `run_source`, `run_ast`)
+raise. `replay` always profiles (its execution check times kernels).
 """
 from __future__ import annotations
 import contextlib, functools, hashlib, os, sys, tempfile, warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 import numpy as np
 from tinysched.dtype import DType, dtypes
 from tinysched.ops import Ops
@@ -238,7 +241,8 @@ class _CLDevice:
   def __init__(self, name: str, d):
     self.name, self.device = name, d
     self.ctx = cl.Context([d])
-    self.queue = cl.CommandQueue(self.ctx, d, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    self.profiling = getenv("TINYSCHED_PROFILE", 1) != 0
+    self.queue = cl.CommandQueue(self.ctx, d, properties=cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0)
     self.target = target_of(d)
     self.allocator = Allocator(self)
     self.kernels: dict[tuple[str, str], Any] = {}
@@ -382,7 +386,50 @@ class OpenCLBackend(Backend):
       self._interpret(ast, bufs, var_vals, e)
       return None
     ev = self.dev.launch(prg, bufs, var_vals)
-    return None if ev is None else functools.partial(_event_seconds, ev)
+    return None if ev is None or not self.dev.profiling else functools.partial(_event_seconds, ev)
+
+  def prepare(self, ast: UOp, bufs: Sequence[Buffer | None], var_list: Sequence[UOp]) -> Callable | None:
+    """TinyJit's replay of one recorded kernel launch with the per-launch work done once: the program looked up, a
+    kernel object of its own (OpenCL keeps arguments per kernel object, so they stay set between calls) with every
+    buffer that is the same each call bound, the launch dims computed when no Variable sizes them. `bufs[i]` None: a
+    buffer bound per call (an input). Returns run(bufs, var_vals) -> what exec_ast returns, reading only the per-call
+    positions of `bufs`; None where exec_ast's general path is needed: not a kernel, a kernel run on the interpreter,
+    a buffer at an offset the device cannot address, a written buffer aliased or bound per call (launch() copies)."""
+    if ast.op is not Ops.SINK: return None
+    try: prg = self.dev.program(ast, None)
+    except UnsupportedDTypeError: return None
+    d = self.dev
+    if len(bufs) != len(prg.buf_dtypes) or any(v not in var_list for v in prg.vars): return None
+    k = cl.Kernel(d.kernel(prg.name, prg.src).get_info(cl.kernel_info.PROGRAM), prg.name)
+    per_call, fixed, seen = [], [], {}
+    for i, b in enumerate(bufs):
+      if b is None:
+        if i in prg.outs: return None
+        per_call.append(i)
+        continue
+      b.allocate()
+      m = d.mem(b)
+      if m is None or (id(m) in seen and (i in prg.outs or seen[id(m)] in prg.outs)): return None
+      seen.setdefault(id(m), i)
+      fixed.append(m)  # held: a sub-region must live as long as the kernel argument that refers to it
+      k.set_arg(i, m)
+    nb = len(prg.buf_dtypes)
+    var_args = [(nb + j, v, np.int64 if v.dtype.itemsize == 8 else np.int32) for j, v in enumerate(prg.vars)]
+    dims = None if prg.vars else prg.launch_dims({})
+    if prg.local_size is not None and int(np.prod(prg.local_size)) > int(k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, d.device)):
+      return None  # launch() raises the error that names the limit
+    queue, mem, timed = d.queue, d.mem, d.profiling
+    def run(call_bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
+      for i in per_call:
+        if (m := mem(call_bufs[i])) is None: return self.exec_ast(ast, list(call_bufs), var_vals)
+        k.set_arg(i, m)
+      for pos, v, ty in var_args: k.set_arg(pos, ty(var_vals[v]))
+      gs, ls = dims if dims is not None else prg.launch_dims(var_vals)
+      if any(g <= 0 for g in gs): return None
+      ev = cl.enqueue_nd_range_kernel(queue, k, gs, ls)
+      return functools.partial(_event_seconds, ev) if timed else None
+    run.fixed = fixed  # type: ignore[attr-defined]
+    return run
 
   def _interpret(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int], why: Exception) -> None:
     from tinysched.runtime.interpreter import exec_ast as interp
@@ -395,6 +442,7 @@ class OpenCLBackend(Backend):
 
   def run(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, opts: Sequence[Opt] | None = None) -> float:
     """Run one kernel with explicit opts (None: the defaults) and return its kernel time in seconds."""
+    self._needs_profiling("run")
     prg = self.dev.program(ast, opts)
     for b in bufs: b.allocate()
     ev = self.dev.launch(prg, bufs, var_vals or {})
@@ -403,10 +451,16 @@ class OpenCLBackend(Backend):
   def run_source(self, name: str, src: str, bufs: Sequence[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None,
                  scalars: Sequence[Any] = ()) -> float:
     """Run a hand-written kernel (e.g. a benchmark baseline) on Buffers; returns its kernel time in seconds."""
+    self._needs_profiling("run_source")
     k = self.dev.kernel(name, src)
     for b in bufs: b.allocate()
     k.set_args(*[self.dev.mem(b) for b in bufs], *scalars)
     return _event_seconds(cl.enqueue_nd_range_kernel(self.dev.queue, k, global_size, local_size))
+
+  def _needs_profiling(self, what: str) -> None:
+    if not self.dev.profiling:
+      raise DeviceError(f"{self.name}: {what} reports kernel time, and this device's queue does not profile (TINYSCHED_PROFILE=0): "
+                        "unset TINYSCHED_PROFILE to time kernels")
 
 def _event_seconds(ev) -> float:
   """The kernel time of a profiling event, in seconds (waits for the kernel)."""
