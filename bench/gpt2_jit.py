@@ -16,6 +16,7 @@ from bench.jit_timing import unjitted_vs_jit  # noqa: E402
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--runs", type=int, default=10)
+  ap.add_argument("--decode", type=int, default=32, help="greedy decode steps with the KV cache after a 16-token prompt (0: skip)")
   a = ap.parse_args()
   from tinysched import Tensor, TinyJit, Device, dtypes
   from tinysched.models.gpt2 import GPT2, GPT2Config, random_gpt2_weights
@@ -30,6 +31,8 @@ def main() -> None:
   def tokens() -> Tensor: return Tensor(rng.integers(0, c.vocab_size, (1, 64)).astype(np.int32), dtype=dtypes.int32).realize()
   outs = unjitted_vs_jit(dev, fwd, jit, tokens, a.runs, f"GPT-2 small 1 x 64 forward, full logits, device {Device.DEFAULT}")
   ids0, ours0 = outs[0]
+  prompt = [int(t) for t in rng.integers(0, c.vocab_size, 16)]
+  ours_ids = _decode_ours(model, prompt, a.decode, dev) if a.decode else None
   try:
     import torch
     if not torch.cuda.is_available(): raise ImportError("no CUDA")
@@ -48,20 +51,60 @@ def main() -> None:
   err = float(np.abs(ours0.reshape(ref.shape) - ref).max())
   print(f"torch {torch.__version__} CUDA eager (same weights, functional GPT-2): median {statistics.median(ts) * 1e3:.2f} ms; "
         f"max |ours - torch| logits = {err:.2e} (logits up to {float(np.abs(ref).max()):.2e})")
+  if ours_ids is not None:
+    with torch.no_grad():
+      past: list = []
+      logits = tf(torch.tensor([prompt], device="cuda"), past)
+      tids = [int(logits[0, -1].argmax())]
+      torch.cuda.synchronize(); t0 = time.perf_counter()
+      for _ in range(a.decode - 1):
+        logits = tf(torch.tensor([[tids[-1]]], device="cuda"), past)
+        tids.append(int(logits[0, -1].argmax()))
+      dt = time.perf_counter() - t0
+    print(f"torch decode: {(a.decode - 1) / dt:.0f} tokens/s ({dt / (a.decode - 1) * 1e3:.2f} ms per token); "
+          f"greedy tokens equal to ours: {tids == ours_ids}")
+
+def _decode_ours(model, prompt: list[int], n: int, dev) -> list[int]:
+  """Greedy decode with the KV cache: a prefill, then n - 1 jitted one-token steps at start_pos = Variable.bind(pos),
+  each step's token read back (what a generation loop does); prints tokens/s over the steps after the jit's two."""
+  from tinysched import Tensor, TinyJit, dtypes
+  model.cache = []
+  logits, tok = model.forward(prompt, 0)
+  ids = [int(tok.numpy()[0])]
+  step = TinyJit(model.forward)
+  t0, host = None, 0.0
+  for i in range(n - 1):
+    if i == 2: dev.synchronize(); t0, host = time.perf_counter(), 0.0
+    x = Tensor(np.array([[ids[-1]]], np.int32), dtype=dtypes.int32)
+    h0 = time.perf_counter()
+    _, tok = step(x, model.start_pos_var.bind(len(prompt) + i))
+    host += time.perf_counter() - h0
+    ids.append(int(tok.numpy()[0]))
+  if t0 is not None:
+    dt = time.perf_counter() - t0
+    print(f"decode with the KV cache (TinyJit, {n - 3} steps timed): {(n - 3) / dt:.0f} tokens/s ({dt / (n - 3) * 1e3:.2f} ms per token, "
+          f"{host / (n - 3) * 1e3:.2f} ms of it the host enqueueing the step's {len(step.recording.launches)} launches)")
+  return ids
 
 def torch_gpt2(torch, sd: dict, c, dev: str):
   """GPT-2 in torch.nn.functional on our weights (HF names and Conv1D layouts: x @ W), logits for every position."""
   F = torch.nn.functional
   W = {k: torch.tensor(v, device=dev) for k, v in sd.items()}
   H, d, eps = c.n_head, c.n_embd, c.layer_norm_epsilon
-  def fwd(ids):
+  def fwd(ids, past: list | None = None):
+    """Logits (1, T, vocab). `past`: a list of per-layer (k, v) the call extends (empty: a prefill), or None."""
     T = ids.shape[1]
-    x = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][:T]
-    mask = torch.full((T, T), float("-inf"), device=dev).triu(1)
+    p0 = past[0][0].shape[2] if past else 0
+    x = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][p0:p0 + T]
+    mask = torch.full((T, p0 + T), float("-inf"), device=dev).triu(p0 + 1)
     for i in range(c.n_layer):
       p = f"transformer.h.{i}."
       h = F.layer_norm(x, (d,), W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
       q, k, v = (t.view(1, T, H, d // H).transpose(1, 2) for t in (h @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]).split(d, dim=-1))
+      if past is not None:
+        if len(past) > i: k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
+        if len(past) > i: past[i] = (k, v)
+        else: past.append((k, v))
       att = F.softmax(q @ k.transpose(-1, -2) / (d // H) ** 0.5 + mask, dim=-1) @ v
       x = x + att.transpose(1, 2).reshape(1, T, d) @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
       h = F.layer_norm(x, (d,), W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)

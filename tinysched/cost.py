@@ -59,8 +59,12 @@ def kernel_cost(ast: UOp, sizes: dict[int, int], itemsize: dict[int, int], var_v
   """(FLOPs, bytes moved) of one kernel AST, as the module docstring defines them."""
   return kernel_flops(ast, var_vals), kernel_bytes(ast, sizes, itemsize)
 
+def buffers_bytes(ast: UOp, bufs) -> int:
+  """kernel_bytes of a kernel bound to device Buffers `bufs` (DEFINE_GLOBAL order, as a ScheduleItem's)."""
+  return sum(bufs[g].nbytes for g in _globals(ast) if g < len(bufs))
+
 def buffers_cost(ast: UOp, bufs, var_vals: dict[UOp, int] | None = None) -> tuple[int, int]:
   """kernel_cost of a kernel bound to device Buffers `bufs` (DEFINE_GLOBAL order, as a ScheduleItem's)."""
-  return kernel_flops(ast, var_vals), sum(bufs[g].nbytes for g in _globals(ast) if g < len(bufs))
+  return kernel_flops(ast, var_vals), buffers_bytes(ast, bufs)
 
-__all__ = ["kernel_flops", "kernel_bytes", "kernel_cost", "buffers_cost"]
+__all__ = ["kernel_flops", "kernel_bytes", "kernel_cost", "buffers_bytes", "buffers_cost"]

@@ -84,6 +84,14 @@ class _Counters(type):
   def time_sum_s(cls, v: float) -> None:
     cls._pending.clear()
     cls._time_sum_s = v
+  @property
+  def global_ops(cls) -> int:
+    cls._drain_ops()
+    return cls._global_ops
+  @global_ops.setter
+  def global_ops(cls, v: int) -> None:
+    cls._pending_ops.clear()
+    cls._global_ops = v
 
 class GlobalCounters(metaclass=_Counters):
   """tinygrad's counters of the work run since the last `GlobalCounters.reset()` (class attributes, process-wide):
@@ -92,15 +100,16 @@ class GlobalCounters(metaclass=_Counters):
     TinyJit replays alike. EMPTY and BUFFER_VIEW items run nothing and do not count, so for a schedule without them
     the count after realizing it is `len(schedule)`.
   - `global_ops`: FLOPs and `global_mem`: bytes moved, summed over the kernels that ran, as tinysched/cost.py defines
-    them (from each kernel's AST and the Buffers it binds; symbolic dims at this run's Variable values). A COPY adds
-    its bytes (the destination's size) to `global_mem` and no FLOPs.
+    them (from each kernel's AST and the Buffers it binds; symbolic dims at this run's Variable values, computed when
+    global_ops is read). A COPY adds its bytes (the destination's size) to `global_mem` and no FLOPs.
   - `time_sum_s`: seconds spent in kernels as the device reports them: OPENCL the profiling event of each launch
     (read when the value is read: reading it waits for the kernels launched so far), NUMPY the interpreter's wall
     time per kernel (it runs synchronously). Copies add no time.
   """
   kernel_count: int = 0
-  global_ops: int = 0
+  _global_ops: int = 0
   global_mem: int = 0
+  _pending_ops: list = []  # callables -> FLOPs, one per launch at Variable values whose count is not computed yet
   _time_sum_s: float = 0.0
   _pending: list = []   # callables -> seconds, one per launch whose time the device has not reported yet
   _PENDING_MAX = 4096   # beyond this the older half is read (long finished: no wait on the queue): bounded memory
@@ -113,16 +122,24 @@ class GlobalCounters(metaclass=_Counters):
 
   @classmethod
   def count(cls, ops: int, mem: int, t: Any = None) -> None:
-    """Add one item that ran: its FLOPs, its bytes, its time (None: not reported; a float: seconds; a callable: a
-    device's later report, called when time_sum_s is read)."""
+    """Add one item that ran: its FLOPs (a number, or a callable computing it when global_ops is read), its bytes, its
+    time (None: not reported; a float: seconds; a callable: a device's later report, called when time_sum_s is read)."""
     cls.kernel_count += 1
-    cls.global_ops += ops
+    if callable(ops):
+      cls._pending_ops.append(ops)
+      if len(cls._pending_ops) > cls._PENDING_MAX: cls._drain_ops()
+    else: cls._global_ops += ops
     cls.global_mem += mem
     if t is None: return
     if callable(t):
       cls._pending.append(t)
       if len(cls._pending) > cls._PENDING_MAX: cls._drain(keep=cls._PENDING_MAX // 2)
     else: cls._time_sum_s += t
+
+  @classmethod
+  def _drain_ops(cls) -> None:
+    pending, cls._pending_ops = cls._pending_ops, []
+    cls._global_ops += sum(f() for f in pending)
 
   @classmethod
   def _drain(cls, keep: int = 0) -> None:

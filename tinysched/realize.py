@@ -7,14 +7,14 @@ schedule uses share memory; PLAN_MEMORY (env TINYSCHED_MEMORY_PLANNER, default o
 `RECORDER` is the jit's hook (tinysched/jit.py): while TinyJit records a call it sees every item that runs.
 """
 from __future__ import annotations
-import os
+import functools, os
 from typing import Callable, Sequence
 from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.device import Backend, Buffer, Device
 from tinysched.schedule import ScheduleItem
 from tinysched.helpers import GlobalCounters
-from tinysched.cost import buffers_cost
+from tinysched.cost import kernel_flops, buffers_bytes
 
 def kernel_vars(ast: UOp) -> list[UOp]:
   """The Variables a kernel AST uses (in its views and as values), first-use order."""
@@ -47,7 +47,11 @@ def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backen
     return
   if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
   t = prepared(bufs, var_vals) if prepared is not None else backend.exec_ast(ast, list(bufs), var_vals)
-  GlobalCounters.count(*(cost if cost is not None else buffers_cost(ast, bufs, var_vals)), t)
+  if cost is None:
+    # FLOPs at new Variable values (a decode step's start_pos) walk the AST: ~28 us, more than the launch itself, so
+    # they are counted when GlobalCounters.global_ops is read
+    cost = (functools.partial(kernel_flops, ast, var_vals) if var_vals else kernel_flops(ast), buffers_bytes(ast, bufs))
+  GlobalCounters.count(*cost, t)
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:
   var_vals = var_vals or {}

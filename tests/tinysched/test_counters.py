@@ -160,3 +160,35 @@ def test_bounded_pending_times_never_wait_for_the_newest_launches(monkeypatch):
   for i in range(n): GC.count(0, 0, (lambda i=i: called.append(i) or 1e-6))
   assert max(called) == n - 1  # the plant waited for the newest launch
   GC._pending = []
+
+def check_symbolic_flops(dev: str) -> None:
+  """A jitted kernel over a Variable-sized view counts its FLOPs at each call's value (computed when global_ops is read)."""
+  from tinysched import Variable
+  a = realized(rand(32, 8), dev)
+  v = Variable("n", 1, 32)
+  jf = TinyJit(lambda x, n: (x[:n] * 2).sum(0).realize())
+  for i in (5, 6): jf(a, v.bind(i))
+  assert jf.recording is not None and any(ln.vars for ln in jf.recording.launches)
+  want = 0
+  GlobalCounters.reset()
+  for i in (3, 17, 32, 9):
+    got = jf(a, v.bind(i)).numpy()
+    np.testing.assert_allclose(got, (a.numpy()[:i] * 2).sum(0), rtol=1e-5, atol=1e-5)
+    want += sum(C.kernel_flops(ln.ast, {u: i for u in ln.vars}) for ln in jf.recording.launches if ln.ast.op is Ops.SINK)
+  assert GlobalCounters.global_ops == want > 0
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_symbolic_flops_at_each_calls_values(dev): check_symbolic_flops(dev)
+
+def test_plant_symbolic_flops_stale_values(monkeypatch):
+  """The deferred FLOP count reads the Variable values of the first call it saw."""
+  import tinysched.realize as R
+  first: list = []
+  real = R.kernel_flops
+  def stale(ast, var_vals=None):
+    if var_vals:
+      if not first: first.append(dict(var_vals))
+      var_vals = {k: first[0].get(k, v) for k, v in var_vals.items()}
+    return real(ast, var_vals)
+  monkeypatch.setattr(R, "kernel_flops", stale)
+  with pytest.raises(AssertionError): check_symbolic_flops("NUMPY")
