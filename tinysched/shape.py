@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
-from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin
+from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin, intern_plainly
 from tinysched.helpers import dedup
 from tinysched.errors import ShapeError
 
@@ -747,6 +747,8 @@ class ShapeTracker:
       out.append(nv)
     return ShapeTracker(tuple(out)), var_vals
   def to_uop(self) -> UOp: return UOp(Ops.VIEW, dtypes.void, (), self)
+
+intern_plainly(ShapeTracker)  # a VIEW's argument: its equality already tells trackers of 1 and True apart
 
 def clear_caches() -> None:
   """Forget every memoized view/tracker result (benchmarks measure cold paths with it; results never change)."""
