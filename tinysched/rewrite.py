@@ -260,7 +260,10 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tu
       entered.add(n)
       push((n, 1, None, depth))
       for s in reversed(n.src):
-        if s not in done: push((s, 0, None, depth))
+        if s in done: continue
+        # a leaf no rule can match is its own result: no stack round trip (nothing fires, so order is moot)
+        if not s.src and not pdict[s.op]: done[s] = s
+        else: push((s, 0, None, depth))
     elif stage == 1:
       if src := n.src:
         new_src = tuple(map(get_done, src))
