@@ -44,6 +44,11 @@ def value_of(u: UOp) -> UOp:
   op = u.src[1]
   return op.src[0] if forced_only(op) else op
 
+def topo_of(sink: UOp) -> dict[UOp, None]:
+  """`sink.toposort()`, kept on the node: several passes walk each kernel's pre-sink (read it, never change it)."""
+  if (topo := sink.__dict__.get("_topo")) is None: topo = sink.__dict__["_topo"] = sink.toposort()
+  return topo
+
 def read_buffers(op: UOp) -> Iterator[tuple[UOp, UOp]]:
   """(source node, BUFFER) for each source of `op` that reads a computed buffer, possibly through views."""
   for s in op.src:

@@ -25,7 +25,7 @@ from tinysched.uop import UOp, resolve
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.helpers import prod, all_same
-from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views
+from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views, topo_of
 
 CONTIGUOUS_HINT = "help: consider using .contiguous():\n   - a += a.T\n   + a += a.T.contiguous()"
 
@@ -204,12 +204,14 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   stored = {s.src[0]: s.src[2] for s in pre.src}
   sink = graph_rewrite(pre, inline_rules + own_store_rules if len(pre.src) > 1 else inline_rules, stored)
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both
-  _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
+  if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
   sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
-  topo = sink.toposort()
-  targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
-  if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
-    raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
+  # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
+  if any(x.op is Ops.ASSIGN for x in topo_of(pre)):
+    topo = sink.toposort()
+    targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
+    if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
+      raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
   parts = KernelParts(assigned, {}, {}, {}, set())
   sink = graph_rewrite(sink, finish_rules, parts)
   for store in sink.src if sink.op is Ops.SINK else (sink,):
@@ -231,13 +233,16 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   of a model's repeated layers differ only in which buffers they touch, so they share one canonical form."""
   order: list[UOp] = []
   new: dict[UOp, UOp] = {}
-  for u in pre.toposort():
+  for u in topo_of(pre):
     if u.op is Ops.BUFFER:
       new[u] = UOp(Ops.BUFFER, u.dtype, (), (len(order), u.arg[1]))
       order.append(u)
-    elif u.src and (src := tuple(new[s] for s in u.src)) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
+    elif u.src and (src := tuple(map(new.__getitem__, u.src))) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
     else: new[u] = u
-  return new[pre], order
+  canon = new[pre]
+  # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
+  if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(new.values())
+  return canon, order
 
 def rules_fingerprint() -> tuple:
   """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (fusion's
@@ -272,7 +277,7 @@ class KernelMemo:
     canon, order = canonical_form(pre)
     targets = tuple(i for i, b in enumerate(order) if b in assigned)
     if (hit := self.entries.get(key := (canon, targets))) is None:
-      canon_bufs = {u: None for u in canon.toposort() if u.op is Ops.BUFFER and u.arg[0] in targets}
+      canon_bufs = {u: None for u in topo_of(canon) if u.op is Ops.BUFFER and u.arg[0] in targets} if targets else {}
       ast, parts = rewrite_kernel(canon, canon_bufs)
       hit = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
     ast, bufs, preloads, var_vals = hit
