@@ -96,6 +96,15 @@ class UPat:
       out.extend(res)
     return out
 
+  def may_lead(self, first: Ops | None) -> bool:
+    """False only when no node whose first source has op `first` (None: a node without sources) can match.
+    (An `any` pattern has no op set of its own: it is never ruled out.)"""
+    if self.src is None or isinstance(self, _UPatAny): return True
+    if self._all is not None: return first is None or self._all._opset is None or first in self._all._opset
+    for perm in self._perms:  # type: ignore[union-attr]
+      if not perm or (first is not None and (perm[0]._opset is None or first in perm[0]._opset)): return True
+    return False
+
   def match_one(self, u: UOp, store: dict[str, UOp]) -> dict[str, UOp] | None:
     """`match` for a pattern with at most one binding (`_single`): that binding or None. It binds into `store` in
     place: with no other order to try, a failed match is never resumed, and the caller passes a fresh dict."""
@@ -155,6 +164,9 @@ class PatternMatcher:
       for op in (rule[0].op if rule[0].op is not None else tuple(Ops)): self.pdict[op].append(rule)
     # the same buckets for rewrite_named, each rule with whether its pattern binds at most once (match_one)
     self._tries = {op: [(*rule, rule[0]._single) for rule in rules] for op, rules in self.pdict.items()}
+    # and split further by the op of the node's first source, filled on first use: a node only tries the rules that
+    # can match it (the order inside a bucket is the rules' order)
+    self._by_first: dict[tuple[Ops, Ops | None], list[tuple[UPat, Callable, str, bool, bool]]] = {}
   def __add__(self, other: PatternMatcher) -> PatternMatcher:
     return PatternMatcher([(p, f, n) for p, f, n, _ in self.rules + other.rules], name=f"{self.name}+{other.name}")
   def rule_names(self) -> list[str]: return [n for _, _, n, _ in self.rules]
@@ -163,7 +175,9 @@ class PatternMatcher:
   def rewrite_named(self, u: UOp, ctx: Any = None) -> tuple[UOp, str] | None:
     """Try the rules in order on one node: (new node, rule name) of the first that fires."""
     src_ops: set[Ops] | None = None
-    for pat, fn, name, has_ctx, single in self._tries[u.op]:
+    if (tries := self._by_first.get(key := (u.op, u.src[0].op if u.src else None))) is None:
+      tries = self._by_first[key] = [t for t in self._tries[u.op] if t[0].may_lead(key[1])]
+    for pat, fn, name, has_ctx, single in tries:
       if pat.early_reject:  # cheap pre-check before the recursive match
         if src_ops is None: src_ops = {s.op for s in u.src}
         if not pat.early_reject.issubset(src_ops): continue
@@ -258,13 +272,19 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tu
       if n in done: continue
       if n in entered: raise RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
       entered.add(n)
-      push((n, 1, None, depth))
+      kids: list[UOp] | None = None
       for s in reversed(n.src):
         if s in done: continue
         # a leaf no rule can match is its own result: no stack round trip (nothing fires, so order is moot)
         if not s.src and not pdict[s.op]: done[s] = s
-        else: push((s, 0, None, depth))
-    elif stage == 1:
+        elif kids is None: kids = [s]
+        else: kids.append(s)
+      if kids is not None:
+        push((n, 1, None, depth))
+        for s in kids: push((s, 0, None, depth))
+        continue
+      # every source is done already: the node is next either way, without a stack round trip
+    if stage <= 1:
       if src := n.src:
         new_src = tuple(map(get_done, src))
         nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
