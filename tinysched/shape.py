@@ -695,6 +695,7 @@ class ShapeTracker:
     return idxs[axis] in valid.toposort()
 
   # *** composition and simplification ***
+  @_memo  # the scheduler composes the same pairs in every kernel of a repeated layer
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """`other` applied on top of self: other's index space starts from self's shape."""
     # push other's views one at a time, innermost first, merging after each push
