@@ -115,7 +115,7 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
     keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
   kernels: list[ScheduleItem] = []
   for pre in pres:
-    computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or computed(x)))
+    computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
     ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
     facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
     kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
@@ -141,7 +141,7 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   inlined reduce's output) or cannot run (`_runnable`). Rewritten without capture: only the final kernels are captured."""
   bad: dict[UOp, None] = {}
   for pre in pres:
-    if not (fused := [x.src[0] for x in topo_of(pre) if computed(x) and is_arange(value_of(x))]): continue
+    if not (fused := [x.src[0] for x in topo_of(pre) if x.op is Ops.VIEW and computed(x) and is_arange(value_of(x))]): continue
     try:
       ast = memo.rewrite(pre, facts.assign_targets)[0]
       if (ok := memo.runnable.get(ast)) is None: ok = memo.runnable[ast] = _runnable(ast)

@@ -20,7 +20,8 @@ def _intern_arg(arg: Any) -> Any:
   # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
   # the type is part of the key so CONST 1 and CONST 1.0 (or True) never merge
   if type(arg) is float: return (float, struct.pack("<d", arg))
-  if type(arg) is tuple: return (tuple, tuple(map(_intern_arg, arg)))
+  # inside a tuple too, a plainly keyed element stands for itself (it never equals a (type, ...) pair)
+  if type(arg) is tuple: return (tuple, tuple([a if type(a) in _PLAIN_ARGS else _intern_arg(a) for a in arg]))
   return (type(arg), arg)
 
 _ucache: dict[tuple, _Ref] = {}  # intern table: key -> weak reference (a dead node frees its entry)
@@ -47,7 +48,7 @@ class _UOpMeta(type):
 
 # args that intern by plain equality (no float/bool/int confusion possible inside): skip _intern_arg. Types of other
 # modules (ShapeTracker, whose equality is already type-strict) join through intern_plainly
-_PLAIN_ARGS: set[type] = {type(None), str}
+_PLAIN_ARGS: set[type] = {type(None), str, Ops, DType, PtrDType}  # (dtypes and ops are equal only to themselves)
 
 def intern_plainly(t: type) -> None: _PLAIN_ARGS.add(t)
 
@@ -102,7 +103,7 @@ class UOp(metaclass=_UOpMeta):
   def __reduce__(self): raise TypeError("UOps are not picklable by design: use replay's canonical encoding")
   def replace(self, **kwargs) -> UOp:
     """This node with some of its fields changed (keywords other than the four fields are ignored)."""
-    return UOp(*(kwargs[f] if f in kwargs else getattr(self, f) for f in _FIELDS))
+    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
 
   # *** identity ***
   @cached_property
