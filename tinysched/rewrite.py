@@ -7,7 +7,7 @@ every rule that fires, through graph_rewrite or a direct `PatternMatcher.rewrite
 only the first n rule applications happen (replay blame bisects it).
 """
 from __future__ import annotations
-import contextlib, hashlib, inspect, itertools, os
+import contextlib, hashlib, inspect, itertools, os, threading
 from typing import Any, Callable, Iterable, Iterator, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
@@ -164,6 +164,7 @@ class PatternMatcher:
       for op in (rule[0].op if rule[0].op is not None else tuple(Ops)): self.pdict[op].append(rule)
     # the same buckets for rewrite_named, each rule with whether its pattern binds at most once (match_one)
     self._tries = {op: [(*rule, rule[0]._single) for rule in rules] for op, rules in self.pdict.items()}
+    self.pure = not any(has_ctx for _, _, _, has_ctx in self.rules)  # no rule sees a ctx (see shared_results)
     # and split further by the op of the node's first source, filled on first use: a node only tries the rules that
     # can match it (the order inside a bucket is the rules' order)
     self._by_first: dict[tuple[Ops, Ops | None], list[tuple[UPat, Callable, str, bool, bool]]] = {}
@@ -252,12 +253,35 @@ REWRITE_DEPTH_LIMIT = 10000
 # name the rules that built the nodes of a changed output
 TRACE: list[tuple[str, UOp, UOp]] | None = None
 
+_SHARING = threading.local()  # .results: {matcher: its results} inside a shared_results block (per thread)
+
+@contextlib.contextmanager
+def shared_results(*matchers: PatternMatcher) -> Iterator[None]:
+  """Inside the block, every graph_rewrite with one of `matchers` reuses the results of the earlier ones: a kernel's
+  rewrite skips the parts it shares with kernels rewritten before it. Only for matchers whose rules see no ctx and
+  depend on nothing but the node (then a node's result is the same in every rewrite); and only while nobody watches
+  the rules fire (track, TRACE, FIRED, rewrite_limit), so what those see is unchanged. A nested block is the outer one."""
+  if getattr(_SHARING, "results", None) is not None:
+    yield
+    return
+  if any(not pm.pure for pm in matchers): raise ValueError("shared_results: a matcher whose rules see a ctx")
+  _SHARING.results = {pm: {} for pm in matchers}
+  try: yield
+  finally: _SHARING.results = None
+
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None) -> UOp:
   """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
-  until no rule fires (a fixed point). Results are memoized for the duration of the call.
-  `track`, if given, receives (rule name, before, after) for every rule that fired."""
+  until no rule fires (a fixed point). Results are memoized for the duration of the call (or of a shared_results
+  block). `track`, if given, receives (rule name, before, after) for every rule that fired."""
   if track is None: track = TRACE
-  done: dict[UOp, UOp] = {}
+  shared = getattr(_SHARING, "results", None)
+  if shared is not None and (done := shared.get(pm)) is not None and track is None and FIRED is None and LIMIT is None:
+    del shared[pm]  # taken while this rewrite runs: one of the same matcher nested inside it gets its own
+    try: return _rewrite(root, pm, ctx, track, done)
+    finally: shared[pm] = done
+  return _rewrite(root, pm, ctx, track, {})
+
+def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp]) -> UOp:
   get_done = done.__getitem__
   # nodes entered (membership only, never iterated): one entered and not yet done is on the current path, so
   # meeting it again means a rule re-created its own input

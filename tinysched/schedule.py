@@ -22,13 +22,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 from tinysched.ops import Ops
 from tinysched.uop import UOp
-from tinysched.rewrite import graph_rewrite
+from tinysched.rewrite import graph_rewrite, shared_results
 from tinysched.lazy import LazyBuffer, Metadata
 from tinysched.helpers import dedup, FUSE_ARANGE, FUSE_CONV_BW
 from tinysched import capture_hook
 from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed, value_of, topo_of
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
 from tinysched.scheduling.fusion import group_stores, is_arange
+from tinysched.scheduling import kernel_ast
 from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, same_rules, well_formed
 from tinysched.scheduling.order import run_order
 
@@ -104,21 +105,23 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   facts = gather_facts(big_graph, var_vals)
   planned: dict[UOp, UOp] = {}
   graph_rewrite(big_graph, store_rules, planned)                        # plan_stores: fills `planned` as rules fire
-  while True:
-    stores = dict(planned)
-    # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
-    extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
-    groups = group_stores(facts, stores, fuse_arange, **extra)
-    graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
-    pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
-    if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
-    keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
-  kernels: list[ScheduleItem] = []
-  for pre in pres:
-    computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
-    ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
-    facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
-    kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
+  # the kernels' rewrites share the results of the passes that depend on the node alone (repeated parts of layers)
+  with shared_results(kernel_ast.inline_rules, kernel_ast.views_up, kernel_ast.views_down):
+    while True:
+      stores = dict(planned)
+      # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
+      extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
+      groups = group_stores(facts, stores, fuse_arange, **extra)
+      graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
+      pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
+      if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
+      keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
+    kernels: list[ScheduleItem] = []
+    for pre in pres:
+      computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
+      ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
+      facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
+      kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
   ordered = run_order(kernels)
   memo.schedules[key] = (ordered, dict(facts.var_vals))
   return ordered, facts.var_vals
