@@ -165,6 +165,7 @@ def _unbind(ctx: KernelParts, x: UOp) -> UOp | None:
 
 def _preload(ctx: KernelParts, x: UOp, b: UOp) -> UOp:
   # from here on every read is a LOAD; the targets read before their assign are what ordering needs to know
+  if b.op is Ops.DEFINE_GLOBAL: b = ctx.bufs[b.arg]  # numbered already (finish_and_number): the BUFFER it stands for
   if b in ctx.assigned: ctx.early.setdefault(b)
   return UOp(Ops.LOAD, x.dtype, x.src, x.arg)
 
@@ -180,6 +181,10 @@ def _global(ctx: KernelParts, x: UOp) -> UOp:
   number = ctx.numbers.setdefault(x, len(ctx.numbers))
   return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), number)
 number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_global")], name="number_rules")
+
+# both in one walk (their rules match different ops): a buffer is numbered as the walk meets it, which is the order
+# a second walk over the finished kernel would meet it in, the outputs having taken the first numbers before
+finish_and_number = finish_rules + number_rules
 
 # *** the pass ***
 
@@ -213,10 +218,10 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
     if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
       raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
   parts = KernelParts(assigned, {}, {}, {}, set())
-  sink = graph_rewrite(sink, finish_rules, parts)
+  # outputs take the first numbers: the buffer of every STORE (a meta op kernel's one STORE becomes the meta op)
   for store in sink.src if sink.op is Ops.SINK else (sink,):
-    if store.src and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])  # outputs take the first numbers
-  return graph_rewrite(sink, number_rules, parts), parts
+    if store.op is Ops.STORE and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])
+  return graph_rewrite(sink, finish_and_number, parts), parts
 
 def well_formed(ast: UOp) -> bool:
   """Every index VIEW of the kernel has one rank, and in each dimension one size other than 1: the shape every
