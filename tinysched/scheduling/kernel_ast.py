@@ -182,9 +182,17 @@ def _global(ctx: KernelParts, x: UOp) -> UOp:
   return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), number)
 number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_global")], name="number_rules")
 
-# both in one walk (their rules match different ops): a buffer is numbered as the walk meets it, which is the order
-# a second walk over the finished kernel would meet it in, the outputs having taken the first numbers before
-finish_and_number = finish_rules + number_rules
+_combined: dict[tuple[PatternMatcher, PatternMatcher], PatternMatcher] = {}
+
+def finish_and_number() -> PatternMatcher:
+  """finish_rules + number_rules, for one walk (their rules match different ops): a buffer is numbered as the walk
+  meets it, the order a second walk over the finished kernel would meet it in (the outputs take the first numbers
+  before). Built from the module's matchers as they are now, so a patched one is used."""
+  key = (finish_rules, number_rules)
+  if (pm := _combined.get(key)) is None:
+    _combined.clear()
+    pm = _combined[key] = finish_rules + number_rules
+  return pm
 
 # *** the pass ***
 
@@ -221,7 +229,7 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   # outputs take the first numbers: the buffer of every STORE (a meta op kernel's one STORE becomes the meta op)
   for store in sink.src if sink.op is Ops.SINK else (sink,):
     if store.op is Ops.STORE and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])
-  return graph_rewrite(sink, finish_and_number, parts), parts
+  return graph_rewrite(sink, finish_and_number(), parts), parts
 
 def well_formed(ast: UOp) -> bool:
   """Every index VIEW of the kernel has one rank, and in each dimension one size other than 1: the shape every
