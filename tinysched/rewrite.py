@@ -259,13 +259,13 @@ _SHARING = threading.local()  # .results: {matcher: its results} inside a shared
 def shared_results(*matchers: PatternMatcher) -> Iterator[None]:
   """Inside the block, every graph_rewrite with one of `matchers` reuses the results of the earlier ones: a kernel's
   rewrite skips the parts it shares with kernels rewritten before it. Only for matchers whose rules see no ctx and
-  depend on nothing but the node (then a node's result is the same in every rewrite); and only while nobody watches
-  the rules fire (track, TRACE, FIRED, rewrite_limit), so what those see is unchanged. A nested block is the outer one."""
+  depend on nothing but the node (then a node's result is the same in every rewrite): one with a ctx rule is not
+  shared. And only while nobody watches the rules fire (track, TRACE, FIRED, rewrite_limit), so what those see is
+  unchanged. A nested block is the outer one."""
   if getattr(_SHARING, "results", None) is not None:
     yield
     return
-  if any(not pm.pure for pm in matchers): raise ValueError("shared_results: a matcher whose rules see a ctx")
-  _SHARING.results = {pm: {} for pm in matchers}
+  _SHARING.results = {pm: {} for pm in matchers if pm.pure}
   try: yield
   finally: _SHARING.results = None
 

@@ -18,7 +18,7 @@ ASTs of the Tensor front end's schedules, and it is dropped whenever a rule chan
 """
 from __future__ import annotations
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from tinysched.ops import Ops
 from tinysched.uop import UOp
@@ -161,8 +161,10 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
   big = build_big_graph(outs)
   flags = current_flags()
   kernels, var_vals = schedule_graph(big.sink, big.var_vals, flags, tensor_memo())
-  schedule = [replace(k, bufs=tuple(big.device_buffers[u] for u in k.bufs), assign_preloads=tuple(big.device_buffers[u] for u in k.assign_preloads),
-                      metadata=tuple(dedup(m for u in k.computes if (m := big.metadata.get(u))))) for k in kernels]
+  # (built directly: dataclasses.replace reads the fields' definitions again for every kernel)
+  dev, meta = big.device_buffers, big.metadata
+  schedule = [ScheduleItem(k.ast, tuple([dev[u] for u in k.bufs]), tuple(dedup(m for u in k.computes if (m := meta.get(u)))),
+                           tuple([dev[u] for u in k.assign_preloads]), k.computes) for k in kernels]
   if capture_hook.HOOK is not None:
     capture_hook.HOOK("schedule", (big.sink, var_vals, flags), [k.ast for k in kernels],
                       {"metadata": [[repr(m) for m in si.metadata] for si in schedule], "bufs": [k.bufs for k in kernels]})

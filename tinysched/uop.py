@@ -21,7 +21,7 @@ def _intern_arg(arg: Any) -> Any:
   # the type is part of the key so CONST 1 and CONST 1.0 (or True) never merge
   if type(arg) is float: return (float, struct.pack("<d", arg))
   # inside a tuple too, a plainly keyed element stands for itself (it never equals a (type, ...) pair)
-  if type(arg) is tuple: return (tuple, tuple([a if type(a) in _PLAIN_ARGS else _intern_arg(a) for a in arg]))
+  if type(arg) is tuple: return (tuple, tuple([a if (t := type(a)) in _PLAIN_ARGS else (int, a) if t is int else _intern_arg(a) for a in arg]))
   return (type(arg), arg)
 
 _ucache: dict[tuple, _Ref] = {}  # intern table: key -> weak reference (a dead node frees its entry)
