@@ -184,15 +184,18 @@ number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_glo
 
 _combined: dict[tuple[PatternMatcher, PatternMatcher], PatternMatcher] = {}
 
+def _combine(a: PatternMatcher, b: PatternMatcher) -> PatternMatcher:
+  """a + b, kept while both stay the same objects (building a matcher inspects every rule's signature)."""
+  if (pm := _combined.get((a, b))) is None:
+    if len(_combined) > 8: _combined.clear()  # only patched matchers make new pairs
+    pm = _combined[(a, b)] = a + b
+  return pm
+
 def finish_and_number() -> PatternMatcher:
   """finish_rules + number_rules, for one walk (their rules match different ops): a buffer is numbered as the walk
   meets it, the order a second walk over the finished kernel would meet it in (the outputs take the first numbers
   before). Built from the module's matchers as they are now, so a patched one is used."""
-  key = (finish_rules, number_rules)
-  if (pm := _combined.get(key)) is None:
-    _combined.clear()
-    pm = _combined[key] = finish_rules + number_rules
-  return pm
+  return _combine(finish_rules, number_rules)
 
 # *** the pass ***
 
@@ -215,7 +218,7 @@ def _check_assign_reads(sink: UOp, assigned: dict[UOp, None], kind: tuple[Ops, .
 def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
   """pre-sink -> (AST, KernelParts); pure."""
   stored = {s.src[0]: s.src[2] for s in pre.src}
-  sink = graph_rewrite(pre, inline_rules + own_store_rules if len(pre.src) > 1 else inline_rules, stored)
+  sink = graph_rewrite(pre, _combine(inline_rules, own_store_rules) if len(pre.src) > 1 else inline_rules, stored)
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
   sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
@@ -243,7 +246,9 @@ def well_formed(ast: UOp) -> bool:
 
 def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   """`pre` with its BUFFERs renumbered 0.. in first-use order, and the original BUFFERs in that order: the kernels
-  of a model's repeated layers differ only in which buffers they touch, so they share one canonical form."""
+  of a model's repeated layers differ only in which buffers they touch, so they share one canonical form. Kept on
+  `pre` (FUSE_ARANGE's check and the kernel's rewrite both ask); the list is shared, read it only."""
+  if (hit := pre.__dict__.get("_canon")) is not None: return hit
   order: list[UOp] = []
   new: dict[UOp, UOp] = {}
   for u in topo_of(pre):
@@ -255,6 +260,7 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   canon = new[pre]
   # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
   if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(new.values())
+  pre.__dict__["_canon"] = (canon, order)
   return canon, order
 
 def rules_fingerprint() -> tuple:
