@@ -122,6 +122,9 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
       ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
       facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
       kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
+  # the walks kept on the pre-sinks hold the sinks themselves: drop them, so the kernels' graphs free by refcount
+  for pre in pres:
+    pre.__dict__.pop("_topo", None); pre.__dict__.pop("_canon", None)
   ordered = run_order(kernels)
   memo.schedules[key] = (ordered, dict(facts.var_vals))
   return ordered, facts.var_vals

@@ -248,7 +248,7 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   """`pre` with its BUFFERs renumbered 0.. in first-use order, and the original BUFFERs in that order: the kernels
   of a model's repeated layers differ only in which buffers they touch, so they share one canonical form. Kept on
   `pre` (FUSE_ARANGE's check and the kernel's rewrite both ask); the list is shared, read it only."""
-  if (hit := pre.__dict__.get("_canon")) is not None: return hit
+  if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
   order: list[UOp] = []
   new: dict[UOp, UOp] = {}
   for u in topo_of(pre):
@@ -260,7 +260,7 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   canon = new[pre]
   # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
   if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(new.values())
-  pre.__dict__["_canon"] = (canon, order)
+  pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
   return canon, order
 
 def rules_fingerprint() -> tuple:
@@ -299,5 +299,6 @@ class KernelMemo:
       canon_bufs = {u: None for u in topo_of(canon) if u.op is Ops.BUFFER and u.arg[0] in targets} if targets else {}
       ast, parts = rewrite_kernel(canon, canon_bufs)
       hit = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
+    canon.__dict__.pop("_topo", None)  # canonical_form's, used up: the memo keeps `canon` (its key) for long
     ast, bufs, preloads, var_vals = hit
     return ast, KernelParts(assigned, dict(var_vals), {order[i]: n for n, i in enumerate(bufs)}, {order[i]: None for i in preloads}, set())
