@@ -7,7 +7,7 @@ every rule that fires, through graph_rewrite or a direct `PatternMatcher.rewrite
 only the first n rule applications happen (replay blame bisects it).
 """
 from __future__ import annotations
-import contextlib, hashlib, inspect, itertools, os
+import contextlib, hashlib, inspect, itertools, os, threading
 from typing import Any, Callable, Iterable, Iterator, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
@@ -30,7 +30,7 @@ class UPat:
   arg: the exact argument, or ANY. name: bind the matched node under this name; a name bound twice
   must bind the same node. allow_any_len: a tuple src matches a prefix of the node's sources.
   """
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_perms", "_all", "early_reject", "_opset", "_dtset")
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_perms", "_all", "early_reject", "_opset", "_dtset", "_single")
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = ANY, name: str | None = None,
                allow_any_len: bool = False):
@@ -53,6 +53,9 @@ class UPat:
       for p in src:
         if p.op is not None and len(p.op) == 1: req.add(p.op[0])
     self.early_reject = frozenset(req)
+    # at most one binding can match (no any-order sources anywhere below): match_one applies
+    self._single = self._all._single if self._all is not None else \
+      self._perms is None or (len(self._perms) == 1 and all(p._single for p in self._perms[0]))
 
   @staticmethod
   def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
@@ -93,10 +96,40 @@ class UPat:
       out.extend(res)
     return out
 
+  def may_lead(self, first: Ops | None) -> bool:
+    """False only when no node whose first source has op `first` (None: a node without sources) can match.
+    (An `any` pattern has no op set of its own: it is never ruled out.)"""
+    if self.src is None or isinstance(self, _UPatAny): return True
+    if self._all is not None: return first is None or self._all._opset is None or first in self._all._opset
+    for perm in self._perms:  # type: ignore[union-attr]
+      if not perm or (first is not None and (perm[0]._opset is None or first in perm[0]._opset)): return True
+    return False
+
+  def match_one(self, u: UOp, store: dict[str, UOp]) -> dict[str, UOp] | None:
+    """`match` for a pattern with at most one binding (`_single`): that binding or None. It binds into `store` in
+    place: with no other order to try, a failed match is never resumed, and the caller passes a fresh dict."""
+    if self._opset is not None and u.op not in self._opset: return None
+    if self._dtset is not None and u.dtype not in self._dtset and u.dtype.scalar() not in self._dtset: return None
+    if self.arg is not ANY and not _arg_eq(self.arg, u.arg): return None
+    if (name := self.name) is not None:
+      if (b := store.get(name)) is None: store[name] = u
+      elif b is not u: return None
+    if self.src is None: return store
+    if (each := self._all) is not None:
+      for s in u.src:
+        if each.match_one(s, store) is None: return None
+      return store
+    pats, srcs = self._perms[0], u.src  # type: ignore[index]
+    if len(pats) != len(srcs) and not (self.allow_any_len and len(pats) <= len(srcs)): return None
+    for p, s in zip(pats, srcs):
+      if p.match_one(s, store) is None: return None
+    return store
+
 class _UPatAny(UPat):
   def __init__(self, pats: tuple[UPat, ...]):
     super().__init__()
     self.src = pats
+    self._single = False
   def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
     return [b for p in self.src for b in p.match(u, store)]  # type: ignore[union-attr]
 
@@ -129,6 +162,12 @@ class PatternMatcher:
     self.pdict: dict[Ops, list[tuple[UPat, Callable, str, bool]]] = {op: [] for op in Ops}
     for rule in self.rules:
       for op in (rule[0].op if rule[0].op is not None else tuple(Ops)): self.pdict[op].append(rule)
+    # the same buckets for rewrite_named, each rule with whether its pattern binds at most once (match_one)
+    self._tries = {op: [(*rule, rule[0]._single) for rule in rules] for op, rules in self.pdict.items()}
+    self.pure = not any(has_ctx for _, _, _, has_ctx in self.rules)  # no rule sees a ctx (see shared_results)
+    # and split further by the op of the node's first source, filled on first use: a node only tries the rules that
+    # can match it (the order inside a bucket is the rules' order)
+    self._by_first: dict[tuple[Ops, Ops | None], list[tuple[UPat, Callable, str, bool, bool]]] = {}
   def __add__(self, other: PatternMatcher) -> PatternMatcher:
     return PatternMatcher([(p, f, n) for p, f, n, _ in self.rules + other.rules], name=f"{self.name}+{other.name}")
   def rule_names(self) -> list[str]: return [n for _, _, n, _ in self.rules]
@@ -137,11 +176,17 @@ class PatternMatcher:
   def rewrite_named(self, u: UOp, ctx: Any = None) -> tuple[UOp, str] | None:
     """Try the rules in order on one node: (new node, rule name) of the first that fires."""
     src_ops: set[Ops] | None = None
-    for pat, fn, name, has_ctx in self.pdict[u.op]:
+    if (tries := self._by_first.get(key := (u.op, u.src[0].op if u.src else None))) is None:
+      tries = self._by_first[key] = [t for t in self._tries[u.op] if t[0].may_lead(key[1])]
+    for pat, fn, name, has_ctx, single in tries:
       if pat.early_reject:  # cheap pre-check before the recursive match
         if src_ops is None: src_ops = {s.op for s in u.src}
         if not pat.early_reject.issubset(src_ops): continue
-      for bound in pat.match(u, {}):
+      if single:
+        if (one := pat.match_one(u, {})) is None: continue
+        found: Iterable[dict[str, UOp]] = (one,)
+      else: found = pat.match(u, {})
+      for bound in found:
         ret = fn(ctx=ctx, **bound) if has_ctx else fn(**bound)
         if ret is not None and ret is not u:
           if LIMIT is not None and not LIMIT.admit(name, u, ret): return None
@@ -208,44 +253,77 @@ REWRITE_DEPTH_LIMIT = 10000
 # name the rules that built the nodes of a changed output
 TRACE: list[tuple[str, UOp, UOp]] | None = None
 
+_SHARING = threading.local()  # .results: {matcher: its results} inside a shared_results block (per thread)
+
+@contextlib.contextmanager
+def shared_results(*matchers: PatternMatcher) -> Iterator[None]:
+  """Inside the block, every graph_rewrite with one of `matchers` reuses the results of the earlier ones: a kernel's
+  rewrite skips the parts it shares with kernels rewritten before it. Only for matchers whose rules see no ctx and
+  depend on nothing but the node (then a node's result is the same in every rewrite): one with a ctx rule is not
+  shared. And only while nobody watches the rules fire (track, TRACE, FIRED, rewrite_limit), so what those see is
+  unchanged. A nested block is the outer one."""
+  if getattr(_SHARING, "results", None) is not None:
+    yield
+    return
+  _SHARING.results = {pm: {} for pm in matchers if pm.pure}
+  try: yield
+  finally: _SHARING.results = None
+
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None) -> UOp:
   """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
-  until no rule fires (a fixed point). Results are memoized for the duration of the call.
-  `track`, if given, receives (rule name, before, after) for every rule that fired."""
+  until no rule fires (a fixed point). Results are memoized for the duration of the call (or of a shared_results
+  block). `track`, if given, receives (rule name, before, after) for every rule that fired."""
   if track is None: track = TRACE
-  done: dict[UOp, UOp] = {}
-  pdict = pm.pdict
-  active: set[UOp] = set()  # membership only (never iterated): detects a rule that re-creates its own input
+  shared = getattr(_SHARING, "results", None)
+  if shared is not None and (done := shared.get(pm)) is not None and track is None and FIRED is None and LIMIT is None:
+    del shared[pm]  # taken while this rewrite runs: one of the same matcher nested inside it gets its own
+    try: return _rewrite(root, pm, ctx, track, done)
+    finally: shared[pm] = done
+  return _rewrite(root, pm, ctx, track, {})
+
+def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp]) -> UOp:
+  get_done = done.__getitem__
+  # nodes entered (membership only, never iterated): one entered and not yet done is on the current path, so
+  # meeting it again means a rule re-created its own input
+  entered: set[UOp] = set()
+  pdict, rewrite = pm.pdict, pm.rewrite_named
   # entries: (node, stage, rewrite result, depth = how many rewrites created this node's position)
   stack: list[tuple[UOp, int, UOp | None, int]] = [(root, 0, None, 0)]
+  pop, push = stack.pop, stack.append
   while stack:
-    n, stage, other, depth = stack.pop()
+    n, stage, other, depth = pop()
     if stage == 0:
       if n in done: continue
-      if n in active: raise RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
-      active.add(n)
-      stack.append((n, 1, None, depth))
+      if n in entered: raise RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
+      entered.add(n)
+      kids: list[UOp] | None = None
       for s in reversed(n.src):
-        if s not in done: stack.append((s, 0, None, depth))
-    elif stage == 1:
-      new_src = tuple(done[s] for s in n.src)
-      nn = n if new_src == n.src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
-      r = pm.rewrite_named(nn, ctx) if pdict[nn.op] else None
-      if r is None:
+        if s in done: continue
+        # a leaf no rule can match is its own result: no stack round trip (nothing fires, so order is moot)
+        if not s.src and not pdict[s.op]: done[s] = s
+        elif kids is None: kids = [s]
+        else: kids.append(s)
+      if kids is not None:
+        push((n, 1, None, depth))
+        for s in kids: push((s, 0, None, depth))
+        continue
+      # every source is done already: the node is next either way, without a stack round trip
+    if stage <= 1:
+      if src := n.src:
+        new_src = tuple(map(get_done, src))
+        nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
+      else: nn = n
+      if not pdict[nn.op] or (r := rewrite(nn, ctx)) is None:
         done[n] = nn
-        active.discard(n)
         continue
       if track is not None: track.append((r[1], nn, r[0]))
       if r[0] in done:
         done[n] = done[r[0]]
-        active.discard(n)
         continue
       if depth >= REWRITE_DEPTH_LIMIT:
         raise RewriteLoop(f"{pm.name}: {REWRITE_DEPTH_LIMIT} nested rewrites without reaching a fixed point "
                           f"(last rule {r[1]!r} on {n.op}); a rule loops")
-      stack.append((n, 2, r[0], depth))
-      stack.append((r[0], 0, None, depth + 1))
-    else:
-      done[n] = done[other]  # type: ignore[index]
-      active.discard(n)
+      push((n, 2, r[0], depth))
+      push((r[0], 0, None, depth + 1))
+    else: done[n] = done[other]  # type: ignore[index]
   return done[root]

@@ -18,17 +18,18 @@ ASTs of the Tensor front end's schedules, and it is dropped whenever a rule chan
 """
 from __future__ import annotations
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from tinysched.ops import Ops
 from tinysched.uop import UOp
-from tinysched.rewrite import graph_rewrite
+from tinysched.rewrite import graph_rewrite, shared_results
 from tinysched.lazy import LazyBuffer, Metadata
 from tinysched.helpers import dedup, FUSE_ARANGE, FUSE_CONV_BW
 from tinysched import capture_hook
-from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed, value_of
+from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, computed, value_of, topo_of
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
 from tinysched.scheduling.fusion import group_stores, is_arange
+from tinysched.scheduling import kernel_ast
 from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, same_rules, well_formed
 from tinysched.scheduling.order import run_order
 
@@ -104,21 +105,26 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   facts = gather_facts(big_graph, var_vals)
   planned: dict[UOp, UOp] = {}
   graph_rewrite(big_graph, store_rules, planned)                        # plan_stores: fills `planned` as rules fire
-  while True:
-    stores = dict(planned)
-    # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
-    extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
-    groups = group_stores(facts, stores, fuse_arange, **extra)
-    graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
-    pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
-    if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
-    keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
-  kernels: list[ScheduleItem] = []
+  # the kernels' rewrites share the results of the passes that depend on the node alone (repeated parts of layers)
+  with shared_results(kernel_ast.inline_rules, kernel_ast.views_up, kernel_ast.views_down):
+    while True:
+      stores = dict(planned)
+      # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
+      extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
+      groups = group_stores(facts, stores, fuse_arange, **extra)
+      graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
+      pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
+      if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
+      keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
+    kernels: list[ScheduleItem] = []
+    for pre in pres:
+      computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
+      ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
+      facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
+      kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
+  # the walks kept on the pre-sinks hold the sinks themselves: drop them, so the kernels' graphs free by refcount
   for pre in pres:
-    computes = tuple(dedup(x.buf_uop for x in pre.toposort() if x.op is Ops.STORE or computed(x)))
-    ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
-    facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
-    kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
+    pre.__dict__.pop("_topo", None); pre.__dict__.pop("_canon", None)
   ordered = run_order(kernels)
   memo.schedules[key] = (ordered, dict(facts.var_vals))
   return ordered, facts.var_vals
@@ -141,7 +147,7 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   inlined reduce's output) or cannot run (`_runnable`). Rewritten without capture: only the final kernels are captured."""
   bad: dict[UOp, None] = {}
   for pre in pres:
-    if not (fused := [x.src[0] for x in pre.toposort() if computed(x) and is_arange(value_of(x))]): continue
+    if not (fused := [x.src[0] for x in topo_of(pre) if x.op is Ops.VIEW and computed(x) and is_arange(value_of(x))]): continue
     try:
       ast = memo.rewrite(pre, facts.assign_targets)[0]
       if (ok := memo.runnable.get(ast)) is None: ok = memo.runnable[ast] = _runnable(ast)
@@ -158,8 +164,10 @@ def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem
   big = build_big_graph(outs)
   flags = current_flags()
   kernels, var_vals = schedule_graph(big.sink, big.var_vals, flags, tensor_memo())
-  schedule = [replace(k, bufs=tuple(big.device_buffers[u] for u in k.bufs), assign_preloads=tuple(big.device_buffers[u] for u in k.assign_preloads),
-                      metadata=tuple(dedup(m for u in k.computes if (m := big.metadata.get(u))))) for k in kernels]
+  # (built directly: dataclasses.replace reads the fields' definitions again for every kernel)
+  dev, meta = big.device_buffers, big.metadata
+  schedule = [ScheduleItem(k.ast, tuple([dev[u] for u in k.bufs]), tuple(dedup(m for u in k.computes if (m := meta.get(u)))),
+                           tuple([dev[u] for u in k.assign_preloads]), k.computes) for k in kernels]
   if capture_hook.HOOK is not None:
     capture_hook.HOOK("schedule", (big.sink, var_vals, flags), [k.ast for k in kernels],
                       {"metadata": [[repr(m) for m in si.metadata] for si in schedule], "bufs": [k.bufs for k in kernels]})

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
-from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin
+from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin, intern_plainly
 from tinysched.helpers import dedup
 from tinysched.errors import ShapeError
 
@@ -695,6 +695,7 @@ class ShapeTracker:
     return idxs[axis] in valid.toposort()
 
   # *** composition and simplification ***
+  @_memo  # the scheduler composes the same pairs in every kernel of a repeated layer
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """`other` applied on top of self: other's index space starts from self's shape."""
     # push other's views one at a time, innermost first, merging after each push
@@ -747,6 +748,8 @@ class ShapeTracker:
       out.append(nv)
     return ShapeTracker(tuple(out)), var_vals
   def to_uop(self) -> UOp: return UOp(Ops.VIEW, dtypes.void, (), self)
+
+intern_plainly(ShapeTracker)  # a VIEW's argument: its equality already tells trackers of 1 and True apart
 
 def clear_caches() -> None:
   """Forget every memoized view/tracker result (benchmarks measure cold paths with it; results never change)."""

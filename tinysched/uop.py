@@ -20,21 +20,37 @@ def _intern_arg(arg: Any) -> Any:
   # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
   # the type is part of the key so CONST 1 and CONST 1.0 (or True) never merge
   if type(arg) is float: return (float, struct.pack("<d", arg))
-  if type(arg) is tuple: return (tuple, tuple(_intern_arg(a) for a in arg))
+  # inside a tuple too, a plainly keyed element stands for itself (it never equals a (type, ...) pair)
+  if type(arg) is tuple: return (tuple, tuple([a if (t := type(a)) in _PLAIN_ARGS else (int, a) if t is int else _intern_arg(a) for a in arg]))
   return (type(arg), arg)
 
-_ucache: dict[tuple, weakref.ref] = {}  # intern table: key -> weak reference (a dead node frees its entry)
+_ucache: dict[tuple, _Ref] = {}  # intern table: key -> weak reference (a dead node frees its entry)
+
+class _Ref(weakref.ref):
+  """An intern table entry: it carries its key, so one callback (no closure per node) frees the entry."""
+  __slots__ = ("key",)
+
+def _forget(r: _Ref) -> None:
+  if _ucache.get(r.key) is r: del _ucache[r.key]  # not an entry a live node of the same key has taken since
+
+_new, _set = object.__new__, object.__setattr__
 
 class _UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
     k = (op, dtype, src, arg if type(arg) in _PLAIN_ARGS else _intern_arg(arg))
     if (ref := _ucache.get(k)) is not None and (ret := ref()) is not None: return ret
-    ret = super().__call__(op, dtype, src, arg)
-    _ucache[k] = weakref.ref(ret, lambda r, k=k: _ucache.pop(k) if _ucache.get(k) is r else None)
+    # the fields set here, not through __init__: a python call less per new node (the hot path of every rewrite)
+    ret = _new(cls)
+    _set(ret, "op", op); _set(ret, "dtype", dtype); _set(ret, "src", src); _set(ret, "arg", arg)
+    r = _ucache[k] = _Ref(ret, _forget)
+    r.key = k
     return ret
 
-# args that intern by plain equality (no float/bool/int confusion possible inside): skip _intern_arg
-_PLAIN_ARGS = (type(None), str)
+# args that intern by plain equality (no float/bool/int confusion possible inside): skip _intern_arg. Types of other
+# modules (ShapeTracker, whose equality is already type-strict) join through intern_plainly
+_PLAIN_ARGS: set[type] = {type(None), str, Ops, DType, PtrDType}  # (dtypes and ops are equal only to themselves)
+
+def intern_plainly(t: type) -> None: _PLAIN_ARGS.add(t)
 
 _KEYING = threading.local()  # .active: computing a key (per thread)
 
@@ -87,7 +103,7 @@ class UOp(metaclass=_UOpMeta):
   def __reduce__(self): raise TypeError("UOps are not picklable by design: use replay's canonical encoding")
   def replace(self, **kwargs) -> UOp:
     """This node with some of its fields changed (keywords other than the four fields are ignored)."""
-    return UOp(*(kwargs[f] if f in kwargs else getattr(self, f) for f in _FIELDS))
+    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
 
   # *** identity ***
   @cached_property

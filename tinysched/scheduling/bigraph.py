@@ -44,6 +44,11 @@ def value_of(u: UOp) -> UOp:
   op = u.src[1]
   return op.src[0] if forced_only(op) else op
 
+def topo_of(sink: UOp) -> dict[UOp, None]:
+  """`sink.toposort()`, kept on the node: several passes walk each kernel's pre-sink (read it, never change it)."""
+  if (topo := sink.__dict__.get("_topo")) is None: topo = sink.__dict__["_topo"] = sink.toposort()
+  return topo
+
 def read_buffers(op: UOp) -> Iterator[tuple[UOp, UOp]]:
   """(source node, BUFFER) for each source of `op` that reads a computed buffer, possibly through views."""
   for s in op.src:
@@ -66,18 +71,19 @@ def _post_order(outs: list[LazyBuffer]) -> list[LazyBuffer]:
   Iterative: a training step's graph is far deeper than Python's recursion limit. Membership by id(): the
   LazyBuffers live for the whole call, and the order comes from the walk, never from the set."""
   order: list[LazyBuffer] = []
-  entered: set[int] = set()
-  for out in outs:
-    if id(out) in entered: continue
-    entered.add(id(out))
-    walk: list[tuple[LazyBuffer, Iterator[LazyBuffer]]] = [(out, iter(_dependencies(out)))]
-    while walk:
-      node, deps = walk[-1]
-      nxt = next((d for d in deps if id(d) not in entered), None)
-      if nxt is None:
-        walk.pop(); order.append(node)
-      else:
-        entered.add(id(nxt)); walk.append((nxt, iter(_dependencies(nxt))))
+  finished: set[int] = set()
+  # a node comes back (expanded) after its dependencies; one reached again on a deeper path is walked there first
+  # and skipped later, so this is the depth-first post-order, as UOp.toposort walks
+  stack: list[tuple[LazyBuffer, bool]] = [(out, False) for out in reversed(outs)]
+  while stack:
+    lb, expanded = stack.pop()
+    if id(lb) in finished: continue
+    if expanded:
+      finished.add(id(lb)); order.append(lb)
+      continue
+    stack.append((lb, True))
+    for d in reversed(_dependencies(lb)):
+      if id(d) not in finished: stack.append((d, False))
   return order
 
 class _Builder:

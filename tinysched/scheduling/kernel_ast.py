@@ -25,7 +25,7 @@ from tinysched.uop import UOp, resolve
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.helpers import prod, all_same
-from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views
+from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views, topo_of
 
 CONTIGUOUS_HINT = "help: consider using .contiguous():\n   - a += a.T\n   + a += a.T.contiguous()"
 
@@ -165,6 +165,7 @@ def _unbind(ctx: KernelParts, x: UOp) -> UOp | None:
 
 def _preload(ctx: KernelParts, x: UOp, b: UOp) -> UOp:
   # from here on every read is a LOAD; the targets read before their assign are what ordering needs to know
+  if b.op is Ops.DEFINE_GLOBAL: b = ctx.bufs[b.arg]  # numbered already (finish_and_number): the BUFFER it stands for
   if b in ctx.assigned: ctx.early.setdefault(b)
   return UOp(Ops.LOAD, x.dtype, x.src, x.arg)
 
@@ -180,6 +181,21 @@ def _global(ctx: KernelParts, x: UOp) -> UOp:
   number = ctx.numbers.setdefault(x, len(ctx.numbers))
   return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), number)
 number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_global")], name="number_rules")
+
+_combined: dict[tuple[PatternMatcher, PatternMatcher], PatternMatcher] = {}
+
+def _combine(a: PatternMatcher, b: PatternMatcher) -> PatternMatcher:
+  """a + b, kept while both stay the same objects (building a matcher inspects every rule's signature)."""
+  if (pm := _combined.get((a, b))) is None:
+    if len(_combined) > 8: _combined.clear()  # only patched matchers make new pairs
+    pm = _combined[(a, b)] = a + b
+  return pm
+
+def finish_and_number() -> PatternMatcher:
+  """finish_rules + number_rules, for one walk (their rules match different ops): a buffer is numbered as the walk
+  meets it, the order a second walk over the finished kernel would meet it in (the outputs take the first numbers
+  before). Built from the module's matchers as they are now, so a patched one is used."""
+  return _combine(finish_rules, number_rules)
 
 # *** the pass ***
 
@@ -202,19 +218,21 @@ def _check_assign_reads(sink: UOp, assigned: dict[UOp, None], kind: tuple[Ops, .
 def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
   """pre-sink -> (AST, KernelParts); pure."""
   stored = {s.src[0]: s.src[2] for s in pre.src}
-  sink = graph_rewrite(pre, inline_rules + own_store_rules if len(pre.src) > 1 else inline_rules, stored)
+  sink = graph_rewrite(pre, _combine(inline_rules, own_store_rules) if len(pre.src) > 1 else inline_rules, stored)
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both
-  _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
+  if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
   sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
-  topo = sink.toposort()
-  targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
-  if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
-    raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
+  # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
+  if any(x.op is Ops.ASSIGN for x in topo_of(pre)):
+    topo = sink.toposort()
+    targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
+    if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
+      raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
   parts = KernelParts(assigned, {}, {}, {}, set())
-  sink = graph_rewrite(sink, finish_rules, parts)
+  # outputs take the first numbers: the buffer of every STORE (a meta op kernel's one STORE becomes the meta op)
   for store in sink.src if sink.op is Ops.SINK else (sink,):
-    if store.src and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])  # outputs take the first numbers
-  return graph_rewrite(sink, number_rules, parts), parts
+    if store.op is Ops.STORE and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])
+  return graph_rewrite(sink, finish_and_number(), parts), parts
 
 def well_formed(ast: UOp) -> bool:
   """Every index VIEW of the kernel has one rank, and in each dimension one size other than 1: the shape every
@@ -228,16 +246,22 @@ def well_formed(ast: UOp) -> bool:
 
 def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   """`pre` with its BUFFERs renumbered 0.. in first-use order, and the original BUFFERs in that order: the kernels
-  of a model's repeated layers differ only in which buffers they touch, so they share one canonical form."""
+  of a model's repeated layers differ only in which buffers they touch, so they share one canonical form. Kept on
+  `pre` (FUSE_ARANGE's check and the kernel's rewrite both ask); the list is shared, read it only."""
+  if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
   order: list[UOp] = []
   new: dict[UOp, UOp] = {}
-  for u in pre.toposort():
+  for u in topo_of(pre):
     if u.op is Ops.BUFFER:
       new[u] = UOp(Ops.BUFFER, u.dtype, (), (len(order), u.arg[1]))
       order.append(u)
-    elif u.src and (src := tuple(new[s] for s in u.src)) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
+    elif u.src and (src := tuple(map(new.__getitem__, u.src))) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
     else: new[u] = u
-  return new[pre], order
+  canon = new[pre]
+  # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
+  if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(new.values())
+  pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
+  return canon, order
 
 def rules_fingerprint() -> tuple:
   """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (fusion's
@@ -272,8 +296,9 @@ class KernelMemo:
     canon, order = canonical_form(pre)
     targets = tuple(i for i, b in enumerate(order) if b in assigned)
     if (hit := self.entries.get(key := (canon, targets))) is None:
-      canon_bufs = {u: None for u in canon.toposort() if u.op is Ops.BUFFER and u.arg[0] in targets}
+      canon_bufs = {u: None for u in topo_of(canon) if u.op is Ops.BUFFER and u.arg[0] in targets} if targets else {}
       ast, parts = rewrite_kernel(canon, canon_bufs)
       hit = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
+    canon.__dict__.pop("_topo", None)  # canonical_form's, used up: the memo keeps `canon` (its key) for long
     ast, bufs, preloads, var_vals = hit
     return ast, KernelParts(assigned, dict(var_vals), {order[i]: n for n, i in enumerate(bufs)}, {order[i]: None for i in preloads}, set())
