@@ -509,6 +509,9 @@ def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], spec
   return out
 
 def _worker_main(device: str, timing_runs: int, slower_threshold: float) -> None:
+  # a fresh process lowering every captured kernel again: reuse what this very code rendered before (the cache keys on
+  # the sources and on the code as loaded, planted bugs included: tinysched/codegen/program_cache.py)
+  os.environ.setdefault("TINYSCHED_PROGRAM_CACHE", "1")
   for line in sys.stdin:
     job = json.loads(line)
     try: out = run_job(job, device, timing_runs, slower_threshold)

@@ -31,7 +31,8 @@ from tinysched.uop import UOp
 from tinysched.device import Backend, Buffer, DeviceError, Device
 from tinysched.codegen.target import Target
 from tinysched.codegen.kernel import Opt
-from tinysched.codegen.program import Program, to_program
+from tinysched.codegen.program import Program
+from tinysched.codegen.program_cache import cached_program
 from tinysched.codegen.opencl import UnsupportedDTypeError
 from tinysched.helpers import getenv, DEBUG
 
@@ -331,7 +332,7 @@ class _CLDevice:
   def program(self, ast: UOp, opts: Sequence[Opt] | None) -> Program:
     key = (ast, None if opts is None else tuple(opts))
     if (p := self.programs.get(key)) is None:
-      p = self.programs[key] = to_program(ast, opts, self.target)
+      p = self.programs[key] = cached_program(ast, opts, self.target)
       if DEBUG >= 3: print(p.src, file=sys.stderr)
     return p
 

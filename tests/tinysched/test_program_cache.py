@@ -1,0 +1,116 @@
+"""The disk cache of code generation (tinysched/codegen/program_cache.py): an entry gives back exactly what
+to_program renders, is reused only by the code that wrote it (the files and the code as loaded), is bypassed while a
+capture records, survives nothing it cannot parse, and is not written for symbolic launches. Each check has its plant;
+the execution check's plant tests (tests/replay/test_exec_plants.py, test_exec_bf16.py) run their workers with it on."""
+import hashlib, shutil
+from pathlib import Path
+import pytest
+from tinysched import Tensor, Variable, capture_hook
+from tinysched.ops import Ops
+import tinysched.codegen.program_cache as PC
+from tinysched.codegen import program as P
+from tinysched.codegen.program import to_program
+from tinysched.codegen.target import GENERIC_GPU, NVIDIA_LIKE_GPU
+
+def _ast(t: Tensor):
+  return next(si.ast for si in t.schedule_with_vars()[0] if si.ast.op is Ops.SINK)
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  monkeypatch.setenv("TINYSCHED_PROGRAM_CACHE", "1")
+  return tmp_path / "programs"
+
+def _no_render(monkeypatch):
+  def refuse(*a, **k): raise AssertionError("rendered again: the cache entry was not used")
+  monkeypatch.setattr(PC, "to_program", refuse)
+
+def test_an_entry_gives_back_what_to_program_renders(cache, monkeypatch):
+  for ast, tg in ((_ast(Tensor.empty(64, 768) @ Tensor.empty(768, 256)), NVIDIA_LIKE_GPU), (_ast(Tensor.empty(1000).sum()), GENERIC_GPU),
+                  (_ast((Tensor.empty(8, 8).half() + 1).exp()), GENERIC_GPU)):
+    want = to_program(ast, None, tg)
+    assert PC.cached_program(ast, None, tg) == want
+    with monkeypatch.context() as m:
+      _no_render(m)
+      assert PC.cached_program(ast, None, tg) == want  # from disk, field for field (Program is a frozen dataclass)
+  assert len(list(cache.glob("*.json"))) == 3
+
+def test_opts_and_target_are_part_of_the_key(cache):
+  ast = _ast(Tensor.empty(256, 256) @ Tensor.empty(256, 256))
+  for opts, tg in ((None, GENERIC_GPU), (None, NVIDIA_LIKE_GPU), ((), GENERIC_GPU)): assert PC.cached_program(ast, opts, tg) == to_program(ast, opts, tg)
+  assert len({PC.entry_key(ast, None, GENERIC_GPU), PC.entry_key(ast, None, NVIDIA_LIKE_GPU), PC.entry_key(ast, (), GENERIC_GPU)}) == 3
+
+def check_code_edit_changes_the_fingerprint(tmp_path: Path) -> None:
+  pkg = Path(PC.__file__).resolve().parent.parent
+  copy = tmp_path / "tinysched"
+  shutil.copytree(pkg, copy, ignore=shutil.ignore_patterns("__pycache__"))
+  before = PC.fingerprint_of(copy)
+  f = copy / "codegen" / "lowerer.py"
+  f.write_text(f.read_text().replace("def ", "def  ", 1))  # a one-character edit in code generation
+  assert PC.fingerprint_of(copy) != before
+
+def test_a_file_edit_changes_the_fingerprint(tmp_path): check_code_edit_changes_the_fingerprint(tmp_path)
+
+def test_plant_fingerprint_of_file_names_only(tmp_path, monkeypatch):
+  """A fingerprint of the file list alone would reuse entries across code edits."""
+  monkeypatch.setattr(PC, "fingerprint_of", lambda root: hashlib.sha256("".join(sorted(p.name for p in root.rglob("*.py"))).encode()).hexdigest())
+  with pytest.raises(AssertionError): check_code_edit_changes_the_fingerprint(tmp_path)
+
+def check_a_patch_changes_the_live_digest(monkeypatch) -> None:
+  """A module attribute replaced (a plant: replay's tests install theirs at start-up) changes the loaded code's digest;
+  so does a replaced method."""
+  from tinysched import shape as SH
+  before = PC.live_digest()
+  assert PC.live_digest() == before  # stable within a process
+  with monkeypatch.context() as m:
+    orig = P.render
+    m.setattr(P, "render", lambda lw, target: orig(lw, target) + "\n")
+    assert PC.live_digest() != before
+  assert PC.live_digest() == before
+  with monkeypatch.context() as m:
+    orig_m = SH.View.to_indexed_uops
+    m.setattr(SH.View, "to_indexed_uops", lambda self, idxs, vexpr=None: orig_m(self, idxs, vexpr))
+    assert PC.live_digest() != before
+
+def test_a_patch_changes_the_live_digest(monkeypatch): check_a_patch_changes_the_live_digest(monkeypatch)
+
+def test_plant_live_digest_of_module_names_only(monkeypatch):
+  import sys
+  monkeypatch.setattr(PC, "live_digest", lambda: hashlib.sha256(" ".join(sorted(m for m in sys.modules if m.startswith("tinysched"))).encode()).hexdigest())
+  with pytest.raises(AssertionError): check_a_patch_changes_the_live_digest(monkeypatch)
+
+def test_the_digest_is_the_same_in_every_process():
+  """Byte-identical keys across processes and hash seeds (a set's repr would follow the seed)."""
+  import subprocess, sys, os
+  code = "import tinysched.codegen.program_cache as PC, tinysched.runtime.interpreter, tinysched.codegen.lowerer; print(PC.code_fingerprint())"
+  outs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": s}, capture_output=True, text=True, check=True).stdout
+          for s in ("1", "2")}
+  assert len(outs) == 1
+
+def test_a_capture_in_progress_renders_and_captures(cache, monkeypatch):
+  ast = _ast(Tensor.empty(512) * 3)
+  PC.cached_program(ast, None, GENERIC_GPU)
+  seen = []
+  monkeypatch.setattr(capture_hook, "HOOK", lambda level, inp, out, extra: seen.append(level))
+  assert PC.cached_program(ast, None, GENERIC_GPU) == to_program(ast, None, GENERIC_GPU)
+  assert seen and seen[0] == "program"
+
+def test_a_broken_entry_is_rendered_again_and_rewritten(cache):
+  ast = _ast(Tensor.empty(300) + 2)
+  want = PC.cached_program(ast, None, GENERIC_GPU)
+  (entry,) = cache.glob("*.json")
+  for junk in ("", "{not json", '{"name": 1}', '{"name": "x", "src": "", "global": [1], "local": null, "dtypes": ["nosuch"], "outs": [], "opts": [], "local_mem": 0}'):
+    entry.write_text(junk)
+    assert PC.cached_program(ast, None, GENERIC_GPU) == want
+  assert PC._decode(entry.read_text()) == want
+
+def test_symbolic_launches_are_not_stored(cache):
+  ast = _ast(Tensor.empty(64)[:Variable("n", 1, 64).bind(7)] + 1)
+  p = PC.cached_program(ast, None, GENERIC_GPU)
+  assert p.vars and p == to_program(ast, None, GENERIC_GPU)
+  assert not cache.exists() or not list(cache.glob("*.json"))
+
+def test_off_unless_asked(cache, monkeypatch):
+  monkeypatch.delenv("TINYSCHED_PROGRAM_CACHE")
+  PC.cached_program(_ast(Tensor.empty(128) - 1), None, GENERIC_GPU)
+  assert not cache.exists()

@@ -1,0 +1,117 @@
+"""A disk cache of code generation, opt-in: `cached_program(ast, opts, target)` is `to_program(ast, opts, target)`,
+without lowering the kernel again in a later process (the OpenCL runtime's program lookup goes through it).
+
+Why: lowering and rendering one kernel takes milliseconds of Python, and a fresh process pays it for every distinct
+kernel although the code that renders it has not changed. replay's execution-check workers turn it on (each is a fresh
+process that lowers every captured kernel again): about 2.5 s of the 15 s main job.
+
+Correctness rests on the key: sha256 over the *code fingerprint*, the AST's content key, the opts and the target's
+stable text. The fingerprint covers the code two ways:
+- the files: every .py file of the tinysched package (relative path and bytes), the Python and numpy versions;
+- the code as loaded: the bytecode of every function and method that the tinysched modules hold at the first use in the
+  process, so a module attribute replaced before that (a plant installed at start-up, as replay's tests do) is part of
+  the key. A patch made *after* the first use is not seen: that is why the cache is off unless asked for.
+Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). Bypassed while a
+capture records (to_program is the program-level capture point). An entry that cannot be read or parsed is ignored and
+written again. `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `$TINYSCHED_CACHE/programs/`
+(default `~/.cache/tinysched/programs/`).
+"""
+from __future__ import annotations
+import functools, hashlib, json, os, sys, tempfile, types
+from pathlib import Path
+from typing import Any, Sequence
+import numpy as np
+from tinysched import capture_hook
+from tinysched.dtype import dtypes
+from tinysched.uop import UOp
+from tinysched.codegen.kernel import Opt
+from tinysched.codegen.target import Target
+from tinysched.codegen.program import Program, to_program
+
+FORMAT = 1  # bump when the entry layout changes
+
+def fingerprint_of(root: Path) -> str:
+  """sha256 of a package's source (relative path and bytes of every .py file under `root`, in path order), the Python
+  version and numpy's version."""
+  h = hashlib.sha256(f"{FORMAT}\0{sys.version_info[:3]}\0{np.__version__}\0".encode())
+  for p in sorted(root.rglob("*.py")):
+    h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+  return h.hexdigest()
+
+def _const_text(c: Any, h) -> None:
+  if isinstance(c, types.CodeType): _code(c, h)
+  elif isinstance(c, frozenset): h.update(repr(sorted(map(repr, c))).encode())  # a set's order follows the hash seed
+  else: h.update(repr(c).encode())
+
+def _code(co: types.CodeType, h) -> None:
+  h.update(co.co_code + repr(co.co_names).encode())
+  for c in co.co_consts: _const_text(c, h)
+
+def _callable(name: str, v: Any, h) -> None:
+  while hasattr(v, "__wrapped__"): v = v.__wrapped__  # lru_cache and the like: the function they wrap
+  if isinstance(v, (staticmethod, classmethod)): v = v.__func__
+  if isinstance(v, property): v = v.fget
+  if isinstance(v, functools.partial): v = v.func
+  if isinstance(v, types.FunctionType):
+    h.update(name.encode() + b"\0")
+    _code(v.__code__, h)
+
+def live_digest() -> str:
+  """sha256 of the bytecode of every function the loaded tinysched modules hold (module functions, methods of the
+  classes they define, functions inside module-level dicts, lists and tuples), by module and name."""
+  h = hashlib.sha256()
+  for mname in sorted(m for m in sys.modules if m == "tinysched" or m.startswith("tinysched.")):
+    mod = sys.modules[mname]
+    for name, v in sorted(vars(mod).items(), key=lambda kv: kv[0]):
+      key = f"{mname}.{name}"
+      if isinstance(v, type) and v.__module__ == mname:
+        for an, av in sorted(vars(v).items(), key=lambda kv: kv[0]): _callable(f"{key}.{an}", av, h)
+      elif isinstance(v, dict):
+        for i, x in enumerate(v.values()): _callable(f"{key}[{i}]", x, h)
+      elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v): _callable(f"{key}[{i}]", x, h)
+      else: _callable(key, v, h)
+  return h.hexdigest()
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+  """The files' fingerprint and the loaded code's digest, taken once per process (at the first use)."""
+  return hashlib.sha256((fingerprint_of(Path(__file__).resolve().parent.parent) + live_digest()).encode()).hexdigest()
+
+def enabled() -> bool: return os.environ.get("TINYSCHED_PROGRAM_CACHE", "0") == "1"
+
+def _folder() -> Path:
+  base = os.environ.get("TINYSCHED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tinysched")
+  return Path(base) / "programs"
+
+def entry_key(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> str:
+  o = "none" if opts is None else ",".join(repr(x) for x in opts)
+  return hashlib.sha256("\0".join([code_fingerprint(), ast.key, o, target.stable_repr()]).encode()).hexdigest()
+
+def _encode(p: Program) -> str:
+  return json.dumps({"name": p.name, "src": p.src, "global": list(p.global_size), "local": None if p.local_size is None else list(p.local_size),
+                     "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [o.to_tuple() for o in p.opts], "local_mem": p.local_mem})
+
+def _decode(text: str) -> Program:
+  d = json.loads(text)
+  return Program(d["name"], d["src"], tuple(int(g) for g in d["global"]), None if d["local"] is None else tuple(int(x) for x in d["local"]),
+                 tuple(dtypes.from_name(n) for n in d["dtypes"]), tuple(int(i) for i in d["outs"]), (), tuple(Opt.from_tuple(o) for o in d["opts"]),
+                 int(d["local_mem"]))
+
+def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Program:
+  """to_program(ast, opts, target), read from the disk cache when this code rendered it before (module docstring)."""
+  if not enabled() or capture_hook.HOOK is not None: return to_program(ast, opts, target)
+  path = _folder() / f"{entry_key(ast, opts, target)}.json"
+  try: return _decode(path.read_text())
+  except (OSError, ValueError, KeyError, TypeError): pass  # missing, unreadable or not an entry: render it
+  p = to_program(ast, opts, target)
+  if not p.vars and all(isinstance(g, int) for g in p.global_size):
+    try:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+      with os.fdopen(fd, "w") as f: f.write(_encode(p))
+      os.replace(tmp, path)  # atomic: a concurrent reader sees the whole entry or none
+    except OSError: pass  # a read-only or full disk: the cache is an optimization
+  return p
+
+__all__ = ["cached_program", "code_fingerprint", "fingerprint_of", "live_digest", "entry_key"]
