@@ -1,6 +1,7 @@
 """Small, dependency-free utilities shared by every module."""
 from __future__ import annotations
 import contextlib, contextvars, functools, itertools, math, os
+from pathlib import Path
 from typing import Iterable, TypeVar, Any
 
 T = TypeVar("T")
@@ -63,6 +64,11 @@ FUSE_ARANGE = ContextFlag("FUSE_ARANGE", 1)
 # scheduler switch (tinygrad 0.10.0, off by default there and here): a reduce read through a view only by another reduce
 # of the same op (a convolution's weight gradient) is not stored; the two become one reduce in the reader's kernel.
 FUSE_CONV_BW = ContextFlag("FUSE_CONV_BW", 0)
+
+def cache_root() -> Path:
+  """Where tinysched keeps its disk caches: $TINYSCHED_CACHE, else ~/.cache/tinysched (OpenCL binaries in `opencl/`,
+  rendered programs in `programs/`)."""
+  return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched")
 
 def cdiv(a: int, b: int) -> int:
   """C-style integer division (truncates toward zero), the semantics of Ops.IDIV."""

@@ -214,6 +214,17 @@ def test_conv_gpu_opts_compute_the_convolution():
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
   assert np.abs(ref).max() > 1  # not a vacuous comparison of zeros
 
+@needs_cl
+def test_plant_group_combine_dropped_is_caught(monkeypatch):
+  """The two numeric checks above go red when the GROUP combine is skipped (each thread's partial sum stored as the
+  result): they check the split reduce, not only that opts were chosen."""
+  from tinysched.codegen import lowerer
+  from tinysched.device import Device
+  monkeypatch.setattr(Device["OPENCL"].dev, "programs", {})  # rendered before the plant: render again
+  monkeypatch.setattr(lowerer, "_group_reduce", lambda lw, assigns, out_combos: assigns)
+  with pytest.raises(AssertionError): test_skinny_matmul_gpu_opts_compute_the_product(64, 768, 2304)
+  with pytest.raises(AssertionError): test_conv_gpu_opts_compute_the_convolution()
+
 def test_program_capture_hook():
   si = _kernels(Tensor.empty(8) + 1)[0]
   seen = []

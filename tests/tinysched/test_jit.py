@@ -412,6 +412,13 @@ def test_opencl_replay_uses_prepared_launches(monkeypatch):
   assert not calls and all(ln.prepared is not None for ln in t.jit.recording.launches)
   check_numbers("OPENCL")
 
+@needs_opencl
+def test_plant_no_prepared_launches(monkeypatch):
+  """A backend that prepares nothing (every replayed launch through exec_ast) turns the test above red."""
+  from tinysched.runtime.opencl import OpenCLBackend
+  monkeypatch.setattr(OpenCLBackend, "prepare", lambda self, ast, bufs, var_list: None)
+  with pytest.raises(AssertionError): test_opencl_replay_uses_prepared_launches(monkeypatch)
+
 def _plant_prepared(monkeypatch, bug: str) -> None:
   """OpenCLBackend.prepare with a bug in the run it returns: 'inputs' keeps the first replay's input buffers bound,
   'vars' keeps the first replay's Variable values."""

@@ -14,7 +14,7 @@ stable text. The fingerprint covers the code two ways:
 Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). Bypassed while a
 capture records (to_program is the program-level capture point). An entry that cannot be read or parsed is ignored and
 written again. `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `$TINYSCHED_CACHE/programs/`
-(default `~/.cache/tinysched/programs/`).
+(`tinysched.helpers.cache_root`).
 """
 from __future__ import annotations
 import functools, hashlib, json, os, sys, tempfile, types
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
 from tinysched import capture_hook
+from tinysched.helpers import cache_root
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
 from tinysched.codegen.kernel import Opt
@@ -80,9 +81,7 @@ def code_fingerprint() -> str:
 
 def enabled() -> bool: return os.environ.get("TINYSCHED_PROGRAM_CACHE", "0") == "1"
 
-def _folder() -> Path:
-  base = os.environ.get("TINYSCHED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tinysched")
-  return Path(base) / "programs"
+def _folder() -> Path: return cache_root() / "programs"
 
 def entry_key(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> str:
   o = "none" if opts is None else ",".join(repr(x) for x in opts)

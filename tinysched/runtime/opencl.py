@@ -34,7 +34,7 @@ from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
 from tinysched.codegen.program_cache import cached_program
 from tinysched.codegen.opencl import UnsupportedDTypeError
-from tinysched.helpers import getenv, DEBUG
+from tinysched.helpers import getenv, DEBUG, cache_root
 
 try:
   import pyopencl as cl
@@ -213,8 +213,7 @@ class Allocator:
 
 # *** program cache ***
 
-def cache_dir() -> Path:
-  return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched") / "opencl"
+def cache_dir() -> Path: return cache_root() / "opencl"
 
 _MAGIC = b"TSCL1\n"
 
@@ -292,6 +291,12 @@ class _CLDevice:
     if b.offset % self.base_align != 0: return None
     return h.buf.get_sub_region(b.offset, max(b.nbytes, 1))  # cheap; not cached, so no sub-buffer outlives its parent
 
+  def work_group_limit(self, k) -> int:
+    """CL_KERNEL_WORK_GROUP_SIZE of a kernel from self.kernels (memoized: those live for the device's lifetime)."""
+    if (wg := self.wg_limits.get(id(k))) is None:
+      wg = self.wg_limits[id(k)] = int(k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+    return wg
+
   def launch(self, prg: Program, bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
     """Enqueue one kernel; returns its event (None when the launch is empty)."""
     if (missing := [v.arg[0] for v in prg.vars if v not in var_vals]):
@@ -314,11 +319,9 @@ class _CLDevice:
         m = tmp
       seen.setdefault(id(m), i)
       args.append(m)
-    args += [np.int64(var_vals[v]) if v.dtype.itemsize == 8 else np.int32(var_vals[v]) for v in prg.vars]
+    args += [_int_type(v)(var_vals[v]) for v in prg.vars]
     if ls is not None:
-      if (wg := self.wg_limits.get(id(k))) is None:
-        wg = self.wg_limits[id(k)] = int(k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
-      if int(np.prod(ls)) > wg:
+      if int(np.prod(ls)) > (wg := self.work_group_limit(k)):
         raise DeviceError(f"{self.name} ({self.target.name}): kernel {prg.name} needs a work-group of {int(np.prod(ls))} threads, "
                           f"the compiled kernel allows {wg} (opts {list(prg.opts)})")
     k.set_args(*args)
@@ -401,7 +404,9 @@ class OpenCLBackend(Backend):
     except UnsupportedDTypeError: return None
     d = self.dev
     if len(bufs) != len(prg.buf_dtypes) or any(v not in var_list for v in prg.vars): return None
-    k = cl.Kernel(d.kernel(prg.name, prg.src).get_info(cl.kernel_info.PROGRAM), prg.name)
+    shared = d.kernel(prg.name, prg.src)
+    if prg.local_size is not None and int(np.prod(prg.local_size)) > d.work_group_limit(shared): return None  # launch() names the limit
+    k = cl.Kernel(shared.get_info(cl.kernel_info.PROGRAM), prg.name)
     per_call, fixed, seen = [], [], {}
     for i, b in enumerate(bufs):
       if b is None:
@@ -415,10 +420,8 @@ class OpenCLBackend(Backend):
       fixed.append(m)  # held: a sub-region must live as long as the kernel argument that refers to it
       k.set_arg(i, m)
     nb = len(prg.buf_dtypes)
-    var_args = [(nb + j, v, np.int64 if v.dtype.itemsize == 8 else np.int32) for j, v in enumerate(prg.vars)]
+    var_args = [(nb + j, v, _int_type(v)) for j, v in enumerate(prg.vars)]
     dims = None if prg.vars else prg.launch_dims({})
-    if prg.local_size is not None and int(np.prod(prg.local_size)) > int(k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, d.device)):
-      return None  # launch() raises the error that names the limit
     queue, mem, timed = d.queue, d.mem, d.profiling
     def run(call_bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
       for i in per_call:
@@ -462,6 +465,10 @@ class OpenCLBackend(Backend):
     if not self.dev.profiling:
       raise DeviceError(f"{self.name}: {what} reports kernel time, and this device's queue does not profile (TINYSCHED_PROFILE=0): "
                         "unset TINYSCHED_PROFILE to time kernels")
+
+def _int_type(v: UOp):
+  """The numpy type a Variable's value is passed as (its kernel parameter's width)."""
+  return np.int64 if v.dtype.itemsize == 8 else np.int32
 
 def _event_seconds(ev) -> float:
   """The kernel time of a profiling event, in seconds (waits for the kernel)."""
