@@ -92,28 +92,9 @@ def main() -> None:
       print(f"{name}: not matmul-shaped to the heuristic")
       continue
     m_ax, n_ax, la, lb = mm
-    stage = [Opt_ for Opt_ in _stage(la, lb)]
+    stage = _stage(la, lb)
     cands = [list(default_opts(si.ast, dev.target))] + candidates(m_ax, n_ax, stage)
-    if a.limit: cands = cands[:a.limit]
-    flops = 2 * M * N * K
-    res = []
-    for i, opts in enumerate(cands):
-      try:
-        dev.run(si.ast, list(si.bufs), {}, opts)
-        got = si.bufs[0].numpy().reshape(M, N)
-        if not np.allclose(got, ref, rtol=1e-3, atol=1e-3 * np.sqrt(K)):
-          print(f"{name}: WRONG result with {opts}")
-          continue
-        t = statistics.median(dev.run(si.ast, list(si.bufs), {}, opts) for _ in range(a.runs))
-      except Exception as e:  # an opt set that does not apply or does not fit: not a result
-        if i == 0: print(f"{name}: heuristic's opts failed: {type(e).__name__}: {str(e)[:100]}")
-        continue
-      res.append((t, i, opts))
-    base = next((r for r in res if r[1] == 0), None)
-    print(f"## {name}: M={M} K={K} N={N}{' (B stored N x K)' if bt else ''}; {len(res)} of {len(cands)} candidates ran")
-    if base: print(f"heuristic: {base[0] * 1e6:8.1f} us {flops / base[0] / 1e12:6.2f} TFLOPS  {' '.join(map(str, base[2]))}")
-    for t, i, opts in sorted(res)[:a.top]:
-      print(f"cand {i:4d}: {t * 1e6:8.1f} us {flops / t / 1e12:6.2f} TFLOPS  {' '.join(map(str, opts))}")
+    _search(f"{name}: M={M} K={K} N={N}{' (B stored N x K)' if bt else ''}", dev, si, cands, ref.reshape(-1), 2 * M * N * K, 1e-3 * np.sqrt(K), a)
 
 def _conv(name: str, dev, rng, a) -> None:
   from tinysched import Tensor
@@ -129,21 +110,25 @@ def _conv(name: str, dev, rng, a) -> None:
   dev.run(si.ast, list(si.bufs), {}, [])
   ref = si.bufs[0].numpy().copy()  # the unoptimized kernel's result (the convolution's numbers are the tests' business)
   cands = [list(default_opts(si.ast, dev.target))] + conv_candidates(Kernel(si.ast))
+  _search(f"{name}: {C} -> {C} channels at {S}x{S}, 3x3", dev, si, cands, ref, 2 * C * C * 9 * S * S, 1e-3 * np.sqrt(C * 9), a)
+
+def _search(title: str, dev, si, cands: list, ref: np.ndarray, flops: int, atol: float, a) -> None:
+  """Run every candidate (the first is the heuristic's choice) on the kernel's buffers, check the result against `ref`,
+  time the ones that are right and print the heuristic's line and the --top fastest."""
   if a.limit: cands = cands[:a.limit]
-  flops = 2 * C * C * 9 * S * S
   res = []
   for i, opts in enumerate(cands):
     try:
       dev.run(si.ast, list(si.bufs), {}, opts)
-      if not np.allclose(si.bufs[0].numpy(), ref, rtol=1e-3, atol=1e-3 * np.sqrt(C * 9)):
-        print(f"{name}: WRONG result with {opts}")
+      if not np.allclose(si.bufs[0].numpy(), ref, rtol=1e-3, atol=atol):
+        print(f"{title}: WRONG result with {opts}")
         continue
       t = statistics.median(dev.run(si.ast, list(si.bufs), {}, opts) for _ in range(a.runs))
-    except Exception as e:
-      if i == 0: print(f"{name}: heuristic's opts failed: {type(e).__name__}: {str(e)[:100]}")
+    except Exception as e:  # an opt set that does not apply, compile or fit the device: not a result
+      if i == 0: print(f"{title}: heuristic's opts failed: {type(e).__name__}: {str(e)[:100]}")
       continue
     res.append((t, i, opts))
-  print(f"## {name}: {C} -> {C} channels at {S}x{S}, 3x3; {len(res)} of {len(cands)} candidates ran")
+  print(f"## {title}; {len(res)} of {len(cands)} candidates ran")
   if (base := next((r for r in res if r[1] == 0), None)):
     print(f"heuristic: {base[0] * 1e6:8.1f} us {flops / base[0] / 1e12:6.2f} TFLOPS  {' '.join(map(str, base[2]))}")
   for t, i, opts in sorted(res)[:a.top]:
