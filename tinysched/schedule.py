@@ -106,25 +106,29 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
   planned: dict[UOp, UOp] = {}
   graph_rewrite(big_graph, store_rules, planned)                        # plan_stores: fills `planned` as rules fire
   # the kernels' rewrites share the results of the passes that depend on the node alone (repeated parts of layers)
-  with shared_results(kernel_ast.inline_rules, kernel_ast.views_up, kernel_ast.views_down):
-    while True:
-      stores = dict(planned)
-      # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
-      extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
-      groups = group_stores(facts, stores, fuse_arange, **extra)
-      graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
-      pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
-      if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
-      keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
-    kernels: list[ScheduleItem] = []
-    for pre in pres:
-      computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
-      ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
-      facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
-      kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
-  # the walks kept on the pre-sinks hold the sinks themselves: drop them, so the kernels' graphs free by refcount
-  for pre in pres:
-    pre.__dict__.pop("_topo", None); pre.__dict__.pop("_canon", None)
+  walked: list[UOp] = []  # every round's pre-sinks: their kept walks hold the sinks themselves (dropped below)
+  try:
+    with shared_results(kernel_ast.inline_rules, kernel_ast.views_up, kernel_ast.views_down):
+      while True:
+        stores = dict(planned)
+        # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
+        extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
+        groups = group_stores(facts, stores, fuse_arange, **extra)
+        graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
+        pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
+        walked += pres
+        if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break
+        keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
+      kernels: list[ScheduleItem] = []
+      for pre in pres:
+        computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
+        ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
+        facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
+        kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
+  finally:
+    # drop the walks kept on the pre-sinks (each holds its sink: a cycle), on an error too, so graphs free by refcount
+    for pre in walked:
+      pre.__dict__.pop("_topo", None); pre.__dict__.pop("_canon", None)
   ordered = run_order(kernels)
   memo.schedules[key] = (ordered, dict(facts.var_vals))
   return ordered, facts.var_vals

@@ -115,7 +115,7 @@ def reshape_between_reduces(outer: UOp, inner: UOp, src: UOp, v: UOp) -> UOp | N
   if outer.arg[0] is not inner.arg[0]: return None
   # a third reduce inside (an arange FUSE_ARANGE inlined): fuse_reduces could not merge them anyway. Said at once, so
   # the scheduler stores that arange instead (schedule.py _misfused_aranges); widening over it would never settle
-  if any(u.op is Ops.REDUCE_AXIS for u in src.toposort()): raise ScheduleError("can't merge more than two reduces")
+  if any(u.op is Ops.REDUCE_AXIS for u in src.toposort()): raise ScheduleError("a reduce of a reduce of a reduce: only two reduces become one kernel")
   widened = _widened_reduce(inner, src, v.st).src[0]  # shape: v's shape + a 1 per reduced axis
   return widened.r(outer.arg[0], outer.axis_arg).view(ShapeTracker.from_shape(outer.st.shape))
 
@@ -123,7 +123,7 @@ def fuse_reduces(outer: UOp, inner: UOp) -> UOp:
   """REDUCE(REDUCE(x)) of one op: one reduce of x over both sets of axes (the outer's first, as they were pushed)."""
   op, axes, x = inner.arg[0], outer.axis_arg + inner.axis_arg, inner.src[0]
   if outer.arg[0] is not op: raise ScheduleError("can't merge reduces with different ops")
-  if Ops.REDUCE_AXIS in {u.op for u in x.toposort()}: raise ScheduleError("can't merge more than two reduces")
+  if Ops.REDUCE_AXIS in {u.op for u in x.toposort()}: raise ScheduleError("a reduce of a reduce of a reduce: only two reduces become one kernel")
   return x.r(op, axes)
 
 def store_through_assign_view(a: UOp, b: UOp, index: UOp) -> UOp | None:
