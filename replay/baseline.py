@@ -38,7 +38,8 @@ def capture_tests(out: Path, root: Path, model_stores: list[Path], timeout: floa
   from replay.distill import distill, summary
   raw = out.with_name(f".{out.name}.raw-{os.getpid()}.db")
   for suffix in ("", "-wal", "-shm"): Path(f"{raw}{suffix}").unlink(missing_ok=True)
-  env = {**os.environ, "TINYSCHED_DEVICE": "OPENCL", "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+  from replay.commits import subprocess_env  # capture variables stripped: only --replay-capture records
+  env = {**subprocess_env(root), "TINYSCHED_DEVICE": "OPENCL"}
   cmd = [sys.executable, "-m", "pytest", *TEST_PATHS, "-q", "-x", "-p", "no:cacheprovider", "-p", "replay.pytest_plugin", *_xdist(), "--replay-capture", str(raw)]
   t0 = time.perf_counter()
   try:

@@ -24,7 +24,6 @@ def _shard(s: str | None) -> tuple[int, int] | None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
   """Process replay for tinysched: capture, replay, diff and gate scheduler/codegen changes."""
-  os.environ["TINYSCHED_PROFILE"] = "1"  # the execution check times kernels (this process and its workers)
 
 @main.command("check")
 @click.argument("dbs", nargs=-1)
@@ -266,7 +265,7 @@ def distill_cmd(sources, out, against, per_rule) -> None:
   try: res = distill(list(sources), out, against=list(against), per_rule=per_rule, log=click.echo)
   except C.CoverageError as e: _fail(str(e), e.hint)
   click.echo(summary(res, per_rule))
-  if not res.kept: click.echo(f"note: nothing to keep: {out} was not written")
+  if not res.kept: click.echo(f"note: nothing to keep: {out} was not written (an earlier file of that name was removed)")
 
 for _ci in (commits_cmd, bisect_cmd, accept_cmd, gate_cmd): main.add_command(_ci)  # the CI commands live in replay/cli_ci.py
 for _tr in (blame_cmd, minimize_cmd): main.add_command(_tr)  # triage: replay/cli_triage.py

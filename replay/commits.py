@@ -312,7 +312,8 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           if m in EXTRAS:  # after the models: `tests` is distilled against the other stores (the new ones where made)
             stores = sorted({p.stem: p for p in [*cap.glob("*.db"), *tmp.glob("*.db")] if p.stem != m and (p.stem in suite or p.stem in EXTRAS)}.values())
             try: r = capture_extra(m, tmp / f"{m}.db", root, stores, timeout, log)
-            except BaselineError as e: r = {"model": m, "ok": False, "seconds": 0, "error": f"{e} ({e.hint})"}
+            except (HintedError, StoreError) as e:  # BaselineError, or a store or coverage error from distilling
+              r = {"model": m, "ok": False, "seconds": 0, "error": f"{e} ({e.hint})" if getattr(e, "hint", None) else str(e)}
           else: r = run_model(m, tmp / f"{m}.db", quick=True, levels=levels, cwd=str(root), timeout=timeout)
           results.append(r)
           if r.get("skipped"): log(f"    skipped ({r['skipped']}): its baseline is kept")

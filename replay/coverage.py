@@ -122,7 +122,7 @@ class Coverage:
   @property
   def uncovered(self) -> list[RuleCount]: return [r for r in self.rules if r.captures == 0]
   def to_dict(self) -> dict[str, Any]:
-    return {"format": "replay-coverage", "version": 1, "stores": self.stores, "captures": self.captures,
+    return {"format": "replay-coverage", "version": 2, "stores": self.stores, "captures": self.captures,
             "outcomes": dict(sorted(self.outcomes.items())), "rules": [r.to_dict() for r in self.rules],
             "totals": {"rules": len(self.rules), "exercised": len(self.rules) - len(self.uncovered), "uncovered": len(self.uncovered)},
             "other_firings": self.other_firings,

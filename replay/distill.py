@@ -7,9 +7,9 @@ captures of baseline + distilled set exercise it, where the source rows can: cor
 afl-cmin, over rule coverage instead of branch edges.
 
 Selection is greedy and deterministic: each step takes the source input that serves the most rules still short of
-`per_rule`, ties broken by size: first whether its largest view or buffer exceeds BIG_ELEMENTS (a test past 2**31
-elements is chosen only for a rule no smaller capture serves: executing it takes minutes and tens of GiB), then the
-smaller stored input, then level and input key; it stops when no input serves a rule
+`per_rule`, ties broken by size: first whether its largest view or buffer exceeds BIG_ELEMENTS (2**24: a past-int32
+test's execution takes minutes and tens of GiB, so among inputs of equal gain it loses; an input serving more short
+rules is taken even when big), then the smaller stored input, then level and input key; it stops when no input serves a rule
 that is short. Only inputs that replay to the end with the current code are candidates (an error row is a bug to fix,
 not a baseline). Each chosen input keeps one row (its first: store, run, sequence order) with its label, so a
 distilled capture still names the test it came from.
@@ -117,7 +117,7 @@ def distill(sources: list[str], out: str, against: list[str] | None = None, per_
         if need[rk] == 0: del need[rk]
   res.newly_covered = sorted(rk for rk in kept_rules if not have.get(rk))
   res.short = [(rk, per_rule - n) for rk, n in sorted(need.items())]  # (rule, captures it has in baseline + distilled)
-  Path(out).unlink(missing_ok=True)
+  for suffix in ("", "-wal", "-shm"): Path(f"{out}{suffix}").unlink(missing_ok=True)  # no stale journal beside a new store
   if res.kept: copy_rows(Path(out), res.kept)
   return res
 

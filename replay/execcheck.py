@@ -633,7 +633,7 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
   def calibrate_bg() -> None:
     try: cal.append(calibrate(device))
     except Exception as e: cal.append(e)
-  cal_thread = threading.Thread(target=calibrate_bg, daemon=True)
+  cal_thread = threading.Thread(target=calibrate_bg, daemon=True, name="replay-calibration")
   if timeout_s is None and jobs: cal_thread.start()
   def limit(j: dict) -> float:
     if timeout_s is not None: return timeout_s
@@ -742,6 +742,7 @@ def _calibrate_main(device: str) -> None:
   (Tensor.arange(64).reshape(8, 8).float().sum(1) + 1).numpy()
 
 if __name__ == "__main__":
+  os.environ["TINYSCHED_PROFILE"] = "1"  # the workers and the calibration time kernels: a profiling queue, whatever the caller set
   if len(sys.argv) >= 3 and sys.argv[1] == "worker":
     _worker_main(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5, float(sys.argv[4]) if len(sys.argv) > 4 else 0.10)
   elif len(sys.argv) >= 3 and sys.argv[1] == "calibrate": _calibrate_main(sys.argv[2])

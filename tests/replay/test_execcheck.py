@@ -353,6 +353,8 @@ def test_no_job_starts_once_the_calibration_finds_the_device_unusable(monkeypatc
   started: list[int] = []
   def run_serial(take, device, timing_runs, limit, thr, tick):
     failed.wait(5)
+    for t in threading.enumerate():  # until the failure is recorded (it is raised after the event is set)
+      if t.name == "replay-calibration": t.join(5)
     out = {}
     while (j := take()) is not None:
       started.append(j["id"])

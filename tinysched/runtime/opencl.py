@@ -17,7 +17,7 @@ Kernel time comes from profiling events: `run_ast(...)` returns it in seconds. T
 `TINYSCHED_PROFILE=0` (read when the device opens): NVIDIA's driver then enqueues a kernel in about 10.5 us of host
 time instead of 16.5 (H200 host, 2026-12-01), which is what a jitted GPT-2 call of 210 launches waits on; kernels then
 report no time (GlobalCounters.time_sum_s stays 0) and the explicit timing calls (`run`, `run_source`, `run_ast`)
-raise. `replay` always profiles (its execution check times kernels).
+raise. replay's execution-check workers always profile (they time kernels).
 """
 from __future__ import annotations
 import contextlib, functools, hashlib, os, sys, tempfile, warnings
