@@ -38,6 +38,7 @@ max(threshold, 2 x noise) plus an absolute floor. FLOPs and bytes per kernel com
 """
 from __future__ import annotations
 import json, os, select, subprocess, sys, tempfile, threading, time, traceback
+from pathlib import Path
 from typing import Any, Callable
 import numpy as np
 from replay.execinputs import compare, domains, seeded_fill, same_bits, discontinuous, judged_as
@@ -508,6 +509,79 @@ def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], spec
   if n > 0: out.update(gflops=flops / n / 1e9, gbps=bytes_ / n / 1e9)
   return out
 
+# *** batch compiles ahead of the jobs ***
+
+def _job_kernels(jobs: list[dict]) -> list[list]:
+  """The distinct kernel items of the jobs, both sides, in job order: ["ast", encoded] or ["src", name, source]."""
+  out: list[list] = []
+  seen: set[str] = set()  # membership only
+  for j in sorted(jobs, key=lambda j: j["id"]):
+    for it in list(j.get("old") or []) + list(j.get("new") or []):
+      item = ["ast", it[1]] if it[0] == "ast" else ["src", it[1], it[2]]
+      if (k := json.dumps(item)) not in seen:
+        seen.add(k)
+        out.append(item)
+  return out
+
+def _precompile_cmd(device: str) -> list[str]: return [sys.executable, "-m", "replay.execcheck", "precompile", device]
+
+def _precompile_marker(device: str, items: list[list]) -> Path:
+  """A file that exists once these kernels were batch-compiled by this very code for this device: a warm run then
+  starts no compile process. Only speed depends on it (a kernel whose cache entry is gone is compiled by its worker)."""
+  import hashlib
+  from tinysched.codegen.program_cache import code_fingerprint
+  from tinysched.helpers import cache_root
+  h = hashlib.sha256()
+  for part in [code_fingerprint(), device] + [json.dumps(it) for it in items]: h.update(part.encode() + b"\0")
+  return cache_root() / "precompiled" / h.hexdigest()
+
+def precompile(jobs: list[dict], device: str, workers: int, progress: bool = False) -> int:
+  """Compile every kernel the jobs will launch, in batches, in `workers` processes, before the jobs run: a cold run
+  then pays each compiler start once per batch instead of once per kernel (tinysched.runtime.opencl: prebuild). This
+  only fills the disk caches; the jobs compile (or find) each kernel themselves as before. A compile process that
+  fails or hangs costs only its speed-up. Returns the number of kernel items handed out (0: nothing to do)."""
+  from tinysched.device import Device
+  if os.environ.get("TINYSCHED_DISK_CACHE", "1") in ("0", "") or os.environ.get("REPLAY_PRECOMPILE", "1") == "0": return 0
+  try: compiles = getattr(Device[device], "compiles", False)
+  except Exception: return 0  # opening the device is the jobs' business: they report it
+  if not compiles: return 0
+  items = _job_kernels(jobs)
+  if not items: return 0
+  marker = _precompile_marker(device, items)
+  if marker.exists(): return 0
+  if progress: sys.stderr.write(f"  compiling {len(items)} kernels in batches (first run of this code on {device}) ...\n"); sys.stderr.flush()
+  n = max(1, min(workers, len(items)))
+  shares = [items[i * len(items) // n:(i + 1) * len(items) // n] for i in range(n)]  # contiguous: one model's kernels together
+  procs = []
+  for share in shares:
+    f = tempfile.TemporaryFile(mode="w+")
+    f.write("".join(json.dumps(it) + "\n" for it in share)); f.seek(0)
+    procs.append((subprocess.Popen(_precompile_cmd(device), stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f))
+  deadline = time.monotonic() + MIN_TIMEOUT_S + 2.0 * max(len(s) for s in shares)
+  ok = True
+  for p, f in procs:
+    try: ok &= p.wait(timeout=max(1.0, deadline - time.monotonic())) == 0
+    except subprocess.TimeoutExpired:
+      p.kill(); p.wait(); ok = False
+    f.close()
+  if ok:
+    try:
+      marker.parent.mkdir(parents=True, exist_ok=True)
+      marker.touch()
+    except OSError: pass
+  return len(items)
+
+def _precompile_main(device: str) -> None:
+  from replay.encode import decode_graph
+  from tinysched.device import Device
+  os.environ.setdefault("TINYSCHED_PROGRAM_CACHE", "1")  # what it renders, the workers then read (see _worker_main)
+  asts, sources = [], []
+  for line in sys.stdin:
+    it = json.loads(line)
+    if it[0] == "ast": asts.append(decode_graph(it[1].encode())[0])
+    else: sources.append((it[1], it[2]))
+  Device[device].prebuild(asts, sources)
+
 def _worker_main(device: str, timing_runs: int, slower_threshold: float) -> None:
   # a fresh process lowering every captured kernel again: reuse what this very code rendered before (the cache keys on
   # the sources and on the code as loaded, planted bugs included: tinysched/codegen/program_cache.py)
@@ -645,6 +719,7 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
       done[0] += 1
       if progress: progress(min(done[0], len(jobs)), len(jobs))
   n = max(1, min(workers, len(jobs)))
+  precompile(jobs, device, max(n, min(2, os.cpu_count() or 1)), progress=progress is not None)
   queue = _job_queue(jobs, n, lock)
   def take(w: int) -> dict | None: return None if cal and isinstance(cal[0], Exception) else queue(w)  # unusable: stop
   out: dict[int, dict] = {}
@@ -746,4 +821,5 @@ if __name__ == "__main__":
   if len(sys.argv) >= 3 and sys.argv[1] == "worker":
     _worker_main(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5, float(sys.argv[4]) if len(sys.argv) > 4 else 0.10)
   elif len(sys.argv) >= 3 and sys.argv[1] == "calibrate": _calibrate_main(sys.argv[2])
-  else: raise SystemExit("usage: python -m replay.execcheck worker DEVICE [TIMING_RUNS [SLOWER_THRESHOLD]] | calibrate DEVICE")
+  elif len(sys.argv) >= 3 and sys.argv[1] == "precompile": _precompile_main(sys.argv[2])
+  else: raise SystemExit("usage: python -m replay.execcheck worker DEVICE [TIMING_RUNS [SLOWER_THRESHOLD]] | calibrate DEVICE | precompile DEVICE")

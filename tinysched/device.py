@@ -28,6 +28,11 @@ class Backend:
     """A recorded launch made ready to repeat (TinyJit): run(bufs, var_vals) doing exec_ast's work with what does not
     change between calls done once, or None (the default): the jit calls exec_ast each time."""
     return None
+  compiles = False  # whether prebuild can save work (a device that compiles kernels)
+  def prebuild(self, asts: Sequence = (), sources: Sequence[tuple[str, str]] = ()) -> int:
+    """Compile many kernels ahead of their launches, together where the device can (kernel ASTs with the default opts,
+    and (name, source) pairs); returns how many were compiled. Launching is unchanged: this only fills caches."""
+    return 0
 
 _FACTORIES: dict[str, Callable[[str], Backend]] = {}
 def register_backend(prefix: str, factory: Callable[[str], Backend]) -> None: _FACTORIES[prefix] = factory

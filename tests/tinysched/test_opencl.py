@@ -290,3 +290,122 @@ def test_memory_planner_leaves_referenced_buffers_alone():
   np.testing.assert_allclose(kept.numpy(), a.sum(1, keepdims=True), rtol=1e-5)
   ks = a.sum(1, keepdims=True)
   np.testing.assert_allclose(out.numpy(), (np.exp(a - ks).sum(1, keepdims=True) * ks).sum(), rtol=1e-4)
+
+# *** batch compiles (prebuild) ***
+
+def _src(name: str, body: str) -> str:
+  return f"__kernel void {name}(__global float* data0, __global const float* data1) {{ int i = get_global_id(0); data0[i] = {body}; }}\n"
+
+def _run_k(k, dev, x: np.ndarray) -> np.ndarray:
+  """Run a data0[i] = f(data1[i]) kernel of `dev` (its own context: buffers made there)."""
+  import pyopencl as cl
+  mf = cl.mem_flags
+  out, inp = cl.Buffer(dev.ctx, mf.READ_WRITE, x.nbytes), cl.Buffer(dev.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+  k.set_args(out, inp)
+  cl.enqueue_nd_range_kernel(dev.queue, k, (len(x),), None)
+  res = np.empty_like(x)
+  cl.enqueue_copy(dev.queue, res, out, is_blocking=True)
+  return res
+
+def _fresh_device():
+  """A second device object on the same OpenCL device: nothing in memory, as in a new process."""
+  return clrt._CLDevice("OPENCL", DEV.dev.device)
+
+X = np.arange(8, dtype=np.float32)
+
+@pytest.mark.parametrize("own_cache", [True, False], ids=["rebuilt_from_source", "from_stored_binary"])
+def test_prebuild_compiles_once_and_later_lookups_build_nothing(tmp_path, monkeypatch, own_cache):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  monkeypatch.setattr(clrt, "_own_disk_cache", lambda d: own_cache)
+  pairs = [(f"pb_{i}", _src(f"pb_{i}", f"data1[i] * {i}.0f + 1.0f")) for i in range(5)]
+  dev = _fresh_device()
+  assert dev.prebuild(pairs + pairs[:2]) == 5 and dev.single_builds == 0  # one program for all, duplicates once
+  assert len(list((tmp_path / "opencl").glob("batch-*.src"))) == 1
+  assert len(list((tmp_path / "opencl").glob("batch-*.bin"))) == (0 if own_cache else 1)
+  assert dev.prebuild(pairs) == 0  # all on disk now
+  later = _fresh_device()
+  for i, (name, src) in enumerate(pairs):
+    np.testing.assert_array_equal(_run_k(later.kernel(name, src), later, X), X * i + 1)
+  assert later.single_builds == 0 and len(later.batches) == 1
+
+def test_a_batch_entry_is_used_only_if_the_batch_holds_that_source(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  dev = _fresh_device()
+  plus, times = _src("same_name", "data1[i] + 1.0f"), _src("same_name", "data1[i] * 2.0f")
+  assert dev.prebuild([("same_name", plus)]) == 1
+  # a stale or tampered entry: the `times` kernel's entry names the batch that holds `plus`, a kernel of the same name
+  entry = next(f for f in (tmp_path / "opencl").glob("*.bin"))
+  (tmp_path / "opencl" / f"{dev.cache_key(times)}.bin").write_bytes(entry.read_bytes())
+  later = _fresh_device()
+  np.testing.assert_array_equal(_run_k(later.kernel("same_name", times), later, X), X * 2)
+  assert later.single_builds == 1  # built on its own
+  # planted: without the check the batch's same-named kernel runs, and the numbers are wrong
+  (tmp_path / "opencl" / f"{dev.cache_key(times)}.bin").write_bytes(entry.read_bytes())
+  monkeypatch.setattr(clrt, "_holds", lambda bsrc, src: True)
+  planted = _fresh_device()
+  assert not np.array_equal(_run_k(planted.kernel("same_name", times), planted, X), X * 2)
+
+def test_holds_matches_whole_members_only():
+  a, b = _src("k_a", "1.0f"), _src("k_b", "2.0f")
+  assert clrt._holds(a + b, a) and clrt._holds(a + b, b) and clrt._holds(a + b, b.rstrip("\n"))
+  assert not clrt._holds(a + b, a[:-3] + "\n")   # a prefix of a member
+  assert not clrt._holds(a + b, a + "x\n")       # more than the member
+  assert not clrt._holds(a + b, _src("k_c", "1.0f"))
+
+def test_a_batch_that_does_not_build_is_split_and_the_bad_kernel_reported_alone(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  good = [(f"ok_{i}", _src(f"ok_{i}", f"data1[i] + {i}.0f")) for i in range(3)]
+  bad = ("bad_k", _src("bad_k", "undefined_name"))
+  dev = _fresh_device()
+  assert dev.prebuild(good[:2] + [bad] + good[2:]) == 3
+  later = _fresh_device()
+  for i, (name, src) in enumerate(good): np.testing.assert_array_equal(_run_k(later.kernel(name, src), later, X), X + i)
+  assert later.single_builds == 0
+  with pytest.raises(CompileError) as e: later.kernel(*bad)
+  assert "undefined_name" in e.value.log and e.value.src == bad[1]
+
+def test_sources_that_could_collide_are_not_batched(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  macro = "#define TWO 2.0f\n" + _src("with_macro", "data1[i] * TWO")
+  helper = "float twice(float x) { return 2.0f * x; }\n" + _src("with_helper", "twice(data1[i])")
+  dev = _fresh_device()
+  assert dev.prebuild([("with_macro", macro), ("with_helper", helper)]) == 0
+  for name, src in (("with_macro", macro), ("with_helper", helper)):
+    np.testing.assert_array_equal(_run_k(dev.kernel(name, src), dev, X), X * 2)
+  assert dev.single_builds == 2
+
+def test_prebuild_does_nothing_without_the_disk_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  monkeypatch.setenv("TINYSCHED_DISK_CACHE", "0")
+  assert _fresh_device().prebuild([("nodisk", _src("nodisk", "1.0f"))]) == 0 and not (tmp_path / "opencl").exists()
+
+def test_backend_prebuild_renders_asts_as_exec_ast_does(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  ast = _elementwise_ast(64, [dtypes.float32], lambda ls: [ls[0] * 5])
+  be = OpenCLBackend("OPENCL")
+  be.dev.programs.clear()
+  prg = be.dev.program(ast, None)
+  be.dev.kernels.pop((prg.name, prg.src), None)
+  assert be.prebuild([ast]) == 1
+  before = be.dev.single_builds
+  x = _np(64)
+  out, inp = Buffer("OPENCL", 64, dtypes.float32), Buffer("OPENCL", 64, dtypes.float32).allocate().copyin(x)
+  be.exec_ast(ast, [out.allocate(), inp], {})
+  np.testing.assert_allclose(out.numpy(), x * 5)
+  assert be.dev.single_builds == before
+
+def test_the_fp16_probe_answer_is_kept_per_device_and_driver(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  d = DEV.dev.device
+  runs = []
+  monkeypatch.setattr(clrt, "_run_fp16_probe", lambda dev: runs.append(dev) or True)
+  clrt.probe_fp16.cache_clear()
+  try:
+    assert clrt.probe_fp16(d) and len(runs) == 1
+    clrt.probe_fp16.cache_clear()
+    assert clrt.probe_fp16(d) and len(runs) == 1  # a new process: from the disk cache
+    # another driver (or probe) is another answer: asked again
+    monkeypatch.setattr(clrt, "_device_ident", lambda dev: "another driver")
+    clrt.probe_fp16.cache_clear()
+    assert clrt.probe_fp16(d) and len(runs) == 2
+  finally: clrt.probe_fp16.cache_clear()

@@ -13,6 +13,15 @@ Programs are cached in memory and on disk (`$TINYSCHED_CACHE` or `~/.cache/tinys
 version. A disk entry carries a checksum; an unreadable, corrupted or rejected binary is ignored
 and the program is rebuilt from source. `TINYSCHED_DISK_CACHE=0` turns the disk cache off.
 
+Batch compiles (`OpenCLBackend.prebuild`): many kernels compiled as one program. A compiler's fixed cost per build
+(PoCL 3.1 here: about 130 ms to parse its headers, against 9 ms per kernel in a batch of 24) is then paid once per
+batch. Each kernel's disk entry then names its batch (whose source is stored beside it, and checked to hold the
+kernel's source before use). On PoCL, whose own disk cache keeps compiled programs (unless POCL_KERNEL_CACHE=0), the
+batch is rebuilt from its source (a cache hit there); elsewhere its binary is stored. Only self-contained sources are
+batched: one `__kernel`, nothing before it, no preprocessor lines (helpers and macros of two sources could collide). A
+batch that fails to build is split in halves until the kernels that build are built; a kernel that does not build
+alone is left for `kernel()` to report.
+
 Kernel time comes from profiling events: `run_ast(...)` returns it in seconds. The queue profiles unless
 `TINYSCHED_PROFILE=0` (read when the device opens): NVIDIA's driver then enqueues a kernel in about 10.5 us of host
 time instead of 16.5 (H200 host, 2026-12-01), which is what a jitted GPT-2 call of 210 launches waits on; kernels then
@@ -137,11 +146,23 @@ def _quiet_stderr():
     os.close(saved)
     os.close(null)
 
+def _device_ident(d) -> str:
+  """What names a device's compiler: its name and the driver, platform and OpenCL versions."""
+  return "\0".join([d.name, d.driver_version, d.platform.name, d.platform.version, d.version])
+
 @functools.lru_cache(None)
 def probe_fp16(d) -> bool:
   """Whether device `d` builds and correctly runs what native half kernels use (`_FP16_PROBE`). A driver may support
   half without listing cl_khr_fp16, or only in part; asking the compiler is the only way to know. False on any build
-  or run error."""
+  or run error. The answer is kept in the disk cache per device, driver and probe (a failed build is not cached by
+  PoCL: the probe cost every process 0.2 s)."""
+  path = cache_dir() / f"fp16-probe-{hashlib.sha256((_device_ident(d) + _FP16_PROBE).encode()).hexdigest()}"
+  if _use_disk() and (known := _disk_load(path)) in (b"0", b"1"): return known == b"1"
+  ok = _run_fp16_probe(d)
+  if _use_disk(): _disk_store(path, b"1" if ok else b"0")
+  return ok
+
+def _run_fp16_probe(d) -> bool:
   try:
     ctx = cl.Context([d])
     q = cl.CommandQueue(ctx, d)
@@ -224,13 +245,46 @@ def _disk_load(path: Path) -> bytes | None:
   digest, binary = data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
   return binary if hashlib.sha256(binary).digest() == digest else None
 
-def _disk_store(path: Path, binary: bytes) -> None:
+def _use_disk() -> bool: return os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
+
+def _disk_store(path: Path, binary: bytes, magic: bytes = _MAGIC, digest: bool = True) -> None:
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(binary).digest() + binary)
+    with os.fdopen(fd, "wb") as f: f.write(magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)
     os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
   except OSError: pass  # a read-only or full disk only costs a rebuild next time
+
+_BATCH = b"TSCB1\n"  # a kernel's disk entry that names the batch its source was compiled in (see prebuild)
+BATCH_SIZE = 24       # kernels per batch program: past ~20 the per-build cost is paid off (PoCL 3.1)
+
+def _disk_pointer(path: Path) -> str | None:
+  """The batch a kernel's disk entry names, or None (no entry, a binary entry, or unreadable)."""
+  try: data = path.read_bytes()
+  except OSError: return None
+  if not data.startswith(_BATCH) or len(data) != len(_BATCH) + 64: return None
+  h = data[len(_BATCH):].decode("ascii", "replace")
+  return h if all(c in "0123456789abcdef" for c in h) else None
+
+def _batchable(name: str, src: str) -> bool:
+  """Whether a source can share a program with others: one kernel, nothing before it that another source could repeat."""
+  return src.startswith("__kernel ") and src.count("__kernel") == 1 and "#" not in src and f" void {name}(" in src
+
+def _holds(bsrc: str, src: str) -> bool:
+  """Whether a batch source has `src` as one whole member (members are joined, each ending in a newline and starting
+  with its only `__kernel`): found at a line start, and followed by the end or by the next member."""
+  src = src if src.endswith("\n") else src + "\n"
+  text, at = "\n" + bsrc, 0
+  while (i := text.find("\n" + src, at)) >= 0:
+    end = i + 1 + len(src)
+    if end == len(text) or text.startswith("__kernel ", end): return True
+    at = i + 1
+  return False
+
+def _own_disk_cache(d) -> bool:
+  """PoCL keeps compiled programs in its own disk cache: a batch rebuilt from source is a hit there, while fetching its
+  binary would compile every kernel in it once more (a work-group function for any size, ~70 ms each)."""
+  return "Portable Computing Language" in d.platform.name and os.environ.get("POCL_KERNEL_CACHE", "1") != "0"
 
 def _build_log(prg, device) -> str:
   try: return str(prg.get_build_info(device, cl.program_build_info.LOG)).strip()
@@ -249,6 +303,9 @@ class _CLDevice:
     self.programs: dict[tuple, Program] = {}
     self.base_align = max(int(d.mem_base_addr_align) // 8, 1)
     self.wg_limits: dict[int, int] = {}  # id(kernel) -> CL_KERNEL_WORK_GROUP_SIZE (kernels live in self.kernels forever)
+    self.batches: dict[str, Any] = {}    # batch hash -> its built program (see prebuild)
+    self.batch_sources: dict[str, str] = {}
+    self.single_builds = 0               # programs built from one source (a batch hit avoids one): for tests and benches
 
   def cache_key(self, src: str) -> str:
     d = self.device
@@ -257,9 +314,12 @@ class _CLDevice:
 
   def kernel(self, name: str, src: str):
     if (k := self.kernels.get((name, src))) is not None: return k
-    use_disk = os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
+    use_disk = _use_disk()
     path = cache_dir() / f"{self.cache_key(src)}.bin"
     prg = None
+    if use_disk and (h := _disk_pointer(path)) is not None and (bprg := self._batch(h, name, src)) is not None:
+      k = self.kernels[(name, src)] = cl.Kernel(bprg, name)
+      return k
     if use_disk and (binary := _disk_load(path)) is not None:
       try:
         with warnings.catch_warnings():
@@ -271,6 +331,7 @@ class _CLDevice:
         with warnings.catch_warnings():
           # compiler remarks on a successful build are noise for users (pyopencl warns on any log); DEBUG>=1 prints them
           warnings.simplefilter("ignore", cl.CompilerWarning)
+          self.single_builds += 1
           prg = cl.Program(self.ctx, src).build(cache_dir=False)
         if DEBUG >= 1 and (log := _build_log(prg, self.device)): print(f"{self.name}: build log of {name}:\n{log}", file=sys.stderr)
       except cl.Error as e:
@@ -283,6 +344,71 @@ class _CLDevice:
         except Exception: pass
     k = self.kernels[(name, src)] = cl.Kernel(prg, name)
     return k
+
+  def _batch(self, h: str, name: str, src: str):
+    """The program of batch `h` if it holds exactly `src` as one of its kernels (else None: the entry is stale or was
+    tampered with, and the kernel is built on its own)."""
+    if (prg := self.batches.get(h)) is None:
+      text = _disk_load(cache_dir() / f"batch-{h}.src")
+      if text is None: return None
+      try: bsrc = text.decode()
+      except UnicodeDecodeError: return None
+      if hashlib.sha256(self.batch_ident(bsrc)).hexdigest() != h: return None
+      binary = None if _own_disk_cache(self.device) else _disk_load(cache_dir() / f"batch-{h}.bin")
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore", cl.CompilerWarning)
+          prg = (cl.Program(self.ctx, [self.device], [binary]) if binary is not None else cl.Program(self.ctx, bsrc)).build(cache_dir=False)
+      except Exception: return None
+      self.batches[h] = prg
+      self.batch_sources[h] = bsrc
+    return prg if _holds(self.batch_sources[h], src) else None
+
+  def batch_ident(self, bsrc: str) -> bytes:
+    d = self.device
+    return "\0".join(["batch", bsrc, d.name, d.driver_version, d.platform.version, d.version]).encode()
+
+  def prebuild(self, pairs: Sequence[tuple[str, str]], batch_size: int = BATCH_SIZE) -> int:
+    """Compile the (name, source) pairs that are neither in memory nor on disk in batches (see the module docstring);
+    returns how many kernels were compiled. Nothing is launched. Sources that cannot share a program, and kernels
+    that do not build, are left to kernel()."""
+    if not _use_disk(): return 0
+    todo: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()  # membership only: todo keeps the given order
+    for name, src in pairs:
+      if (name, src) in seen or (name, src) in self.kernels or not _batchable(name, src): continue
+      seen.add((name, src))
+      path = cache_dir() / f"{self.cache_key(src)}.bin"
+      if path.exists(): continue
+      todo.append((name, src))
+    batches: list[list[tuple[str, str]]] = []
+    for item in todo:  # kernel names must differ within a program
+      b = next((b for b in batches if len(b) < batch_size and all(n != item[0] for n, _ in b)), None)
+      if b is None: batches.append(b := [])
+      b.append(item)
+    return sum(self._build_batch(b) for b in batches)
+
+  def _build_batch(self, members: list[tuple[str, str]]) -> int:
+    bsrc = "".join(src if src.endswith("\n") else src + "\n" for _, src in members)
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        prg = cl.Program(self.ctx, bsrc).build(cache_dir=False)
+    except cl.Error:
+      if len(members) == 1: return 0  # kernel() builds it alone and reports its log
+      half = len(members) // 2
+      return self._build_batch(members[:half]) + self._build_batch(members[half:])
+    h = hashlib.sha256(self.batch_ident(bsrc)).hexdigest()
+    folder = cache_dir()
+    _disk_store(folder / f"batch-{h}.src", bsrc.encode())
+    if not _own_disk_cache(self.device):
+      try: _disk_store(folder / f"batch-{h}.bin", prg.binaries[0])
+      except Exception: return 0
+    self.batches[h], self.batch_sources[h] = prg, bsrc
+    for name, src in members:  # pointers last: whoever reads one finds its batch complete
+      _disk_store(folder / f"{self.cache_key(src)}.bin", h.encode(), magic=_BATCH, digest=False)
+      self.kernels[(name, src)] = cl.Kernel(prg, name)
+    return len(members)
 
   def mem(self, b: Buffer):
     """The cl.Buffer for a tinysched Buffer (sub-buffer or None for views at an unaligned offset)."""
@@ -391,6 +517,17 @@ class OpenCLBackend(Backend):
       return None
     ev = self.dev.launch(prg, bufs, var_vals)
     return None if ev is None or not self.dev.profiling else functools.partial(_event_seconds, ev)
+
+  compiles = True
+  def prebuild(self, asts: Sequence[UOp] = (), sources: Sequence[tuple[str, str]] = ()) -> int:
+    """Backend.prebuild: the ASTs rendered as exec_ast would (program cache included), then one batch compile."""
+    pairs: list[tuple[str, str]] = []
+    for ast in asts:
+      if ast.op is not Ops.SINK: continue
+      try: prg = self.dev.program(ast, None)
+      except UnsupportedDTypeError: continue  # exec_ast runs these on the interpreter
+      pairs.append((prg.name, prg.src))
+    return self.dev.prebuild(pairs + list(sources))
 
   def prepare(self, ast: UOp, bufs: Sequence[Buffer | None], var_list: Sequence[UOp]) -> Callable | None:
     """TinyJit's replay of one recorded kernel launch with the per-launch work done once: the program looked up, a

@@ -1,0 +1,53 @@
+"""Batch compiles ahead of the execution check's jobs (replay.execcheck.precompile): the verdicts are those of a run
+without them, a warm run starts no compile process, and a compile process that dies costs only speed. Needs OpenCL."""
+import sys
+import pytest
+from replay import execcheck
+from replay.check import check
+
+def _opencl() -> bool:
+  try:
+    from tinysched.runtime.opencl import opencl_available
+    return opencl_available()
+  except Exception: return False
+
+pytestmark = pytest.mark.skipif(not _opencl(), reason="needs an OpenCL platform (PoCL)")
+
+def _verdicts(db) -> tuple[dict, list]:
+  rep = check([str(db)], exec_mode="all", jobs=1)
+  execcheck.exec_report(rep, mode="all", device="OPENCL", timing_runs=1)
+  return {(r.run_id, r.seq, r.level): r.exec["verdict"] for r in rep.results}, rep.results
+
+@pytest.fixture
+def counted(monkeypatch):
+  calls = []
+  real = execcheck._precompile_cmd
+  monkeypatch.setattr(execcheck, "_precompile_cmd", lambda device: calls.append(device) or real(device))
+  return calls
+
+def test_job_kernels_are_distinct_and_in_job_order():
+  jobs = [{"id": 1, "old": [["src", "k", "S", {}]], "new": [["ast", "B", [0]]]},
+          {"id": 0, "old": [["ast", "A", [0, 1]]], "new": [["ast", "A", [1, 0]]]}]
+  assert execcheck._job_kernels(jobs) == [["ast", "A"], ["src", "k", "S"], ["ast", "B"]]
+
+def test_cold_run_compiles_in_batches_and_gives_the_same_verdicts(db, tmp_path, monkeypatch, counted):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path / "cold"))
+  monkeypatch.setenv("POCL_CACHE_DIR", str(tmp_path / "pocl"))
+  cold, results = _verdicts(db)
+  assert counted and set(cold.values()) == {"equivalent"}
+  assert list((tmp_path / "cold" / "opencl").glob("batch-*.src")) and list((tmp_path / "cold" / "precompiled").iterdir())
+  counted.clear()
+  warm, _ = _verdicts(db)  # the marker: no compile process
+  assert warm == cold and not counted
+  # without batch compiles, from empty caches: the same verdicts
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path / "plain"))
+  monkeypatch.setenv("REPLAY_PRECOMPILE", "0")
+  plain, _ = _verdicts(db)
+  assert plain == cold and not counted
+
+def test_a_compile_process_that_dies_costs_only_speed(db, tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path / "c"))
+  monkeypatch.setattr(execcheck, "_precompile_cmd", lambda device: [sys.executable, "-c", "import os; os.abort()"])
+  got, _ = _verdicts(db)
+  assert set(got.values()) == {"equivalent"}
+  assert not (tmp_path / "c" / "precompiled").exists()  # not marked done: the next run tries again
