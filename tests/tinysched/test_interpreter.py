@@ -470,3 +470,92 @@ def test_closed_form_sum_of_no_terms_is_positive_zero():
   out = np.full(2, 7.0, np.float32)
   exec_ast(ast, [out], {})
   assert out.tolist() == [-3.0, 0.0] and not np.signbit(out[1])
+
+# *** reference mode: sums of products contracted without making the product ***
+
+def _contraction_cases():
+  from tinysched.nn import Embedding
+  Tensor.manual_seed(5)
+  emb = Embedding(50, 6)
+  emb_w = np.random.default_rng(12).random((50, 6), dtype=np.float32)
+  emb.weight = Tensor(emb_w)
+  rng = np.random.default_rng(11)
+  a, b = rng.random((6, 9), dtype=np.float32), rng.random((9, 5), dtype=np.float32)
+  x, w = rng.random((2, 3, 7, 7), dtype=np.float32), rng.random((4, 3, 3, 3), dtype=np.float32)
+  v, g16 = rng.random(7, dtype=np.float32), rng.random((16, 4), dtype=np.float32)
+  A, B, X, W, V, G16 = (x.astype(np.float64) for x in (a, b, x, w, v, g16))
+  return [
+    ("matmul", lambda: Tensor(a) @ Tensor(b), A @ B),
+    ("matmul_transposed", lambda: Tensor(b).T @ Tensor(a).T, (A @ B).T),
+    ("padded_matmul", lambda: Tensor(a).pad(((0, 0), (0, 2))) @ Tensor(b).pad(((0, 2), (0, 0))), A @ B),
+    ("batched", lambda: (Tensor(a).reshape(2, 3, 9) @ Tensor(b)), (A.reshape(2, 3, 9) @ B)),
+    ("conv2d", lambda: Tensor(x).conv2d(Tensor(w), padding=1), None),
+    # along the reduce dim only one operand varies; and one where neither does (each position still counts)
+    ("one_sided", lambda: (Tensor(a)[:, :, None] * Tensor(b)[None, 0:1, :]).sum(1), A.sum(1)[:, None] * B[0][None, :]),
+    # selects of a value or zero: a one-hot gather (sparse), a dense mask, the zero first, a non-finite value not selected
+    ("one_hot_gather", lambda: emb(Tensor([[3, 7, 3, 49]], dtype=dtypes.int32)), emb_w.astype(np.float64)[[[3, 7, 3, 49]]]),
+    ("dense_mask", lambda: (Tensor(a) > 0.3).where(Tensor(a), 0).sum(1), np.where(A > 0.3, A, 0).sum(1)),
+    ("zero_first", lambda: (Tensor(a) > 0.3).where(0, Tensor(a)).sum(0), np.where(A > 0.3, 0, A).sum(0)),
+    ("unselected_inf", lambda: (Tensor.arange(9).reshape(1, 9) == Tensor([[2], [5]], dtype=dtypes.int32)).where(
+      Tensor(np.array([np.inf] * 2 + [1.5] + [np.inf] * 2 + [2.5] + [np.inf] * 3, np.float32)).reshape(1, 9), 0).sum(1), np.array([1.5, 2.5])),
+    ("two_hot", lambda: _two_hot(g16), np.stack([G16[list(p)].sum(0) for p in TWO_HOT])),
+    ("neither_varies", lambda: _broadcast_product_sum(v), V * V * 5),
+  ]
+
+def _two_hot(g: np.ndarray) -> Tensor:
+  """Output row t sums rows TWO_HOT[t] of g (two of 16): outputs that receive more than one term."""
+  r = Tensor.arange(16).reshape(1, 16, 1)
+  i, j = (Tensor([[p[k]] for p in TWO_HOT], dtype=dtypes.int32).reshape(3, 1, 1) for k in (0, 1))
+  return ((r == i) | (r == j)).where(Tensor(g).reshape(1, 16, 4), 0).sum(1)
+
+TWO_HOT = [(1, 4), (2, 4), (3, 9)]
+
+def _broadcast_product_sum(v: np.ndarray) -> np.ndarray:
+  """sum over j < 5 of v[i] * v[i]: both loads broadcast along the reduce dim (the scheduler would fold this itself)."""
+  st = ShapeTracker.from_shape((7,)).reshape((7, 1)).expand((7, 5)).to_uop()
+  a, b = (UOp(Ops.LOAD, dtypes.float32, (_glob(i, dtypes.float32), st)) for i in (1, 2))
+  ast = UOp.sink_of(UOp.store(_glob(0, dtypes.float32), ShapeTracker.from_shape((7, 1)).to_uop(), (a * b).r(Ops.ADD, (1,))))
+  out = np.zeros(7, np.float32)
+  exec_ast(ast, [out, v, v.copy()], {})
+  return out
+
+@pytest.mark.parametrize("case", _contraction_cases(), ids=lambda c: c[0])
+@pytest.mark.parametrize("budget", [1 << 22, 40])
+def test_reference_contraction_equals_the_elementwise_sum(case, budget, monkeypatch, stats):
+  name, build, exact = case
+  monkeypatch.setattr(I, "CHUNK_ELEMENTS", budget)
+  monkeypatch.setattr(I, "REFERENCE", True)
+  def run(contract: bool) -> np.ndarray:
+    monkeypatch.setattr(I, "CONTRACT", contract)
+    r = build()
+    return r if isinstance(r, np.ndarray) else r.numpy()
+  got, plain = run(True), run(False)
+  assert stats["contracted"] >= 1
+  np.testing.assert_allclose(got, plain, rtol=2e-7, atol=0)  # both float64 sums: the products' rounding differs only
+  if exact is not None: np.testing.assert_allclose(got, exact.astype(np.float32), rtol=1e-6)
+  if name in ("one_hot_gather", "unselected_inf", "two_hot"): assert stats["sparse"] >= 1
+  if name == "one_hot_gather": np.testing.assert_array_equal(got, plain)  # one term per output: exact either way
+
+def test_planted_contraction_that_counts_a_constant_product_once_is_caught(monkeypatch, stats):
+  """The `reps` factor (a product neither operand varies along a reduce dim) matters: without it the sum is wrong."""
+  real = I._contract
+  def planted(a, b, region, axes):
+    r = real(a, b, region, axes)
+    nd, ext = len(region), [e - s for s, e in region]
+    a, b = (np.asarray(x).reshape(x.shape if x.ndim == nd else (1,) * (nd - x.ndim) + x.shape) for x in (a, b))
+    reps = math.prod(ext[d] for d in axes if a.shape[d] == 1 and b.shape[d] == 1)
+    return r / reps
+  monkeypatch.setattr(I, "_contract", planted)
+  monkeypatch.setattr(I, "REFERENCE", True)
+  name, build, exact = _contraction_cases()[-1]
+  assert name == "neither_varies"
+  got = build()
+  assert not np.allclose(got, exact)
+
+def test_planted_sparse_contraction_that_drops_repeated_outputs_is_caught(monkeypatch, stats):
+  """An unbuffered add is needed: a fancy-index += keeps one of the terms that land on the same output."""
+  monkeypatch.setattr(I, "_scatter_add", lambda out, idx, v: out.__setitem__(idx, out[idx] + v))
+  monkeypatch.setattr(I, "REFERENCE", True)
+  name, build, exact = next(c for c in _contraction_cases() if c[0] == "two_hot")
+  got = build().numpy()
+  assert stats["sparse"] >= 1 and not np.allclose(got, exact)

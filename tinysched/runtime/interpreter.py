@@ -25,7 +25,10 @@ Accumulation: REDUCE_AXIS on float16 accumulates in float32 and rounds once at t
 OpenCL kernels do); float32 and float64 accumulate in their own dtype with numpy's summation (pairwise
 within a chunk); integers wrap in their own dtype. With `reference=True` (or module `REFERENCE`, or
 env `TINYSCHED_NUMPY_REFERENCE=1`) float16/float32 reductions accumulate in float64 and round once to
-the output dtype: what the execution check should use as its oracle.
+the output dtype: what the execution check should use as its oracle. In that mode a float sum of two factors (a
+product, or a select of a value and zero) is contracted without making the product (`CONTRACT`): einsum for dense
+factors, the selected values only for a sparse condition (a one-hot embedding gather reads one row per token instead
+of the vocabulary times the width); the products are then exact in float64.
 
 bfloat16: buffers hold uint16 bits (numpy has no bfloat16); values are float32 arrays. A load widens the bits
 exactly; ALU ops and reduces compute in float32 without rounding in between; a value is rounded to the nearest
@@ -47,12 +50,13 @@ class InterpreterError(RuntimeError): pass
 
 CHUNK_ELEMENTS = 1 << 22   # most elements of any intermediate array (read at every call: tests lower it)
 CLOSED_FORM = True         # count masked-constant reduces in closed form
+CONTRACT = True            # reference mode: a float sum of products contracted without making the product (_contract)
 _CLOSED_FORM_COST = 8      # a floor-sum keeps about this many int64 arrays of the chunk alive
 STRIDED_LOADS = True       # read single-view loads/stores as numpy strided views instead of gathers
 REFERENCE = os.environ.get("TINYSCHED_NUMPY_REFERENCE", "0") not in ("", "0")
 # instrumentation for tests and benchmarks: reset with reset_stats()
 STATS: dict[str, int] = {}
-def reset_stats() -> None: STATS.update(chunks=0, closed_form=0, max_elements=0, input_copies=0)
+def reset_stats() -> None: STATS.update(chunks=0, closed_form=0, max_elements=0, input_copies=0, contracted=0, sparse=0)
 reset_stats()
 
 # a resolved view: (shape, strides, offset, mask) of python ints; mask None means every position is valid
@@ -292,6 +296,68 @@ def _acc_dtype(dtype: DType, reference: bool) -> np.dtype:
   return _np_dtype(acc_dtype(d))
 
 
+def _factors(src: UOp) -> tuple[str, UOp, UOp] | None:
+  """How a float32/float64 value summed by a reduce splits into two factors: a product ("mul", a, b), or a select
+  of a value and zero ("where" / "where_not", condition, value: a one-hot gather, a padding mask); None otherwise."""
+  if src.dtype.scalar() not in (dtypes.float32, dtypes.float64): return None
+  if src.op is Ops.MUL: return ("mul", src.src[0], src.src[1])
+  if src.op is Ops.WHERE:
+    c, x, y = src.src
+    if _is_zero(y): return ("where", c, x)
+    if _is_zero(x): return ("where_not", c, y)
+  return None
+
+def _is_zero(u: UOp) -> bool:
+  """A constant zero, also as the lowerer writes a padded one (a select on VALID of two zeros)."""
+  if u.op is Ops.CONST: return u.arg == 0
+  return u.op is Ops.WHERE and u.src[0].op is Ops.VALID and _is_zero(u.src[1]) and _is_zero(u.src[2])
+
+def _contract(a: np.ndarray, b: np.ndarray, region: Region, axes: tuple[int, ...]) -> np.ndarray:
+  """sum over `axes` of a*b in float64, for a and b broadcast over `region` (size 1 along the dims they do not vary in),
+  without making the product. keepdims, like ufunc.reduce. The products are exact (float32 x float32 fits float64),
+  where the elementwise path rounds them to float32 first. einsum's own loops, not BLAS: 4-6x faster than the product
+  and its reduce on matmul shapes, while BLAS's threads made it slower on this 2-core box when it is busy."""
+  nd = len(region)
+  ext = [e - s for s, e in region]
+  a, b = (np.asarray(x, dtype=np.float64).reshape(x.shape if x.ndim == nd else (1,) * (nd - x.ndim) + x.shape) for x in (a, b))
+  letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+  la = "".join(letters[d] for d in range(nd) if a.shape[d] != 1)
+  lb = "".join(letters[d] for d in range(nd) if b.shape[d] != 1)
+  out_dims = [d for d in range(nd) if d not in axes and (a.shape[d] != 1 or b.shape[d] != 1)]
+  r = np.einsum(f"{la},{lb}->{''.join(letters[d] for d in out_dims)}", a.reshape([n for n in a.shape if n != 1]),
+                b.reshape([n for n in b.shape if n != 1]), optimize=False)
+  # a reduce dim neither operand varies in: the same product at every position, each counted
+  reps = math.prod(ext[d] for d in axes if a.shape[d] == 1 and b.shape[d] == 1)
+  if reps != 1: r = r * reps
+  return np.asarray(r).reshape([1 if d in axes else (ext[d] if d in out_dims else 1) for d in range(nd)])
+
+_scatter_add = np.add.at  # unbuffered: terms that land on the same output all add (a fancy-index += keeps one)
+
+def _sparse_contract(c: np.ndarray, x: np.ndarray, region: Region, axes: tuple[int, ...]) -> np.ndarray:
+  """sum over `axes` of where(c, x, 0) for a condition with few True elements (a one-hot gather): only the selected
+  values are read and added, in float64; keepdims, like _contract. Exact for any x (inf and NaN where selected only)."""
+  nd = len(region)
+  ext = [e - s for s, e in region]
+  c, x = (np.asarray(v).reshape(v.shape if v.ndim == nd else (1,) * (nd - v.ndim) + v.shape) for v in (c, x))
+  x = x.astype(np.float64)
+  # x summed first along reduce dims the condition does not depend on; dims neither depends on count each position
+  if (own := tuple(d for d in axes if c.shape[d] == 1 and x.shape[d] != 1)): x = np.add.reduce(x, axis=own, keepdims=True)
+  reps = math.prod(ext[d] for d in axes if c.shape[d] == 1 and x.shape[d] == 1)
+  dc = [d for d in range(nd) if c.shape[d] != 1]     # dims the selection indexes
+  rest = [d for d in range(nd) if c.shape[d] == 1]   # dims x keeps whole
+  nz = np.nonzero(c.reshape([c.shape[d] for d in dc]))
+  xt = x.transpose(dc + rest)
+  picked = xt[tuple(k if xt.shape[i] != 1 else np.zeros_like(k) for i, k in enumerate(nz))]  # (selected, *rest)
+  keep = [i for i, d in enumerate(dc) if d not in axes]  # selection dims that stay in the output
+  out = np.zeros([ext[dc[i]] for i in keep] + list(picked.shape[1:]), dtype=np.float64)
+  if keep: _scatter_add(out, tuple(nz[i] for i in keep), picked)
+  else: out += picked.sum(axis=0)
+  if reps != 1: out *= reps
+  # back to the region's dim order, reduce dims kept as 1
+  order = [dc[i] for i in keep] + rest
+  full = out.reshape(out.shape + (1,) * (nd - len(order))).transpose(np.argsort(order + [d for d in range(nd) if d not in order]))
+  return full.reshape([1 if d in axes else full.shape[d] for d in range(nd)])
+
 # *** one kernel ***
 
 class _Kernel:
@@ -466,9 +532,25 @@ class _Kernel:
       rext = tuple(ishape[a] for a in axes)
       other = _extent(tuple(r for d, (r, n) in enumerate(zip(region, ishape)) if d not in axes and n != 1))
       acc: Any = None
+      factors = _factors(src) if CONTRACT and self.reference and op is Ops.ADD and acc_dt == np.float64 else None
       for rbox in _boxes(rext, max(1, CHUNK_ELEMENTS // max(other, 1))):
         sub = list(region)
         for a, r in zip(axes, rbox): sub[a] = r
+        if factors is not None:
+          f, g = self.eval(factors[1:], tuple(sub))
+          r = None
+          if factors[0] != "mul":  # a select of x or 0
+            f = np.asarray(f, dtype=np.bool_) if factors[0] == "where" else ~np.asarray(f, dtype=np.bool_)
+            if np.count_nonzero(f) * 8 <= f.size:  # a one-hot gather
+              STATS["sparse"] += 1
+              r = _sparse_contract(f, g, tuple(sub), axes)
+            elif not np.isfinite(g).all(): f = None  # x times the condition as 0/1 is exact only while x is finite
+          if f is not None:
+            STATS["contracted"] += 1
+            if r is None: r = _contract(f, g, tuple(sub), axes)
+            acc = r if acc is None else acc + r
+            _note(acc)
+            continue
         x = self.eval((src,), tuple(sub))[0]
         if x.ndim == 0: x = x.reshape((1,) * self.ndim)
         # a value broadcast along a reduce axis still counts once per position
