@@ -371,7 +371,8 @@ def _graph_check(job: dict, sides: dict[str, "_Side"], host, specs, names) -> tu
   for name, side in sides.items():
     ident = json.dumps(job[name])
     if (bufs := seen.get(ident)) is None:
-      bufs = {i: a.copy() for i, a in host.items()}
+      mine = set(_written_bufs(side))  # the interpreter writes only these, in place: the rest is read from host as it is
+      bufs = {i: a.copy() if i in mine else a for i, a in host.items()}
       for it in side.items: _interpret(it, side, bufs, names)
       seen[ident] = bufs
     for i in sorted(set(_written_bufs(side)) & set(written) - undefined):

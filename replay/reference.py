@@ -161,7 +161,9 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
   (canonical buffer number -> flat array). Returns (the buffers it writes, with their new contents; the
   buffers whose contents it leaves undefined)."""
   I = _interp()
-  out = {i: b.copy() for i, b in bufs.items()}
+  # the caller's arrays, copied only before a write in place (a model's inputs can be a whole embedding table)
+  out = dict(bufs)
+  owned: set[int] = set()  # membership only
   written: dict[int, np.ndarray] = {}
   undefined: set[int] = set()
   vals: dict[UOp, Any] = {}
@@ -183,7 +185,9 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
         base = u.src[0]
         if base.op is Ops.BUFFER:
           n, bd = base.arg[0], base.dtype.base
-          if n not in out: out[n] = np.zeros(int(base.arg[1][1]), _np(base.dtype.base))  # an intermediate no kernel stores
+          if n not in out:  # an intermediate no kernel stores
+            out[n] = np.zeros(int(base.arg[1][1]), _np(base.dtype.base))
+            owned.add(n)
           if len(u.src) == 1: flat = out[n]
           else:
             v = vals[u.src[1]]
@@ -221,6 +225,9 @@ def evaluate(root: UOp, bufs: dict[int, np.ndarray], var_vals: dict[UOp, int]) -
         n = u.src[0].arg[0]
         _, idx, valid = _positions(u.src[1].arg, var_vals)
         val = _to_mem(np.broadcast_to(vals[u.src[2]], idx.shape), u.src[0].dtype.base, out[n])
+        if n not in owned:
+          out[n] = out[n].copy()
+          owned.add(n)
         if out[n].size: out[n][idx[valid]] = val[valid]
         written[n] = out[n]
       elif op in (Ops.CONTIGUOUS, Ops.COPY): vals[u] = vals[u.src[-1]]

@@ -366,3 +366,55 @@ def test_no_job_starts_once_the_calibration_finds_the_device_unusable(monkeypatc
   monkeypatch.setattr(E, "job_size", lambda j: 1)
   with pytest.raises(E.DeviceUnusable): E.run_jobs(jobs, device="NUMPY", workers=1)
   assert started == []
+
+def _stored(tmp_path, work, level: str):
+  from replay.store import Store
+  db = tmp_path / f"{level}.db"
+  with replay.capture(db, label="cow"): work()
+  s = Store(str(db), readonly=True)
+  try: return [s.blob(r["input_key"]) for r in s.captures() if r["level"] == level]
+  finally: s.close()
+
+def test_the_graph_reference_never_writes_the_callers_arrays(tmp_path):
+  """evaluate() copies a buffer only before writing it in place (inputs can be a whole embedding table): the caller's
+  arrays keep their contents, for a pre-sink's STOREs and for a big graph's assigns alike."""
+  from tinysched import Tensor
+  from replay.encode import decode_kernel_input, decode_schedule_input
+  from replay import reference as REF
+  x = Tensor(np.arange(6, dtype=np.float32)).realize()
+  def work():
+    (x + 1).realize()
+    x.assign(x * 2).realize()
+  (pre, vv, _), = [decode_kernel_input(b) for b in _stored(tmp_path, work, "kernel")][:1]
+  bufs = {u.arg[0]: np.full(int(u.arg[1][1]), 7, np.float32) for u in pre.toposort() if u.op is Ops.BUFFER}
+  before = {i: a.copy() for i, a in bufs.items()}
+  written, _ = REF.evaluate(pre, bufs, REF.graph_vars(pre, vv))
+  assert written and all((bufs[i] == before[i]).all() for i in bufs) and not all((written[i] == before[i]).all() for i in written)
+  for blob in _stored(tmp_path, work, "schedule"):
+    graph, vv, _ = decode_schedule_input(blob)
+    bufs = {u.arg[0]: np.arange(int(u.arg[1][1]), dtype=np.float32) for u in graph.toposort() if u.op is Ops.BUFFER}
+    before = {i: a.copy() for i, a in bufs.items()}
+    written, _ = REF.evaluate(graph, bufs, REF.graph_vars(graph, vv))
+    assert written and all((bufs[i] == before[i]).all() for i in bufs)
+
+def test_the_schedule_check_leaves_the_job_inputs_as_they_were(db):
+  """_graph_check interprets each side on copies of only the buffers the side writes (the rest is read in place):
+  the job's inputs must come out unchanged, or the next side would start from another side's outputs."""
+  from replay.store import Store
+  from replay import execcheck as E
+  s = Store(str(db), readonly=True)
+  try: rows = [r for r in s.captures() if r["level"] == "schedule"]
+  finally: s.close()
+  checked = 0
+  for row in rows:
+    job = E.build_job(str(db), "schedule", row["input_key"], row["output_key"], row.get("extra"), row.get("var_vals"))
+    if "skip" in job: continue
+    names = dict(job["names"])
+    sides = {k: E._Side(DEVICE, job[k], names) for k in ("old", "new")}
+    specs = {int(i): (size, E._dtype(dt)) for i, (size, dt) in job["specs"].items()}
+    host = {i: seeded_fill(size, dt, job["seed"] + i) for i, (size, dt) in specs.items()}
+    before = {i: a.copy() for i, a in host.items()}
+    E._graph_check(job, sides, host, specs, names)
+    assert all(np.array_equal(host[i], before[i], equal_nan=True) for i in host), row["label"]
+    checked += 1
+  assert checked

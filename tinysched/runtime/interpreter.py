@@ -339,15 +339,15 @@ def _sparse_contract(c: np.ndarray, x: np.ndarray, region: Region, axes: tuple[i
   nd = len(region)
   ext = [e - s for s, e in region]
   c, x = (np.asarray(v).reshape(v.shape if v.ndim == nd else (1,) * (nd - v.ndim) + v.shape) for v in (c, x))
-  x = x.astype(np.float64)
-  # x summed first along reduce dims the condition does not depend on; dims neither depends on count each position
-  if (own := tuple(d for d in axes if c.shape[d] == 1 and x.shape[d] != 1)): x = np.add.reduce(x, axis=own, keepdims=True)
+  # x summed first along reduce dims the condition does not depend on; dims neither depends on count each position.
+  # Otherwise x is widened only where selected (it can be a whole embedding table)
+  if (own := tuple(d for d in axes if c.shape[d] == 1 and x.shape[d] != 1)): x = np.add.reduce(x, axis=own, keepdims=True, dtype=np.float64)
   reps = math.prod(ext[d] for d in axes if c.shape[d] == 1 and x.shape[d] == 1)
   dc = [d for d in range(nd) if c.shape[d] != 1]     # dims the selection indexes
   rest = [d for d in range(nd) if c.shape[d] == 1]   # dims x keeps whole
   nz = np.nonzero(c.reshape([c.shape[d] for d in dc]))
   xt = x.transpose(dc + rest)
-  picked = xt[tuple(k if xt.shape[i] != 1 else np.zeros_like(k) for i, k in enumerate(nz))]  # (selected, *rest)
+  picked = xt[tuple(k if xt.shape[i] != 1 else np.zeros_like(k) for i, k in enumerate(nz))].astype(np.float64)  # (selected, *rest)
   keep = [i for i, d in enumerate(dc) if d not in axes]  # selection dims that stay in the output
   out = np.zeros([ext[dc[i]] for i in keep] + list(picked.shape[1:]), dtype=np.float64)
   if keep: _scatter_add(out, tuple(nz[i] for i in keep), picked)
