@@ -1,5 +1,5 @@
 """The main job (`scripts/replay.sh`: replay captures/ and --exec-all on the default device), timed warm and cold,
-each tree's `replay check --exec-all` run with its own code,
+each tree's own scripts/replay.sh command (its `replay check ...` line and exports) run with its own code,
 side by side with a baseline commit in the same run.
 
   python bench/main_job.py                     # this checkout only
@@ -15,6 +15,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+def _script_args(tree: Path) -> list[str]:
+  """The `replay ...` arguments of that tree's scripts/replay.sh (its last line: `exec replay check ... "$@"`)."""
+  line = next(l for l in reversed((tree / "scripts/replay.sh").read_text().splitlines()) if l.startswith("exec replay "))
+  return [a for a in line.split()[2:] if a != '"$@"']
+
+def _script_env(tree: Path) -> dict[str, str]:
+  """The `export NAME=value` lines of that tree's scripts/replay.sh."""
+  out = {}
+  for l in (tree / "scripts/replay.sh").read_text().splitlines():
+    if l.startswith("export ") and "=" in l and "$" not in l:
+      k, v = l[len("export "):].split("=", 1)
+      out[k] = v
+  return out
+
 def one(tree: Path, cold: bool) -> tuple[float, str, int]:
   env = dict(os.environ)
   tmp = None
@@ -26,7 +40,8 @@ def one(tree: Path, cold: bool) -> tuple[float, str, int]:
   # what scripts/replay.sh runs after its set-up, with that tree's code (set-up itself would re-point the venv's
   # editable install at the baseline's worktree; it is timed once, for this checkout, in main())
   env["PYTHONPATH"] = str(tree)
-  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", "--exec-all"], cwd=tree, env=env, capture_output=True, text=True)
+  env.update(_script_env(tree))
+  r = subprocess.run([sys.executable, "-m", "replay.cli", *_script_args(tree)], cwd=tree, env=env, capture_output=True, text=True)
   dt = time.perf_counter() - t0
   if tmp: tmp.cleanup()
   return dt, f"{load:.2f}->{os.getloadavg()[0]:.2f}", r.returncode
@@ -60,7 +75,7 @@ def main() -> None:
   t0 = time.perf_counter()
   subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, capture_output=True, env={**os.environ, "SETUP_BROWSER": "0"})
   setup_s = time.perf_counter() - t0
-  print(f"# main job (scripts/replay.sh = set-up + replay check --exec-all) — {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+  print(f"# main job (scripts/replay.sh = set-up + {' '.join(['replay'] + _script_args(ROOT))}) — {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d %H:%M')}\n")
   print("| code | warm s (median) | warm runs | load (1-min avg, before->after) | cold s | exit codes |")
   print("|---|---:|---|---|---:|---|")

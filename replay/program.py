@@ -40,7 +40,7 @@ def replay_program_full(doc, reoptimize: bool = False, host: dict | None = None)
   stored ones; `host` (the row's extra["host"]) completes the target with the host facts the keyed input leaves out.
   The caller decides what to do without `host` (replay/runner.py: the stored opts, with a note): here it is required."""
   from tinysched.codegen.target import Target
-  from tinysched.codegen.program import to_program
+  from tinysched.codegen.program_cache import cached_program  # to_program, or this code's earlier render of it (opt-in)
   roots = doc.roots()
   if len(roots) != 1: raise IncompatibleCapture("a program input must have one AST root")
   try:
@@ -51,7 +51,7 @@ def replay_program_full(doc, reoptimize: bool = False, host: dict | None = None)
       tdict = {**tdict, **{k: v for k, v in host.items() if k in HOST_FIELDS}}
     target = Target.from_dict(tdict)
   except (ValueError, TypeError) as e: raise IncompatibleCapture(f"optimization choices or target unreadable: {e}") from None
-  return to_program(roots[0], None if reoptimize else opts, target)
+  return cached_program(roots[0], None if reoptimize else opts, target)
 
 def stored_opts(doc) -> tuple:
   """The optimization choices a decoded program input holds."""

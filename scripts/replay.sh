@@ -8,4 +8,7 @@ cd "$(dirname "$0")/.."
 SETUP_BROWSER=0 bash scripts/setup.sh  # the main job opens no browser (the HTML report tests do)
 # the packages are in the active venv, or in .venv that setup made: use its python and its `replay`
 export PATH="${VIRTUAL_ENV:-$PWD/.venv}/bin:$PATH"
+# rendered programs come from the disk cache when this very code rendered them before (the key covers the tinysched
+# sources and the code as loaded: tinysched/codegen/program_cache.py); a fresh CLI process sees every patch it has
+export TINYSCHED_PROGRAM_CACHE=1
 exec replay check --exec-all --reoptimize "$@"

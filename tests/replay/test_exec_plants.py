@@ -44,6 +44,9 @@ with replay.capture(sys.argv[1], label="plants"): workload()
 def _env(plant: str | None) -> dict:
   env = {k: v for k, v in os.environ.items() if k not in ("TINYSCHED_TEST_PLANT",)}
   env["TINYSCHED_DEVICE"] = "OPENCL"
+  # as the main job runs (scripts/replay.sh): every plant must be caught with rendered programs read from the disk
+  # cache, which the clean run fills first
+  env["TINYSCHED_PROGRAM_CACHE"] = "1"
   env["PYTHONPATH"] = os.pathsep.join([str(PLANTS), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
   if plant: env["TINYSCHED_TEST_PLANT"] = plant
   return env
