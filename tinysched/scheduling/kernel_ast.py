@@ -19,6 +19,7 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
 `rewrite_kernel` is pure: the same pre-sink and assign targets give the same AST, in any process.
 """
 from __future__ import annotations
+import itertools, operator
 from dataclasses import dataclass
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, resolve
@@ -263,22 +264,35 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
   return canon, order
 
-def rules_fingerprint() -> tuple:
-  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (fusion's
-  methods too), the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py
-  `_runnable`). Any monkeypatch of one of them (a rule change in a running process) changes it. The objects
-  themselves, compared by identity (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot
-  come back as a new one's."""
+def _rule_namespaces() -> list:
+  """The namespaces whose objects rules_fingerprint reads: schedule.py and every pass module (fusion's methods too),
+  the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`)."""
   import sys
   from tinysched import rewrite, shape
   from tinysched.scheduling import bigraph, stores, fusion, order
   from tinysched.codegen import kernel, lowerer, folds
-  facade = vars(sys.modules["tinysched.schedule"]).values() if "tinysched.schedule" in sys.modules else ()
-  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(fusion._Fusion).values(),
-          *vars(order).values(), *facade,
-          *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values(),
-          *vars(kernel).values(), *vars(kernel.Kernel).values(), *vars(lowerer).values(), *vars(folds).values()]
-  return tuple(o for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
+  facade = [vars(sys.modules["tinysched.schedule"])] if "tinysched.schedule" in sys.modules else []
+  return [globals(), vars(bigraph), vars(stores), vars(fusion), vars(fusion._Fusion), vars(order), *facade, vars(rewrite),
+          vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel), vars(lowerer),
+          vars(folds)]
+
+# the last fingerprint and the namespace values it was read from: [values, fingerprint]. Updated in place: this list is
+# itself a value of a namespace read, and must stay the same object
+_last_fingerprint: list = [(), ()]
+
+def rules_fingerprint() -> tuple:
+  """Everything the scheduler runs: the functions and matchers of the namespaces of `_rule_namespaces`. Any monkeypatch
+  of one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
+  (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
+  Asked on every schedule: the filtered tuple is rebuilt only when some namespace value is another object than at the
+  last call (the identity comparison runs in C; the filter does not)."""
+  values = tuple(itertools.chain.from_iterable([ns.values() for ns in _rule_namespaces()]))
+  last = _last_fingerprint[0]
+  # identity, not ==: a patch may put an equal but new object in place (a copied tuple of passes)
+  if len(last) == len(values) and all(map(operator.is_, last, values)): return _last_fingerprint[1]
+  fp = tuple(o for o in values if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
+  _last_fingerprint[:] = [values, fp]
+  return fp
 
 def same_rules(a: tuple, b: tuple) -> bool: return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 

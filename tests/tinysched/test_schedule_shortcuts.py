@@ -1,0 +1,32 @@
+"""The scheduler's shortcuts for speed: each must give what the long way gives, and notice when its inputs change."""
+import pytest
+from tinysched import Tensor
+import tinysched.schedule as S
+from tinysched.scheduling import kernel_ast as KA, fusion, bigraph
+from tinysched.codegen import lowerer
+from tinysched.scheduling.kernel_ast import rules_fingerprint, same_rules
+
+def _slow_fingerprint() -> tuple:
+  # the fingerprint read afresh, without the memo: what rules_fingerprint must always equal
+  KA._last_fingerprint[:] = [(), ()]
+  return rules_fingerprint()
+
+def test_the_fingerprint_is_kept_while_nothing_changes():
+  fp = rules_fingerprint()
+  assert rules_fingerprint() is fp and same_rules(fp, _slow_fingerprint())
+
+@pytest.mark.parametrize("patch", [
+  lambda mp: mp.setattr(KA, "views_down", KA.views_down + KA.compose_rules),             # a matcher of a pass module
+  lambda mp: mp.setattr(fusion._Fusion, "group_reduce", lambda self, *a, **k: None),     # a method (class namespace)
+  lambda mp: mp.setattr(lowerer, "LOWERING_PASSES", tuple(list(lowerer.LOWERING_PASSES))),  # an equal tuple, a new object
+  lambda mp: mp.setattr(bigraph, "a_new_rule", lambda u: u, raising=False),              # a new name
+  lambda mp: mp.delattr(bigraph, "under_views"),                                         # a name gone
+])
+def test_the_fingerprint_sees_every_patch(monkeypatch, patch):
+  before = rules_fingerprint()
+  patch(monkeypatch)
+  after = rules_fingerprint()
+  assert not same_rules(before, after) and same_rules(after, _slow_fingerprint())
+  monkeypatch.undo()
+  back = rules_fingerprint()
+  assert not same_rules(back, after) and same_rules(back, _slow_fingerprint())
