@@ -17,7 +17,7 @@ a capture runs exactly what ran when it was made. The only state kept across cal
 ASTs of the Tensor front end's schedules, and it is dropped whenever a rule changes.
 """
 from __future__ import annotations
-import sys
+import contextlib, gc, sys
 from dataclasses import dataclass
 from typing import Any
 from tinysched.ops import Ops
@@ -89,10 +89,27 @@ def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, Non
   if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), ast, {"bufs": parts.bufs})
   return ast, parts
 
+@contextlib.contextmanager
+def cycle_gc_paused():
+  """No cycle collection inside the block. Scheduling makes thousands of short-lived nodes, tuples and dicts, nearly all
+  freed by refcount (the one cycle it makes, the walks kept on pre-sinks, is broken explicitly): young-generation
+  collections in the middle of it only walk live objects again and again (5-10% of a small schedule). Collection
+  resumes afterwards, on an error too; a caller who switched it off keeps it off."""
+  if not gc.isenabled():
+    yield
+    return
+  gc.disable()
+  try: yield
+  finally: gc.enable()
+
 def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, Any] | None = None,
                    memo: KernelMemo | None = None) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   """The big graph -> ordered kernels (bufs are BUFFER nodes) and the var_vals they need. `flags`: the scheduler
   flags (default: `current_flags()`); `memo`: reuse kernel ASTs across calls (default: a fresh one per call)."""
+  with cycle_gc_paused(): return _schedule_graph(big_graph, var_vals, flags, memo)
+
+def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, Any] | None,
+                    memo: KernelMemo | None) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   flags = current_flags() if flags is None else flags
   memo = KernelMemo() if memo is None else memo
   # the same big graph again (a training or decode loop re-building the same step): the same schedule. Not while
@@ -160,6 +177,9 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   return frozenset(bad)
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
+  with cycle_gc_paused(): return _create_schedule_with_vars(outs)
+
+def _create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   # a constant needs no kernel, and neither does a buffer of no elements (an EMPTY of size 0; any other op of no
   # elements is already the constant 0): tinygrad 0.10.0 schedules nothing for either
   outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST and not _no_elements(x.base))

@@ -1,4 +1,5 @@
 """The scheduler's shortcuts for speed: each must give what the long way gives, and notice when its inputs change."""
+import gc
 import pytest
 from tinysched import Tensor
 import tinysched.schedule as S
@@ -30,3 +31,28 @@ def test_the_fingerprint_sees_every_patch(monkeypatch, patch):
   monkeypatch.undo()
   back = rules_fingerprint()
   assert not same_rules(back, after) and same_rules(back, _slow_fingerprint())
+
+def test_cycle_collection_resumes_after_a_schedule():
+  assert gc.isenabled()
+  (Tensor.ones(4, 4).contiguous() + 1).schedule()
+  assert gc.isenabled()
+
+def test_cycle_collection_resumes_after_a_failed_schedule(monkeypatch):
+  def boom(*a, **k): raise S.ScheduleError("planted")
+  monkeypatch.setattr(S, "group_stores", boom)
+  with pytest.raises(S.ScheduleError, match="planted"): (Tensor.ones(4, 4).contiguous() + 1).schedule()
+  assert gc.isenabled()
+
+def test_cycle_collection_switched_off_by_the_caller_stays_off():
+  gc.disable()
+  try:
+    (Tensor.ones(4, 4).contiguous() + 1).schedule()
+    assert not gc.isenabled()
+  finally: gc.enable()
+
+def test_no_cycle_collection_while_scheduling(monkeypatch):
+  seen = []
+  orig = S.group_stores
+  monkeypatch.setattr(S, "group_stores", lambda *a, **k: (seen.append(gc.isenabled()), orig(*a, **k))[1])
+  (Tensor.ones(4, 4).contiguous() + 1).schedule()
+  assert seen == [False]
