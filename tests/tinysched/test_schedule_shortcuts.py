@@ -22,6 +22,7 @@ def test_the_fingerprint_is_kept_while_nothing_changes():
   lambda mp: mp.setattr(lowerer, "LOWERING_PASSES", tuple(list(lowerer.LOWERING_PASSES))),  # an equal tuple, a new object
   lambda mp: mp.setattr(bigraph, "a_new_rule", lambda u: u, raising=False),              # a new name
   lambda mp: mp.delattr(bigraph, "under_views"),                                         # a name gone
+  lambda mp: mp.setattr(bigraph, "under_views", 0),                                      # a rule replaced by no rule
 ])
 def test_the_fingerprint_sees_every_patch(monkeypatch, patch):
   before = rules_fingerprint()
@@ -56,3 +57,10 @@ def test_no_cycle_collection_while_scheduling(monkeypatch):
   monkeypatch.setattr(S, "group_stores", lambda *a, **k: (seen.append(gc.isenabled()), orig(*a, **k))[1])
   (Tensor.ones(4, 4).contiguous() + 1).schedule()
   assert seen == [False]
+
+def test_the_fingerprint_is_kept_when_only_state_changes(monkeypatch):
+  fp = rules_fingerprint()
+  monkeypatch.setattr(S, "_TENSOR_MEMO", S.KernelMemo())  # a reset memo is no rule change
+  assert rules_fingerprint() is fp
+  monkeypatch.setattr(S, "_TENSOR_MEMO", lambda: None)    # a rule where there was none is
+  assert not same_rules(rules_fingerprint(), fp)

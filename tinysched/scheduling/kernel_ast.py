@@ -280,17 +280,28 @@ def _rule_namespaces() -> list:
 # itself a value of a namespace read, and must stay the same object
 _last_fingerprint: list = [(), ()]
 
+def _is_rule(o) -> bool: return callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple))
+
 def rules_fingerprint() -> tuple:
   """Everything the scheduler runs: the functions and matchers of the namespaces of `_rule_namespaces`. Any monkeypatch
   of one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
   (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
-  Asked on every schedule: the filtered tuple is rebuilt only when some namespace value is another object than at the
-  last call (the identity comparison runs in C; the filter does not)."""
+  Asked on every schedule: the filtered tuple is rebuilt only when a rule among the namespace values is another object
+  than at the last call (the identity comparison runs in C; the filter does not). State that is no rule (the tensor
+  memo of schedule.py, replaced when it is reset) may change without a rebuild."""
   values = tuple(itertools.chain.from_iterable([ns.values() for ns in _rule_namespaces()]))
-  last = _last_fingerprint[0]
+  last, fp = _last_fingerprint
   # identity, not ==: a patch may put an equal but new object in place (a copied tuple of passes)
-  if len(last) == len(values) and all(map(operator.is_, last, values)): return _last_fingerprint[1]
-  fp = tuple(o for o in values if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
+  if len(last) == len(values):
+    same, i = list(map(operator.is_, last, values)), -1
+    try:
+      while True:
+        i = same.index(False, i + 1)  # a value replaced since the last call: a rule, or a rule now?
+        if _is_rule(last[i]) or _is_rule(values[i]): break
+    except ValueError:  # none of the replaced values is a rule: the same rules, in the same order
+      _last_fingerprint[0] = values
+      return fp
+  fp = tuple(o for o in values if _is_rule(o))
   _last_fingerprint[:] = [values, fp]
   return fp
 
