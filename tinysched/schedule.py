@@ -33,6 +33,9 @@ from tinysched.scheduling import kernel_ast
 from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, same_rules, well_formed
 from tinysched.scheduling.order import run_order
 
+# read once (Ops.X reads cost ~60 ns each on Python 3.11, see scheduling/bigraph.py), for the per-node scans below
+_STORE, _VIEW = Ops.STORE, Ops.VIEW
+
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))  # fusion walks chains of buffers recursively
 
 @dataclass(frozen=True, eq=False)
@@ -138,7 +141,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
         keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
       kernels: list[ScheduleItem] = []
       for pre in pres:
-        computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
+        computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if (op := x.op) is _STORE or (op is _VIEW and computed(x))))
         ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
         facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
         kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
@@ -168,7 +171,7 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   inlined reduce's output) or cannot run (`_runnable`). Rewritten without capture: only the final kernels are captured."""
   bad: dict[UOp, None] = {}
   for pre in pres:
-    if not (fused := [x.src[0] for x in topo_of(pre) if x.op is Ops.VIEW and computed(x) and is_arange(value_of(x))]): continue
+    if not (fused := [x.src[0] for x in topo_of(pre) if x.op is _VIEW and computed(x) and is_arange(value_of(x))]): continue
     try:
       ast = memo.rewrite(pre, facts.assign_targets)[0]
       if (ok := memo.runnable.get(ast)) is None: ok = memo.runnable[ast] = _runnable(ast)

@@ -15,6 +15,9 @@ from tinysched.helpers import cdiv, cmod
 
 sint = Union[int, "UOp"]  # a shape entry: a python int or a symbolic integer UOp
 _MISSING = object()
+# read once for the per-node properties (st, buf_uop): on Python 3.11 every `Ops.X` read goes through EnumType's
+# __getattr__ hook (~60 ns)
+_VIEW, _BUFFERS, _READS_BUFFER = Ops.VIEW, (Ops.BUFFER, Ops.DEFINE_GLOBAL), (Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.ASSIGN)
 
 def _intern_arg(arg: Any) -> Any:
   # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
@@ -218,13 +221,13 @@ class UOp(metaclass=_UOpMeta):
     op's first source with one, a reduce's input reduced; None for nodes without a shape."""
     if (ret := self.__dict__.get("_st", _MISSING)) is not _MISSING: return ret
     ret = None
-    if self.op is Ops.VIEW: ret = self.arg
-    elif self.op in GroupOp.Buffer:
+    if (op := self.op) is _VIEW: ret = self.arg
+    elif op in GroupOp.Buffer:
       for s in self.src:
-        if s.op is Ops.VIEW:
+        if s.op is _VIEW:
           ret = s.arg
           break
-    elif self.op is Ops.REDUCE_AXIS:
+    elif op is Ops.REDUCE_AXIS:
       if (sst := self.src[0].st) is not None: ret = type(sst).from_shape(sst.reduce(self.axis_arg))
     elif self.src and self.op not in (Ops.SINK, Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.BIND):
       for s in self.src:
@@ -238,9 +241,9 @@ class UOp(metaclass=_UOpMeta):
   @property
   def buf_uop(self) -> UOp:
     """The BUFFER / DEFINE_GLOBAL a buffer op or VIEW refers to."""
-    if self.op in (Ops.BUFFER, Ops.DEFINE_GLOBAL): return self
-    if self.op is Ops.VIEW and self.src: return self.src[0].buf_uop
-    if self.op in (Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.ASSIGN): return self.src[0].buf_uop
+    if (op := self.op) in _BUFFERS: return self
+    if op is _VIEW and self.src: return self.src[0].buf_uop
+    if op in _READS_BUFFER: return self.src[0].buf_uop
     raise ValueError(f"{self.op} has no buffer")
 
   # *** symbolic integers ***

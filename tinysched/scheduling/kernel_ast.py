@@ -252,11 +252,12 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
   order: list[UOp] = []
   new: dict[UOp, UOp] = {}
+  renamed, BUFFER = new.__getitem__, Ops.BUFFER  # (Ops.X read once: see scheduling/bigraph.py)
   for u in topo_of(pre):
-    if u.op is Ops.BUFFER:
-      new[u] = UOp(Ops.BUFFER, u.dtype, (), (len(order), u.arg[1]))
+    if u.op is BUFFER:
+      new[u] = UOp(BUFFER, u.dtype, (), (len(order), u.arg[1]))
       order.append(u)
-    elif u.src and (src := tuple(map(new.__getitem__, u.src))) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
+    elif (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = UOp(u.op, u.dtype, s, u.arg)
     else: new[u] = u
   canon = new[pre]
   # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
