@@ -64,3 +64,17 @@ def test_the_fingerprint_is_kept_when_only_state_changes(monkeypatch):
   assert rules_fingerprint() is fp
   monkeypatch.setattr(S, "_TENSOR_MEMO", lambda: None)    # a rule where there was none is
   assert not same_rules(rules_fingerprint(), fp)
+
+def test_a_dead_node_frees_its_intern_entry_and_a_live_one_keeps_it():
+  import tinysched.uop as U
+  from tinysched.ops import Ops
+  from tinysched.dtype import dtypes
+  def key(n): return (Ops.CONST, dtypes.int32, (), U._intern_arg(n))
+  a = U.UOp(Ops.CONST, dtypes.int32, (), 987654321)
+  assert U._ucache[key(987654321)]() is a
+  del a
+  assert key(987654321) not in U._ucache
+  b = U.UOp(Ops.CONST, dtypes.int32, (), 987654322)
+  r = U._ucache[key(987654322)]
+  U._forget(r)  # a stale callback for the key (its node alive): the entry stays
+  assert U._ucache[key(987654322)]() is b and U.UOp(Ops.CONST, dtypes.int32, (), 987654322) is b
