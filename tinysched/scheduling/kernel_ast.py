@@ -224,7 +224,7 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
   sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
   # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
-  if any(x.op is Ops.ASSIGN for x in topo_of(pre)):
+  if Ops.ASSIGN in {x.op for x in topo_of(pre)}:  # (a set of ops: no Ops.X read per node, see scheduling/bigraph.py)
     topo = sink.toposort()
     targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
     if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
@@ -306,7 +306,9 @@ def rules_fingerprint() -> tuple:
   _last_fingerprint[:] = [values, fp]
   return fp
 
-def same_rules(a: tuple, b: tuple) -> bool: return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+def same_rules(a: tuple, b: tuple) -> bool:
+  # (the same tuple: rules_fingerprint hands out its last one again while nothing changed)
+  return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 class KernelMemo:
   """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh
