@@ -78,3 +78,10 @@ def test_a_dead_node_frees_its_intern_entry_and_a_live_one_keeps_it():
   r = U._ucache[key(987654322)]
   U._forget(r)  # a stale callback for the key (its node alive): the entry stays
   assert U._ucache[key(987654322)]() is b and U.UOp(Ops.CONST, dtypes.int32, (), 987654322) is b
+
+def test_the_prebuilt_matcher_pairs_follow_a_patched_matcher(monkeypatch):
+  built = KA.finish_and_number()
+  assert KA.finish_and_number() is built and built.rule_names() == KA.finish_rules.rule_names() + KA.number_rules.rule_names()
+  patched = KA.PatternMatcher([(r[0], r[1], r[2]) for r in KA.finish_rules.rules[:-1]], name="finish_rules")
+  monkeypatch.setattr(KA, "finish_rules", patched)
+  assert KA.finish_and_number().rule_names() == patched.rule_names() + KA.number_rules.rule_names()

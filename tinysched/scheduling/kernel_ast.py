@@ -198,6 +198,10 @@ def finish_and_number() -> PatternMatcher:
   before). Built from the module's matchers as they are now, so a patched one is used."""
   return _combine(finish_rules, number_rules)
 
+# the two pairs every process needs, built at import rather than inside its first schedule (building a matcher inspects
+# every rule's signature: ~75 us each); a patched matcher still gets a pair of its own on first use
+_combine(inline_rules, own_store_rules); _combine(finish_rules, number_rules)  # noqa: E702
+
 # *** the pass ***
 
 def _assign_read_ok(st: ShapeTracker) -> bool:
