@@ -14,7 +14,9 @@ the code is ours. Passes, in order (each a module of tinysched/scheduling/):
 `schedule_graph` (passes 2-6) and `full_ast_rewrite` are pure functions of their arguments: no module state, no
 flags read behind the caller's back (the scheduler flags are an argument, captured with the input), so replaying
 a capture runs exactly what ran when it was made. The only state kept across calls is `tensor_memo`, the kernel
-ASTs of the Tensor front end's schedules, and it is dropped whenever a rule changes.
+ASTs of the Tensor front end's schedules, and it is dropped whenever a rule changes (and kernel_ast.rules_fingerprint's
+last answer, which every call checks against the namespaces it reads). Both entry points run with cycle collection
+paused (`cycle_gc_paused`).
 """
 from __future__ import annotations
 import contextlib, gc, sys

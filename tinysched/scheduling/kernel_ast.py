@@ -304,7 +304,7 @@ def rules_fingerprint() -> tuple:
         i = same.index(False, i + 1)  # a value replaced since the last call: a rule, or a rule now?
         if _is_rule(last[i]) or _is_rule(values[i]): break
     except ValueError:  # none of the replaced values is a rule: the same rules, in the same order
-      _last_fingerprint[0] = values
+      _last_fingerprint[:] = [values, fp]  # (the pair in one step)
       return fp
   fp = tuple(o for o in values if _is_rule(o))
   _last_fingerprint[:] = [values, fp]
