@@ -85,3 +85,19 @@ def test_the_prebuilt_matcher_pairs_follow_a_patched_matcher(monkeypatch):
   patched = KA.PatternMatcher([(r[0], r[1], r[2]) for r in KA.finish_rules.rules[:-1]], name="finish_rules")
   monkeypatch.setattr(KA, "finish_rules", patched)
   assert KA.finish_and_number().rule_names() == patched.rule_names() + KA.number_rules.rule_names()
+
+def test_leaves_a_rule_can_match_are_still_rewritten():
+  from tinysched.ops import Ops
+  from tinysched.dtype import dtypes
+  from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
+  from tinysched.uop import UOp
+  one, two = UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)
+  x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("x", 0, 9))
+  tree = UOp(Ops.ADD, dtypes.int32, (UOp(Ops.MUL, dtypes.int32, (x, one)), one))
+  # a rule for leaves of an op, and one for the same op that needs a source (it never matches a leaf)
+  pm = PatternMatcher([(UPat(Ops.CONST, arg=1), lambda: two, "one_is_two"),
+                       (UPat(Ops.DEFINE_VAR, src=(UPat(),)), lambda: one, "never_a_leaf")])
+  assert pm.leaf_rules == frozenset({Ops.CONST})
+  track: list = []
+  out = graph_rewrite(tree, pm, track=track)
+  assert out is UOp(Ops.ADD, dtypes.int32, (UOp(Ops.MUL, dtypes.int32, (x, two)), two)) and [t[0] for t in track] == ["one_is_two"]
