@@ -165,6 +165,9 @@ class PatternMatcher:
     # the same buckets for rewrite_named, each rule with whether its pattern binds at most once (match_one)
     self._tries = {op: [(*rule, rule[0]._single) for rule in rules] for op, rules in self.pdict.items()}
     self.pure = not any(has_ctx for _, _, _, has_ctx in self.rules)  # no rule sees a ctx (see shared_results)
+    # ops of which a node without sources can match some rule: graph_rewrite takes any other leaf as its own result at
+    # once (rewrite_named would try no rule on it: may_lead(None) rules them all out)
+    self.leaf_rules: frozenset[Ops] = frozenset(op for op, tries in self._tries.items() if any(t[0].may_lead(None) for t in tries))
     # and split further by the op of the node's first source, filled on first use: a node only tries the rules that
     # can match it (the order inside a bucket is the rules' order)
     self._by_first: dict[tuple[Ops, Ops | None], list[tuple[UPat, Callable, str, bool, bool]]] = {}
@@ -286,7 +289,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp
   # nodes entered (membership only, never iterated): one entered and not yet done is on the current path, so
   # meeting it again means a rule re-created its own input
   entered: set[UOp] = set()
-  pdict, rewrite = pm.pdict, pm.rewrite_named
+  pdict, leaf_rules, rewrite = pm.pdict, pm.leaf_rules, pm.rewrite_named
   # entries: (node, stage, rewrite result, depth = how many rewrites created this node's position)
   stack: list[tuple[UOp, int, UOp | None, int]] = [(root, 0, None, 0)]
   pop, push = stack.pop, stack.append
@@ -300,7 +303,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp
       for s in reversed(n.src):
         if s in done: continue
         # a leaf no rule can match is its own result: no stack round trip (nothing fires, so order is moot)
-        if not s.src and not pdict[s.op]: done[s] = s
+        if not s.src and s.op not in leaf_rules: done[s] = s
         elif kids is None: kids = [s]
         else: kids.append(s)
       if kids is not None:

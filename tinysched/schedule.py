@@ -14,10 +14,12 @@ the code is ours. Passes, in order (each a module of tinysched/scheduling/):
 `schedule_graph` (passes 2-6) and `full_ast_rewrite` are pure functions of their arguments: no module state, no
 flags read behind the caller's back (the scheduler flags are an argument, captured with the input), so replaying
 a capture runs exactly what ran when it was made. The only state kept across calls is `tensor_memo`, the kernel
-ASTs of the Tensor front end's schedules, and it is dropped whenever a rule changes.
+ASTs of the Tensor front end's schedules, and it is dropped whenever a rule changes (and kernel_ast.rules_fingerprint's
+last answer, which every call checks against the namespaces it reads). Both entry points run with cycle collection
+paused (`cycle_gc_paused`).
 """
 from __future__ import annotations
-import sys
+import contextlib, gc, sys
 from dataclasses import dataclass
 from typing import Any
 from tinysched.ops import Ops
@@ -32,6 +34,9 @@ from tinysched.scheduling.fusion import group_stores, is_arange
 from tinysched.scheduling import kernel_ast
 from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, same_rules, well_formed
 from tinysched.scheduling.order import run_order
+
+# read once (Ops.X reads cost ~60 ns each on Python 3.11, see scheduling/bigraph.py), for the per-node scans below
+_STORE, _VIEW = Ops.STORE, Ops.VIEW
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))  # fusion walks chains of buffers recursively
 
@@ -89,10 +94,27 @@ def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, Non
   if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), ast, {"bufs": parts.bufs})
   return ast, parts
 
+@contextlib.contextmanager
+def cycle_gc_paused():
+  """No cycle collection inside the block. Scheduling makes thousands of short-lived nodes, tuples and dicts, nearly all
+  freed by refcount (the one cycle it makes, the walks kept on pre-sinks, is broken explicitly): young-generation
+  collections in the middle of it only walk live objects again and again (5-10% of a small schedule). Collection
+  resumes afterwards, on an error too; a caller who switched it off keeps it off."""
+  if not gc.isenabled():
+    yield
+    return
+  gc.disable()
+  try: yield
+  finally: gc.enable()
+
 def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, Any] | None = None,
                    memo: KernelMemo | None = None) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   """The big graph -> ordered kernels (bufs are BUFFER nodes) and the var_vals they need. `flags`: the scheduler
   flags (default: `current_flags()`); `memo`: reuse kernel ASTs across calls (default: a fresh one per call)."""
+  with cycle_gc_paused(): return _schedule_graph(big_graph, var_vals, flags, memo)
+
+def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, Any] | None,
+                    memo: KernelMemo | None) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   flags = current_flags() if flags is None else flags
   memo = KernelMemo() if memo is None else memo
   # the same big graph again (a training or decode loop re-building the same step): the same schedule. Not while
@@ -121,7 +143,7 @@ def schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, An
         keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
       kernels: list[ScheduleItem] = []
       for pre in pres:
-        computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if x.op is Ops.STORE or (x.op is Ops.VIEW and computed(x))))
+        computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if (op := x.op) is _STORE or (op is _VIEW and computed(x))))
         ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
         facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
         kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))
@@ -151,7 +173,7 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   inlined reduce's output) or cannot run (`_runnable`). Rewritten without capture: only the final kernels are captured."""
   bad: dict[UOp, None] = {}
   for pre in pres:
-    if not (fused := [x.src[0] for x in topo_of(pre) if x.op is Ops.VIEW and computed(x) and is_arange(value_of(x))]): continue
+    if not (fused := [x.src[0] for x in topo_of(pre) if x.op is _VIEW and computed(x) and is_arange(value_of(x))]): continue
     try:
       ast = memo.rewrite(pre, facts.assign_targets)[0]
       if (ok := memo.runnable.get(ast)) is None: ok = memo.runnable[ast] = _runnable(ast)
@@ -160,6 +182,9 @@ def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   return frozenset(bad)
 
 def create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
+  with cycle_gc_paused(): return _create_schedule_with_vars(outs)
+
+def _create_schedule_with_vars(outs: list[LazyBuffer]) -> tuple[list[ScheduleItem], dict[UOp, int]]:
   # a constant needs no kernel, and neither does a buffer of no elements (an EMPTY of size 0; any other op of no
   # elements is already the constant 0): tinygrad 0.10.0 schedules nothing for either
   outs = dedup(x.base for x in outs if x.base.realized is None and x.base.op is not Ops.CONST and not _no_elements(x.base))

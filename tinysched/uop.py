@@ -6,6 +6,7 @@ Python's randomized str hash, so it is identical in every process.
 """
 from __future__ import annotations
 import hashlib, math, struct, threading, weakref
+from _weakref import _remove_dead_weakref
 from enum import Enum
 from functools import cached_property
 from typing import Any, Callable, Iterator, Union
@@ -15,6 +16,9 @@ from tinysched.helpers import cdiv, cmod
 
 sint = Union[int, "UOp"]  # a shape entry: a python int or a symbolic integer UOp
 _MISSING = object()
+# read once for the per-node properties (st, buf_uop): on Python 3.11 every `Ops.X` read goes through EnumType's
+# __getattr__ hook (~60 ns)
+_VIEW, _BUFFERS, _READS_BUFFER = Ops.VIEW, (Ops.BUFFER, Ops.DEFINE_GLOBAL), (Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.ASSIGN)
 
 def _intern_arg(arg: Any) -> Any:
   # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
@@ -31,17 +35,19 @@ class _Ref(weakref.ref):
   __slots__ = ("key",)
 
 def _forget(r: _Ref) -> None:
-  if _ucache.get(r.key) is r: del _ucache[r.key]  # not an entry a live node of the same key has taken since
+  # only a dead entry, not one a live node of the same key has taken since; one lookup (in C) instead of two
+  _remove_dead_weakref(_ucache, r.key)
 
-_new, _set = object.__new__, object.__setattr__
+_new = object.__new__
 
 class _UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
     k = (op, dtype, src, arg if type(arg) in _PLAIN_ARGS else _intern_arg(arg))
     if (ref := _ucache.get(k)) is not None and (ret := ref()) is not None: return ret
-    # the fields set here, not through __init__: a python call less per new node (the hot path of every rewrite)
+    # the fields set here, not through __init__: a python call less per new node (the hot path of every rewrite); through
+    # the slots' own setters (set after the class below), which skip object.__setattr__'s lookup of the name (~40 ns each)
     ret = _new(cls)
-    _set(ret, "op", op); _set(ret, "dtype", dtype); _set(ret, "src", src); _set(ret, "arg", arg)
+    _set_op(ret, op); _set_dtype(ret, dtype); _set_src(ret, src); _set_arg(ret, arg)
     r = _ucache[k] = _Ref(ret, _forget)
     r.key = k
     return ret
@@ -218,13 +224,13 @@ class UOp(metaclass=_UOpMeta):
     op's first source with one, a reduce's input reduced; None for nodes without a shape."""
     if (ret := self.__dict__.get("_st", _MISSING)) is not _MISSING: return ret
     ret = None
-    if self.op is Ops.VIEW: ret = self.arg
-    elif self.op in GroupOp.Buffer:
+    if (op := self.op) is _VIEW: ret = self.arg
+    elif op in GroupOp.Buffer:
       for s in self.src:
-        if s.op is Ops.VIEW:
+        if s.op is _VIEW:
           ret = s.arg
           break
-    elif self.op is Ops.REDUCE_AXIS:
+    elif op is Ops.REDUCE_AXIS:
       if (sst := self.src[0].st) is not None: ret = type(sst).from_shape(sst.reduce(self.axis_arg))
     elif self.src and self.op not in (Ops.SINK, Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.BIND):
       for s in self.src:
@@ -238,9 +244,9 @@ class UOp(metaclass=_UOpMeta):
   @property
   def buf_uop(self) -> UOp:
     """The BUFFER / DEFINE_GLOBAL a buffer op or VIEW refers to."""
-    if self.op in (Ops.BUFFER, Ops.DEFINE_GLOBAL): return self
-    if self.op is Ops.VIEW and self.src: return self.src[0].buf_uop
-    if self.op in (Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.ASSIGN): return self.src[0].buf_uop
+    if (op := self.op) in _BUFFERS: return self
+    if op is _VIEW and self.src: return self.src[0].buf_uop
+    if op in _READS_BUFFER: return self.src[0].buf_uop
     raise ValueError(f"{self.op} has no buffer")
 
   # *** symbolic integers ***
@@ -299,6 +305,9 @@ class UOp(metaclass=_UOpMeta):
   def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
     from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
     return graph_rewrite(self, PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute"), dvars)
+
+# the field slots' setters, for _UOpMeta.__call__
+_set_op, _set_dtype, _set_src, _set_arg = (UOp.__dict__[f].__set__ for f in _FIELDS)
 
 def _fill_children(root: UOp, attr: str) -> None:
   """Compute the cached property `attr` of every descendant of `root` that lacks it, children before parents,

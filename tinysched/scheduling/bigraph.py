@@ -18,25 +18,30 @@ from tinysched.device import Buffer
 
 class ScheduleError(RuntimeError): pass
 
+# the ops the per-node helpers below test, read once: on Python 3.11 every `Ops.X` read goes through EnumType's
+# __getattr__ hook (~60 ns), and these run for every node of every kernel
+_VIEW, _BUFFER, _CONTIGUOUS, _CONST, _ASSIGN = Ops.VIEW, Ops.BUFFER, Ops.CONTIGUOUS, Ops.CONST, Ops.ASSIGN
+_NO_ARG = (Ops.CAST, Ops.BITCAST)  # ops whose node takes no arg from the lazy buffer
+
 def view_of(st: ShapeTracker) -> UOp:
   """A source-free VIEW: a ShapeTracker as a node (the form loads, stores and VALID take)."""
-  return UOp(Ops.VIEW, dtypes.void, (), st)
+  return UOp(_VIEW, dtypes.void, (), st)
 
 def buffer_node(device: str, size: int, dtype: DType, number: int) -> UOp:
-  return UOp(Ops.BUFFER, dtype.ptr(), (), (number, (device, size, dtype)))
+  return UOp(_BUFFER, dtype.ptr(), (), (number, (device, size, dtype)))
 
 def computed(u: UOp) -> bool:
   """VIEW(BUFFER, op): a buffer whose value this schedule computes."""
-  return u.op is Ops.VIEW and len(u.src) == 2
+  return u.op is _VIEW and len(u.src) == 2
 
 def under_views(u: UOp) -> UOp:
   """The node below any movement VIEWs (a VIEW of a bare BUFFER is a node form of its own, not a movement)."""
-  while u.op is Ops.VIEW and len(u.src) == 1 and u.src[0].op is not Ops.BUFFER: u = u.src[0]
+  while u.op is _VIEW and len(u.src) == 1 and u.src[0].op is not _BUFFER: u = u.src[0]
   return u
 
 def forced_only(op: UOp) -> bool:
   """A CONTIGUOUS the graph builder put around an op only to force its store (not a user's .contiguous())."""
-  return op.op is Ops.CONTIGUOUS and not computed(under_views(op.src[0]))
+  return op.op is _CONTIGUOUS and not computed(under_views(op.src[0]))
 
 def value_of(u: UOp) -> UOp:
   """The op a computed buffer holds, without a CONTIGUOUS that only forced its store."""
@@ -64,7 +69,7 @@ class BigGraph:
 
 def _dependencies(lb: LazyBuffer) -> tuple[LazyBuffer, ...]:
   if lb.base is not lb: return (lb.base,)
-  return () if lb.realized is not None or lb.op is Ops.CONST else tuple(lb.srcs)
+  return () if lb.realized is not None or lb.op is _CONST else tuple(lb.srcs)
 
 def _post_order(outs: list[LazyBuffer]) -> list[LazyBuffer]:
   """Every LazyBuffer the outputs depend on, each after its dependencies (depth first, sources left to right).
@@ -104,18 +109,18 @@ class _Builder:
   def computed_op(self, lb: LazyBuffer) -> tuple[UOp, UOp]:
     """(BUFFER, op) of a buffer to compute; an ASSIGN writes into its target's BUFFER instead of a new one."""
     srcs = tuple(self.node[id(s)] for s in lb.srcs)
-    if lb.op is Ops.ASSIGN: return srcs[0].buf_uop, UOp(Ops.ASSIGN, lb.dtype, (srcs[0].buf_uop, srcs[1]), lb.arg)
-    return self.new_buffer(lb), UOp(lb.op, lb.dtype, srcs, None if lb.op in (Ops.CAST, Ops.BITCAST) else lb.arg)
+    if (op := lb.op) is _ASSIGN: return srcs[0].buf_uop, UOp(_ASSIGN, lb.dtype, (srcs[0].buf_uop, srcs[1]), lb.arg)
+    return self.new_buffer(lb), UOp(op, lb.dtype, srcs, None if op in _NO_ARG else lb.arg)
 
   def add(self, lb: LazyBuffer) -> None:
     if lb.base is not lb: self.node[id(lb)] = self.node[id(lb.base)].view(lb.st); return
-    if lb.realized is None and lb.op is Ops.CONST: self.node[id(lb)] = self.constant(lb); return
+    if lb.realized is None and lb.op is _CONST: self.node[id(lb)] = self.constant(lb); return
     if lb.realized is not None:
-      self.node[id(lb)] = UOp(Ops.VIEW, lb.dtype, (self.new_buffer(lb),), lb.st)
+      self.node[id(lb)] = UOp(_VIEW, lb.dtype, (self.new_buffer(lb),), lb.st)
       return
     b, op = self.computed_op(lb)
-    if lb.forced_realize: op = UOp(Ops.CONTIGUOUS, lb.dtype, (op,))
-    self.node[id(lb)] = UOp(Ops.VIEW, lb.dtype, (b, op), lb.st)
+    if lb.forced_realize: op = UOp(_CONTIGUOUS, lb.dtype, (op,))
+    self.node[id(lb)] = UOp(_VIEW, lb.dtype, (b, op), lb.st)
     if lb.metadata is not None: self.graph.metadata[b] = lb.metadata
     self.graph.lazy_of[lb.buffer] = lb
 

@@ -19,6 +19,7 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
 `rewrite_kernel` is pure: the same pre-sink and assign targets give the same AST, in any process.
 """
 from __future__ import annotations
+import itertools, operator
 from dataclasses import dataclass
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, resolve
@@ -197,6 +198,10 @@ def finish_and_number() -> PatternMatcher:
   before). Built from the module's matchers as they are now, so a patched one is used."""
   return _combine(finish_rules, number_rules)
 
+# the two pairs every process needs, built at import rather than inside its first schedule (building a matcher inspects
+# every rule's signature: ~75 us each); a patched matcher still gets a pair of its own on first use
+_combine(inline_rules, own_store_rules); _combine(finish_rules, number_rules)  # noqa: E702
+
 # *** the pass ***
 
 def _assign_read_ok(st: ShapeTracker) -> bool:
@@ -223,7 +228,7 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
   sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
   # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
-  if any(x.op is Ops.ASSIGN for x in topo_of(pre)):
+  if Ops.ASSIGN in {x.op for x in topo_of(pre)}:  # (a set of ops: no Ops.X read per node, see scheduling/bigraph.py)
     topo = sink.toposort()
     targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
     if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
@@ -251,11 +256,12 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
   order: list[UOp] = []
   new: dict[UOp, UOp] = {}
+  renamed, BUFFER = new.__getitem__, Ops.BUFFER  # (Ops.X read once: see scheduling/bigraph.py)
   for u in topo_of(pre):
-    if u.op is Ops.BUFFER:
-      new[u] = UOp(Ops.BUFFER, u.dtype, (), (len(order), u.arg[1]))
+    if u.op is BUFFER:
+      new[u] = UOp(BUFFER, u.dtype, (), (len(order), u.arg[1]))
       order.append(u)
-    elif u.src and (src := tuple(map(new.__getitem__, u.src))) != u.src: new[u] = UOp(u.op, u.dtype, src, u.arg)
+    elif (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = UOp(u.op, u.dtype, s, u.arg)
     else: new[u] = u
   canon = new[pre]
   # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
@@ -263,24 +269,50 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
   return canon, order
 
-def rules_fingerprint() -> tuple:
-  """Everything the scheduler runs: the functions and matchers of schedule.py and of every pass module (fusion's
-  methods too), the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py
-  `_runnable`). Any monkeypatch of one of them (a rule change in a running process) changes it. The objects
-  themselves, compared by identity (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot
-  come back as a new one's."""
+def _rule_namespaces() -> list:
+  """The namespaces whose objects rules_fingerprint reads: schedule.py and every pass module (fusion's methods too),
+  the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`)."""
   import sys
   from tinysched import rewrite, shape
   from tinysched.scheduling import bigraph, stores, fusion, order
   from tinysched.codegen import kernel, lowerer, folds
-  facade = vars(sys.modules["tinysched.schedule"]).values() if "tinysched.schedule" in sys.modules else ()
-  objs = [*globals().values(), *vars(bigraph).values(), *vars(stores).values(), *vars(fusion).values(), *vars(fusion._Fusion).values(),
-          *vars(order).values(), *facade,
-          *vars(rewrite).values(), *vars(rewrite.PatternMatcher).values(), *vars(shape.ShapeTracker).values(), *vars(shape.View).values(),
-          *vars(kernel).values(), *vars(kernel.Kernel).values(), *vars(lowerer).values(), *vars(folds).values()]
-  return tuple(o for o in objs if callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple)))
+  facade = [vars(sys.modules["tinysched.schedule"])] if "tinysched.schedule" in sys.modules else []
+  return [globals(), vars(bigraph), vars(stores), vars(fusion), vars(fusion._Fusion), vars(order), *facade, vars(rewrite),
+          vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel), vars(lowerer),
+          vars(folds)]
 
-def same_rules(a: tuple, b: tuple) -> bool: return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+# the last fingerprint and the namespace values it was read from: [values, fingerprint]. Updated in place: this list is
+# itself a value of a namespace read, and must stay the same object
+_last_fingerprint: list = [(), ()]
+
+def _is_rule(o) -> bool: return callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple))
+
+def rules_fingerprint() -> tuple:
+  """Everything the scheduler runs: the functions and matchers of the namespaces of `_rule_namespaces`. Any monkeypatch
+  of one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
+  (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
+  Asked on every schedule: the filtered tuple is rebuilt only when a rule among the namespace values is another object
+  than at the last call (the identity comparison runs in C; the filter does not). State that is no rule (the tensor
+  memo of schedule.py, replaced when it is reset) may change without a rebuild."""
+  values = tuple(itertools.chain.from_iterable([ns.values() for ns in _rule_namespaces()]))
+  last, fp = _last_fingerprint
+  # identity, not ==: a patch may put an equal but new object in place (a copied tuple of passes)
+  if len(last) == len(values):
+    same, i = list(map(operator.is_, last, values)), -1
+    try:
+      while True:
+        i = same.index(False, i + 1)  # a value replaced since the last call: a rule, or a rule now?
+        if _is_rule(last[i]) or _is_rule(values[i]): break
+    except ValueError:  # none of the replaced values is a rule: the same rules, in the same order
+      _last_fingerprint[:] = [values, fp]  # (the pair in one step)
+      return fp
+  fp = tuple(o for o in values if _is_rule(o))
+  _last_fingerprint[:] = [values, fp]
+  return fp
+
+def same_rules(a: tuple, b: tuple) -> bool:
+  # (the same tuple: rules_fingerprint hands out its last one again while nothing changed)
+  return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 class KernelMemo:
   """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh

@@ -1,0 +1,103 @@
+"""The scheduler's shortcuts for speed: each must give what the long way gives, and notice when its inputs change."""
+import gc
+import pytest
+from tinysched import Tensor
+import tinysched.schedule as S
+from tinysched.scheduling import kernel_ast as KA, fusion, bigraph
+from tinysched.codegen import lowerer
+from tinysched.scheduling.kernel_ast import rules_fingerprint, same_rules
+
+def _slow_fingerprint() -> tuple:
+  # the fingerprint read afresh, without the memo: what rules_fingerprint must always equal
+  KA._last_fingerprint[:] = [(), ()]
+  return rules_fingerprint()
+
+def test_the_fingerprint_is_kept_while_nothing_changes():
+  fp = rules_fingerprint()
+  assert rules_fingerprint() is fp and same_rules(fp, _slow_fingerprint())
+
+@pytest.mark.parametrize("patch", [
+  lambda mp: mp.setattr(KA, "views_down", KA.views_down + KA.compose_rules),             # a matcher of a pass module
+  lambda mp: mp.setattr(fusion._Fusion, "group_reduce", lambda self, *a, **k: None),     # a method (class namespace)
+  lambda mp: mp.setattr(lowerer, "LOWERING_PASSES", tuple(list(lowerer.LOWERING_PASSES))),  # an equal tuple, a new object
+  lambda mp: mp.setattr(bigraph, "a_new_rule", lambda u: u, raising=False),              # a new name
+  lambda mp: mp.delattr(bigraph, "under_views"),                                         # a name gone
+  lambda mp: mp.setattr(bigraph, "under_views", 0),                                      # a rule replaced by no rule
+])
+def test_the_fingerprint_sees_every_patch(monkeypatch, patch):
+  before = rules_fingerprint()
+  patch(monkeypatch)
+  after = rules_fingerprint()
+  assert not same_rules(before, after) and same_rules(after, _slow_fingerprint())
+  monkeypatch.undo()
+  back = rules_fingerprint()
+  assert not same_rules(back, after) and same_rules(back, _slow_fingerprint())
+
+def test_cycle_collection_resumes_after_a_schedule():
+  assert gc.isenabled()
+  (Tensor.ones(4, 4).contiguous() + 1).schedule()
+  assert gc.isenabled()
+
+def test_cycle_collection_resumes_after_a_failed_schedule(monkeypatch):
+  def boom(*a, **k): raise S.ScheduleError("planted")
+  monkeypatch.setattr(S, "group_stores", boom)
+  with pytest.raises(S.ScheduleError, match="planted"): (Tensor.ones(4, 4).contiguous() + 1).schedule()
+  assert gc.isenabled()
+
+def test_cycle_collection_switched_off_by_the_caller_stays_off():
+  gc.disable()
+  try:
+    (Tensor.ones(4, 4).contiguous() + 1).schedule()
+    assert not gc.isenabled()
+  finally: gc.enable()
+
+def test_no_cycle_collection_while_scheduling(monkeypatch):
+  seen = []
+  orig = S.group_stores
+  monkeypatch.setattr(S, "group_stores", lambda *a, **k: (seen.append(gc.isenabled()), orig(*a, **k))[1])
+  (Tensor.ones(4, 4).contiguous() + 1).schedule()
+  assert seen == [False]
+
+def test_the_fingerprint_is_kept_when_only_state_changes(monkeypatch):
+  fp = rules_fingerprint()
+  monkeypatch.setattr(S, "_TENSOR_MEMO", S.KernelMemo())  # a reset memo is no rule change
+  assert rules_fingerprint() is fp
+  monkeypatch.setattr(S, "_TENSOR_MEMO", lambda: None)    # a rule where there was none is
+  assert not same_rules(rules_fingerprint(), fp)
+
+def test_a_dead_node_frees_its_intern_entry_and_a_live_one_keeps_it():
+  import tinysched.uop as U
+  from tinysched.ops import Ops
+  from tinysched.dtype import dtypes
+  def key(n): return (Ops.CONST, dtypes.int32, (), U._intern_arg(n))
+  a = U.UOp(Ops.CONST, dtypes.int32, (), 987654321)
+  assert U._ucache[key(987654321)]() is a
+  del a
+  assert key(987654321) not in U._ucache
+  b = U.UOp(Ops.CONST, dtypes.int32, (), 987654322)
+  r = U._ucache[key(987654322)]
+  U._forget(r)  # a stale callback for the key (its node alive): the entry stays
+  assert U._ucache[key(987654322)]() is b and U.UOp(Ops.CONST, dtypes.int32, (), 987654322) is b
+
+def test_the_prebuilt_matcher_pairs_follow_a_patched_matcher(monkeypatch):
+  built = KA.finish_and_number()
+  assert KA.finish_and_number() is built and built.rule_names() == KA.finish_rules.rule_names() + KA.number_rules.rule_names()
+  patched = KA.PatternMatcher([(r[0], r[1], r[2]) for r in KA.finish_rules.rules[:-1]], name="finish_rules")
+  monkeypatch.setattr(KA, "finish_rules", patched)
+  assert KA.finish_and_number().rule_names() == patched.rule_names() + KA.number_rules.rule_names()
+
+def test_leaves_a_rule_can_match_are_still_rewritten():
+  from tinysched.ops import Ops
+  from tinysched.dtype import dtypes
+  from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
+  from tinysched.uop import UOp
+  one, two = UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)
+  x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("x", 0, 9))
+  tree = UOp(Ops.ADD, dtypes.int32, (UOp(Ops.MUL, dtypes.int32, (x, one)), one))
+  # a rule for leaves of an op, and one for the same op that needs a source (it never matches a leaf)
+  pm = PatternMatcher([(UPat(Ops.CONST, arg=1), lambda: two, "one_is_two"),
+                       (UPat(Ops.DEFINE_VAR, src=(UPat(),)), lambda: one, "never_a_leaf")])
+  assert pm.leaf_rules == frozenset({Ops.CONST})
+  track: list = []
+  out = graph_rewrite(tree, pm, track=track)
+  assert out is UOp(Ops.ADD, dtypes.int32, (UOp(Ops.MUL, dtypes.int32, (x, two)), two)) and [t[0] for t in track] == ["one_is_two"]
