@@ -93,3 +93,15 @@ def test_the_collector_is_unfrozen_after_the_workers_fork(db):
   rep = check([str(db)], jobs=2)
   assert rep.workers == 2 and rep.counts()["identical"] == len(rep.results)
   assert gc.get_freeze_count() == before
+
+def test_replaying_makes_no_sqlite_utils_database(db, monkeypatch):
+  # read-only stores make theirs on first use (replay reads through plain SQL; the first one loads plugins)
+  import replay.store as S
+  def refuse(conn): raise AssertionError("a sqlite_utils.Database was made for a read-only replay")
+  monkeypatch.setattr(S.sqlite_utils, "Database", refuse)
+  rep = check([str(db)], jobs=1)
+  assert rep.counts()["identical"] == len(rep.results) > 0
+  monkeypatch.undo()
+  s = Store(db, readonly=True)
+  try: assert s.db.table_names()  # (still there when asked for)
+  finally: s.close()
