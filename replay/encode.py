@@ -321,15 +321,14 @@ class _Decoder:
   # everything and says why), so it can only accept what `_node` accepts and builds the same UOp. The node checks
   # themselves (_check_node) are shared, not copied.
   def _fast_node(self, i: int, n: Any) -> UOp:
-    if type(n) is not list or len(n) != 4: return self._node(i, n)
-    name, dt, srcs, a = n
     try:
+      name, dt, srcs, a = n  # (a ValueError or TypeError for anything but 4 things)
+      if type(n) is not list or type(srcs) is not list: raise _Slow
       op = _OPS[name]  # a KeyError, or a TypeError for an unhashable name: the slow path says which
       dtype = _fast_dtype(dt)
-      if type(srcs) is not list: return self._node(i, n)
       uops = self.uops
       for s in srcs:
-        if type(s) is not int or s < 0: return self._node(i, n)  # (bools too: a reference is a plain int)
+        if type(s) is not int or s < 0: raise _Slow  # (bools too: a reference is a plain int)
       src = tuple([uops[s] for s in srcs])  # an IndexError for a reference to a later node
       arg = a if a is None else self._fast_arg(a, 0)
       _check_node(op, dtype, src, arg, "")
