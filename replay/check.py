@@ -1,6 +1,6 @@
 """`replay check`: replay every stored capture of one or more stores, in parallel, and group the changes."""
 from __future__ import annotations
-import hashlib, json, multiprocessing as mp, os, sys, time
+import gc, hashlib, json, multiprocessing as mp, os, sys, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from replay.store import Store, StoreError
@@ -57,10 +57,24 @@ def _select(store: Store, level: str | None, label: str | None, key: str | None,
   if shard is not None: rows = [r for r in rows if shard_of(f"{r['level']}:{r['input_key']}", shard[1]) == shard[0]]
   return rows
 
+# the kernel rewrites one process has done during one check(), shared by every chunk it replays (a chunk used to get a
+# fresh memo: a store cut into several chunks, or two stores of one model, rewrote the same kernels again). KernelMemo is
+# keyed by the canonical kernel, so sharing it across rows is what one chunk always did; a memo never outlives the
+# check() that made it (a later call may run patched code the fingerprint does not see) and is dropped past the size
+# the scheduler allows its own long-lived memo.
+_MEMO: Any = None
+
+def _memo() -> Any:
+  global _MEMO
+  from tinysched.scheduling.kernel_ast import KernelMemo, rules_fingerprint, same_rules
+  from tinysched.schedule import TENSOR_MEMO_SIZE
+  fp = rules_fingerprint()  # once per chunk: the rules cannot change in the middle of one
+  if _MEMO is None or not same_rules(_MEMO.fingerprint, fp) or len(_MEMO.entries) >= TENSOR_MEMO_SIZE: _MEMO = KernelMemo(fp)
+  return _MEMO
+
 def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
   path, rows, detail, exec_mode, reoptimize = args
-  from tinysched.scheduling.kernel_ast import KernelMemo, rules_fingerprint
-  kernels = KernelMemo(rules_fingerprint())  # this chunk's rows share kernel rewrites (the rules cannot change meanwhile)
+  kernels = _memo()
   store = Store(path, readonly=True)
   try:
     out: list[Result] = []
@@ -76,6 +90,9 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
         continue
       full: dict | None = {} if exec_mode else None
       r = replay_row(store, row, detail, full, kernels, reoptimize)
+      # whole schedules are remembered by big graph: every row is a new input here (repeats are copied above), so they
+      # would only keep each row's graph alive; and a row of another store with the same input is scheduled again
+      kernels.schedules.clear()
       if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
         # the execution check's job, from the output just computed; exec_report takes it (never in a report)
         from replay.execcheck import prebuild
@@ -91,49 +108,77 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
   """Replay every selected row of `paths` with the current code. `exec_mode` ("changed" or "all", as exec_report will
   be called): also build the execution check's jobs while the current outputs are at hand. `reoptimize`: program rows
   choose their opts with the current heuristic instead of replaying the stored ones (replay/runner.py replay_row)."""
+  global _MEMO
   rep = Report(sources=[str(p) for p in paths], shard=f"{shard[0]}/{shard[1]}" if shard else None)
   t0 = time.perf_counter()
-  tasks: list[tuple[str, list[dict], bool, str | None, bool]] = []
+  selected: list[tuple[str, list[dict]]] = []
   for p in paths:
     try: store = Store(p, readonly=True)
     except StoreError as e:
       rep.fatal.append(str(e))
       continue
     try:
-      rows = _select(store, level, label, key, shard)
+      selected.append((str(p), _select(store, level, label, key, shard)))
       rep.accepted += [{**a, "db": str(p)} for a in store.accepts()]
     finally: store.close()
-    tasks += _chunks(str(p), rows, detail, max(64, -(-len(rows) // (2 * max(1, jobs or os.cpu_count() or 1)))), exec_mode,
-                     reoptimize)
-  total = sum(len(t[1]) for t in tasks)
   jobs = max(1, jobs or os.cpu_count() or 1)
+  tasks = _plan(selected, jobs, detail, exec_mode, reoptimize)
+  total = sum(len(t[1]) for t in tasks)
   rep.workers = min(jobs, max(1, len(tasks)))
   done = 0
-  if rep.workers == 1:
-    for t in tasks:
-      rep.results += _work(t)
-      done += len(t[1])
-      if progress: progress(done, total)
-  else:
-    with mp.get_context("fork").Pool(rep.workers) as pool:
-      for res in pool.imap_unordered(_work, tasks):
-        rep.results += res
-        done += len(res)
+  _MEMO = None  # (see _memo: one per check() and process)
+  try:
+    if rep.workers == 1:
+      for t in tasks:
+        rep.results += _work(t)
+        done += len(t[1])
         if progress: progress(done, total)
+    else:
+      # the memo made here (its fingerprint imports the scheduler's and codegen's modules) is inherited by the workers:
+      # each would otherwise import (compile, without .pyc files) those modules again
+      _memo()
+      # the workers are forked: objects the collector never moves stay shared with this process, instead of being
+      # copied page by page into each worker when its first collections touch them
+      gc.freeze()
+      try: pool = mp.get_context("fork").Pool(rep.workers)
+      finally: gc.unfreeze()
+      with pool:
+        for res in pool.imap_unordered(_work, tasks):
+          rep.results += res
+          done += len(res)
+          if progress: progress(done, total)
+  finally: _MEMO = None
   rep.results.sort(key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
   rep.elapsed = time.perf_counter() - t0
   return rep
 
-def _chunks(path: str, rows: list[dict], detail: bool, size: int, exec_mode: str | None = None,
+def _plan(selected: list[tuple[str, list[dict]]], jobs: int, detail: bool, exec_mode: str | None,
+          reoptimize: bool) -> list[tuple[str, list[dict], bool, str | None, bool]]:
+  """The chunks of (store path, its selected rows), in the order they are handed out: about four per worker by
+  estimated cost, whatever the stores' sizes (one store per chunk left one worker with most of 65 rows), the costliest
+  first (so none is left alone for the end)."""
+  budget = sum(_cost(r) for _, rows in selected for r in rows) / (4 * jobs)
+  tasks = [t for p, rows in selected for t in _chunks(p, rows, detail, budget, exec_mode, reoptimize)]
+  tasks.sort(key=lambda t: (-sum(_cost(r) for r in t[1]), t[0], t[1][0]["level"], t[1][0]["input_key"]))
+  return tasks
+
+def _cost(row: dict) -> int:
+  """A row's replay cost in arbitrary units, to balance chunks: its input's node count (what decoding and scheduling
+  grow with, within about 2x on the committed captures) plus a fixed part per row."""
+  n = row.get("node_count")
+  return 20 + (n if type(n) is int and n > 0 else 100)
+
+def _chunks(path: str, rows: list[dict], detail: bool, budget: float, exec_mode: str | None = None,
             reoptimize: bool = False) -> list[tuple[str, list[dict], bool, str | None, bool]]:
-  """About two chunks per worker (each worker warms its caches once), never splitting rows of one input."""
+  """Chunks of about `budget` estimated cost (see _cost), never splitting rows of one input."""
   # rows with the same input go to one chunk so they are replayed once
   rows = sorted(rows, key=lambda r: (r["level"], r["input_key"], r["run_id"], r["seq"]))
-  out, cur = [], []
+  out, cur, cost = [], [], 0
   for r in rows:
-    if len(cur) >= size and (cur[-1]["level"], cur[-1]["input_key"]) != (r["level"], r["input_key"]):
-      out.append((path, cur, detail, exec_mode, reoptimize)); cur = []
+    if cur and cost >= budget and (cur[-1]["level"], cur[-1]["input_key"]) != (r["level"], r["input_key"]):
+      out.append((path, cur, detail, exec_mode, reoptimize)); cur, cost = [], 0
     cur.append(r)
+    cost += _cost(r)
   if cur: out.append((path, cur, detail, exec_mode, reoptimize))
   return out
 

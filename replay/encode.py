@@ -163,6 +163,44 @@ def _dec_dtype(x: Any, where: str) -> DType:
   _DTYPE_DEC[k] = d  # bounded: names x widths x ptr
   return d
 
+class _Slow(Exception):
+  """The fast decoding path does not handle this node: decode it with the checking path."""
+
+# what the fast path's lookups and conversions raise on input they do not handle (an unknown name, an unhashable key,
+# a forward reference, float.fromhex's ValueError and OverflowError, the shared node checks): the node goes to `_node`
+_HAND_OVER = (_Slow, KeyError, TypeError, IndexError, ValueError, OverflowError, IncompatibleCapture)
+
+def _fast_dtype(x: Any) -> DType:
+  """A dtype decoded before (only `_dec_dtype` fills the table, after its checks). Exact types: JSON true == 1 in a key."""
+  if type(x) is dict:
+    n, ptr = x.get("n"), x.get("ptr")
+    if (n is None or type(n) is int) and (ptr is None or type(ptr) is int) and len(x) == 1 + (n is not None) + (ptr is not None) \
+       and (d := _DTYPE_DEC.get((x.get("dt"), n, ptr))) is not None: return d
+  raise _Slow
+
+def _fast_view(w: Any) -> View:
+  """An int-only view decoded before (only `_Decoder._view` fills the cache, after its checks); anything else: _Slow."""
+  if type(w) is dict and len(w) == 1 and type(f := w.get("v")) is list and len(f) == 4:
+    sh, sd, off, mk = f
+    if type(sh) is dict and type(sd) is dict and type(off) is int and len(sh) == 1 and len(sd) == 1:
+      shape, strides = sh.get("t"), sd.get("t")
+      if type(shape) is list and type(strides) is list:
+        for e in shape:
+          if type(e) is not int: raise _Slow
+        for e in strides:
+          if type(e) is not int: raise _Slow
+        if mk is None: mask = None
+        elif type(mk) is dict and len(mk) == 1 and type(ml := mk.get("t")) is list:
+          ms = []
+          for m in ml:
+            if not (type(m) is dict and len(m) == 1 and type(be := m.get("t")) is list and len(be) == 2 and type(be[0]) is int
+                    and type(be[1]) is int): raise _Slow
+            ms.append((be[0], be[1]))
+          mask = tuple(ms)
+        else: raise _Slow
+        if (v := _VIEW_CACHE.get((tuple(shape), tuple(strides), off, mask))) is not None: return v
+  raise _Slow
+
 def _is_scalar(d: DType) -> bool: return not isinstance(d, PtrDType) and d.count == 1 and d is not dtypes.void
 
 class _Decoder:
@@ -178,7 +216,8 @@ class _Decoder:
     self.doc = doc
     self.uops: list[UOp] = []
     self.sym_ok: set[UOp] = set()  # nodes checked to be symbolic integer expressions
-    for i, n in enumerate(nodes): self.uops.append(self._node(i, n))
+    fast, uops = self._fast_node, self.uops
+    for i, n in enumerate(nodes): uops.append(fast(i, n))
     if "opts" in doc: _check_opts(doc["opts"])
     if "target" in doc: _check_target(doc["target"])
     # checked here, whichever decoder asks: a document is valid or not as a whole
@@ -276,6 +315,49 @@ class _Decoder:
     _check_node(op, dtype, src, arg, where)
     try: return UOp(op, dtype, src, arg)
     except (TypeError, ValueError) as e: raise IncompatibleCapture(f"{where}: {e}") from None
+
+  # The fast path: the shapes real captures have (plain args, int-only views, cached dtypes) decoded with less per-node
+  # Python. It never decides that a node is bad: at the first doubt it hands the whole node to `_node` (which checks
+  # everything and says why), so it can only accept what `_node` accepts and builds the same UOp. The node checks
+  # themselves (_check_node) are shared, not copied.
+  def _fast_node(self, i: int, n: Any) -> UOp:
+    try:
+      name, dt, srcs, a = n  # (a ValueError or TypeError for anything but 4 things)
+      if type(n) is not list or type(srcs) is not list: raise _Slow
+      op = _OPS[name]  # a KeyError, or a TypeError for an unhashable name: the slow path says which
+      dtype = _fast_dtype(dt)
+      uops = self.uops
+      for s in srcs:
+        if type(s) is not int or s < 0: raise _Slow  # (bools too: a reference is a plain int)
+      src = tuple([uops[s] for s in srcs])  # an IndexError for a reference to a later node
+      arg = a if a is None else self._fast_arg(a, 0)
+      _check_node(op, dtype, src, arg, "")
+      return UOp(op, dtype, src, arg)
+    except _HAND_OVER: return self._node(i, n)
+
+  def _fast_arg(self, x: Any, depth: int) -> Any:
+    t = type(x)
+    if t is int:
+      if INT_LO <= x <= INT_HI: return x
+      raise _Slow
+    if x is None or t is bool: return x
+    if t is str:
+      if len(x) <= MAX_STR: return x
+      raise _Slow
+    if t is not dict or depth >= 8: raise _Slow  # deeper nesting is rare: `arg` counts it against MAX_ARG_DEPTH
+    if len(x) == 1:
+      (tag, v), = x.items()
+      if tag == "t" and type(v) is list and len(v) <= MAX_TUPLE: return tuple([self._fast_arg(e, depth + 1) for e in v])
+      if tag == "st" and type(v) is list and 1 <= len(v) <= MAX_DIMS:
+        views = tuple([_fast_view(w) for w in v])
+        if (cst := _ST_CACHE.get(views)) is None:
+          if len(_ST_CACHE) > 65536: _ST_CACHE.clear()
+          cst = _ST_CACHE[views] = ShapeTracker(views)
+        return cst
+      if tag == "op" and type(v) is str: return _OPS[v]
+      if tag == "f" and type(v) is str and len(v) <= 64: return float.fromhex(v)
+      if tag != "dt": raise _Slow  # node references ("u") and views outside a shape tracker
+    return _fast_dtype(x)
 
   def roots(self) -> list[UOp]:
     r = self.doc.get("roots")
