@@ -96,7 +96,7 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
       if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
         # the execution check's job, from the output just computed; exec_report takes it (never in a report)
         from replay.execcheck import prebuild
-        r.exec_job = prebuild(store, row, {"output": full.pop("output"), **full})  # type: ignore[attr-defined]
+        r.exec_job = prebuild(store, row, {"output": full.pop("output"), **full, "identical": r.outcome == "identical"})  # type: ignore[attr-defined]
       memo[k] = r
       out.append(r)
     return out

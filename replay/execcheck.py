@@ -68,6 +68,15 @@ class _Sides:
   @property
   def paired(self) -> bool: return self.new_key is not None
   def input(self) -> bytes: return self.store.blob(self.input_key)
+  def decoded_input(self, decode: Callable[[bytes], Any]) -> Any:
+    """The stored input decoded: as the replay decoded it when it hands it over (current["inputs"]), else from the store."""
+    if self.current is not None and "inputs" in self.current: return self.current["inputs"]
+    return decode(self.input())
+  @property
+  def identical(self) -> bool:
+    """The current output is byte-identical to the stored one (the replay compared their keys): the stored output then
+    decodes to the very objects the current code made (decoding is interning), which need not be decoded again."""
+    return bool(self.current is not None and self.current.get("identical"))
   def old_output(self) -> bytes: return self.old_store.blob(self.stored_key)
   def new_output(self) -> bytes: return self.store.blob(self.new_key)
 
@@ -75,17 +84,19 @@ def _kernel_job(src: _Sides, names: dict) -> dict:
   from replay.runner import decode_output
   from replay.encode import decode_kernel_input, bound_values
   from tinysched.schedule import full_ast_rewrite
-  pre, vv, asg = decode_kernel_input(src.input())
+  pre, vv, asg = src.decoded_input(decode_kernel_input)
   names.update(bound_values(pre, vv))
   if src.paired: new_ast, new_map = decode_output("kernel", src.new_output()), list((src.new_ex or {}).get("bufs") or [])
   elif src.current is not None: new_ast, new_map = src.current["output"], list(src.current["bufs"])
   else:
     new_ast, ctx = full_ast_rewrite(pre, vv, asg)
     new_map = [b.arg[0] for b in ctx.bufs]
-  old_ast = decode_output("kernel", src.old_output())
+  old_ast = new_ast if src.identical else decode_output("kernel", src.old_output())
   old_map = list(src.ex.get("bufs") or new_map)  # older rows have no map: the same signature as today's
   if not new_map: new_map = old_map
-  return {"specs": _specs(pre), "old": [["ast", _enc(old_ast), old_map]], "new": [["ast", _enc(new_ast), new_map]],
+  old_enc = _enc(old_ast)
+  new_enc = old_enc if new_ast is old_ast else _enc(new_ast)
+  return {"specs": _specs(pre), "old": [["ast", old_enc, old_map]], "new": [["ast", new_enc, new_map]],
           "reference": {"kind": "kernels", "side": "old"}, "domains": domains([pre])}
 
 def _schedule_job(src: _Sides, names: dict) -> dict:
@@ -93,7 +104,7 @@ def _schedule_job(src: _Sides, names: dict) -> dict:
   from replay.encode import decode_schedule_input, bound_values, encode_graph
   from tinysched.ops import Ops
   from tinysched.schedule import schedule_graph
-  graph, vv, flags = decode_schedule_input(src.input())
+  graph, vv, flags = src.decoded_input(decode_schedule_input)
   names.update(bound_values(graph, vv))
   if src.paired:
     new_asts, new_maps = decode_output("schedule", src.new_output()), (src.new_ex or {}).get("bufs")
@@ -103,10 +114,11 @@ def _schedule_job(src: _Sides, names: dict) -> dict:
     kernels, vv2 = (src.current["kernels"], src.current["var_vals"]) if src.current is not None else schedule_graph(graph, vv, flags)
     names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
     new = [["ast", _enc(k.ast), [b.arg[0] for b in k.bufs]] for k in kernels]
-  old_asts = decode_output("schedule", src.old_output())
+  old_asts = [k.ast for k in src.current["kernels"]] if src.identical and not src.paired else decode_output("schedule", src.old_output())
   maps = src.ex.get("bufs")
   if not maps or len(maps) != len(old_asts): return {"skip": "the capture has no buffer map for its kernels (re-capture it)"}
-  old = [["ast", _enc(a), list(m)] for a, m in zip(old_asts, maps)]
+  encoded = {id(k.ast): e[1] for k, e in zip(src.current["kernels"], new)} if src.identical and not src.paired else {}
+  old = [["ast", encoded.get(id(a)) or _enc(a), list(m)] for a, m in zip(old_asts, maps)]
   outputs = sorted({s.src[0].arg[0] for s in graph.src if s.op is Ops.VIEW and s.src and s.src[0].op is Ops.BUFFER})
   return {"specs": _specs(graph), "old": old, "new": new, "outputs": outputs, "domains": domains([graph]),
           "reference": {"kind": "graph", "graph": encode_graph([graph]).decode()}}
@@ -116,7 +128,7 @@ def _program_job(src: _Sides, names: dict) -> dict:
   from replay.program import replay_program_full, launch_json
   launch = src.ex.get("launch")
   if not launch: return {"skip": "the capture has no launch dimensions for its stored source (captured before they were recorded; re-capture it)"}
-  doc = parse(src.input())
+  doc = src.decoded_input(parse)
   ast = doc.roots()[0]
   if src.paired:
     new_src, new_launch = src.new_output().decode(), (src.new_ex or {}).get("launch")

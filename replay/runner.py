@@ -138,6 +138,7 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
+    if full is not None: full["inputs"] = inputs  # the execution check's job builder needs them too (replay.execcheck)
     reopt, host = reoptimize and row["level"] == "program" and not opts_given(row), None
     if reopt and (host := row_host(row)) is None:
       from replay.program import NO_HOST_NOTE
