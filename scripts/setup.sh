@@ -57,3 +57,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$py" -c "import tinysched,
 else
   step "Python packages up to date in $venv"
 fi
+# bytecode for our own packages, written here even when PYTHONDONTWRITEBYTECODE is set: the main job starts several
+# Python processes (replay workers, compile processes), and each would otherwise compile every module it imports again
+"$py" -m compileall -q tinysched replay >/dev/null || true
