@@ -60,7 +60,10 @@ def main() -> None:
     trees[f"baseline {a.baseline}"] = wt
   try:
     res: dict[str, dict] = {n: {"warm": [], "loads": [], "rc": set()} for n in trees}
-    for n, t in trees.items(): one(t, False)  # warm-up: set-up done, caches filled
+    for n, t in trees.items():
+      # what set-up does (scripts/setup.sh): bytecode written, for both trees alike (PYTHONDONTWRITEBYTECODE may be set)
+      subprocess.run([sys.executable, "-m", "compileall", "-q", "tinysched", "replay"], cwd=t, capture_output=True)
+      one(t, False)  # warm-up: set-up done, caches filled
     for _ in range(a.runs):
       for n, t in trees.items():  # interleaved: a slowdown of the machine hits both alike
         dt, load, rc = one(t, False)
