@@ -9,8 +9,8 @@ Memory: freed buffers go to a size-bucketed free list (4 buckets per power of tw
 when an allocation fails the free list is released and the allocation retried once.
 
 Programs are cached in memory and on disk (`$TINYSCHED_CACHE` or `~/.cache/tinysched`, subfolder
-`opencl/`), keyed by a hash of the source, the device name, the driver version and the platform
-version. A disk entry carries a checksum; an unreadable, corrupted or rejected binary is ignored
+`opencl/`), keyed by a hash of the source and `_device_ident` (the device name, the driver, platform and OpenCL
+versions). A disk entry carries a checksum; an unreadable, corrupted or rejected binary is ignored
 and the program is rebuilt from source. `TINYSCHED_DISK_CACHE=0` turns the disk cache off.
 
 Batch compiles (`OpenCLBackend.prebuild`): many kernels compiled as one program. A compiler's fixed cost per build
@@ -308,9 +308,7 @@ class _CLDevice:
     self.single_builds = 0               # programs built from one source (a batch hit avoids one): for tests and benches
 
   def cache_key(self, src: str) -> str:
-    d = self.device
-    ident = "\0".join([src, d.name, d.driver_version, d.platform.version, d.version])
-    return hashlib.sha256(ident.encode()).hexdigest()
+    return hashlib.sha256("\0".join([src, _device_ident(self.device)]).encode()).hexdigest()
 
   def kernel(self, name: str, src: str):
     if (k := self.kernels.get((name, src))) is not None: return k
@@ -364,9 +362,7 @@ class _CLDevice:
       self.batch_sources[h] = bsrc
     return prg if _holds(self.batch_sources[h], src) else None
 
-  def batch_ident(self, bsrc: str) -> bytes:
-    d = self.device
-    return "\0".join(["batch", bsrc, d.name, d.driver_version, d.platform.version, d.version]).encode()
+  def batch_ident(self, bsrc: str) -> bytes: return "\0".join(["batch", bsrc, _device_ident(self.device)]).encode()
 
   def prebuild(self, pairs: Sequence[tuple[str, str]], batch_size: int = BATCH_SIZE) -> int:
     """Compile the (name, source) pairs that are neither in memory nor on disk in batches (see the module docstring);
