@@ -536,6 +536,8 @@ def _job_kernels(jobs: list[dict]) -> list[list]:
         out.append(item)
   return out
 
+PRECOMPILE_MIN = 8  # fewer kernels than this: a compile process's start (~0.5 s) would cost about what batching saves
+
 def _precompile_cmd(device: str) -> list[str]: return [sys.executable, "-m", "replay.execcheck", "precompile", device]
 
 def _precompile_marker(device: str, items: list[list]) -> Path:
@@ -559,7 +561,7 @@ def precompile(jobs: list[dict], device: str, workers: int, progress: bool = Fal
   except Exception: return 0  # opening the device is the jobs' business: they report it
   if not compiles: return 0
   items = _job_kernels(jobs)
-  if not items: return 0
+  if len(items) < PRECOMPILE_MIN: return 0
   marker = _precompile_marker(device, items)
   if marker.exists(): return 0
   if progress: sys.stderr.write(f"  compiling {len(items)} kernels in batches (first run of this code on {device}) ...\n"); sys.stderr.flush()

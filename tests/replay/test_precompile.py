@@ -51,3 +51,7 @@ def test_a_compile_process_that_dies_costs_only_speed(db, tmp_path, monkeypatch)
   got, _ = _verdicts(db)
   assert set(got.values()) == {"equivalent"}
   assert not (tmp_path / "c" / "precompiled").exists()  # not marked done: the next run tries again
+
+def test_a_few_kernels_start_no_compile_process(counted):
+  jobs = [{"id": i, "old": [["src", f"k{i}", f"S{i}", {}]], "new": [["src", f"k{i}", f"S{i}", {}]]} for i in range(execcheck.PRECOMPILE_MIN - 1)]
+  assert execcheck.precompile(jobs, "OPENCL", 2) == 0 and not counted
