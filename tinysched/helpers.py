@@ -79,25 +79,40 @@ def cmod(a: int, b: int) -> int:
   return a - b * cdiv(a, b)
 
 # *** GlobalCounters: what has run since the last reset ***
+class _Deferred:
+  """A sum whose terms may be callables, called only when the sum is read: kernel times a device reports later (OpenCL
+  profiling events: reading one waits for its kernel), FLOPs at a launch's Variable values. Past `MAX` pending terms
+  the older ones are summed, all but the newest `keep` (those may still be running): bounded memory."""
+  MAX = 4096
+  __slots__ = ("total", "pending", "keep")
+  def __init__(self, total: Any = 0, keep: int = 0): self.total, self.pending, self.keep = total, [], keep
+  def add(self, x: Any) -> None:
+    if not callable(x):
+      self.total += x
+      return
+    self.pending.append(x)
+    if len(self.pending) > self.MAX: self.drain(self.keep)
+  def drain(self, keep: int = 0) -> None:
+    """Call every pending term but the newest `keep`."""
+    cut = max(len(self.pending) - keep, 0)
+    now, self.pending = self.pending[:cut], self.pending[cut:]
+    self.total += sum(f() for f in now)
+  def read(self) -> Any:
+    self.drain()
+    return self.total
+  def set(self, v: Any) -> None:
+    """The sum becomes `v`; pending terms are forgotten, not called."""
+    self.pending.clear()
+    self.total = v
+
+def _deferred_property(attr: str) -> property:
+  return property(lambda cls: getattr(cls, attr).read(), lambda cls, v: getattr(cls, attr).set(v))
+
 class _Counters(type):
-  """GlobalCounters' metaclass: `time_sum_s` is a class-level property, so the kernel times a device reports later
-  (OpenCL profiling events) are waited for only when the value is read, not at each launch."""
-  @property
-  def time_sum_s(cls) -> float:
-    cls._drain()
-    return cls._time_sum_s
-  @time_sum_s.setter
-  def time_sum_s(cls, v: float) -> None:
-    cls._pending.clear()
-    cls._time_sum_s = v
-  @property
-  def global_ops(cls) -> int:
-    cls._drain_ops()
-    return cls._global_ops
-  @global_ops.setter
-  def global_ops(cls, v: int) -> None:
-    cls._pending_ops.clear()
-    cls._global_ops = v
+  """GlobalCounters' metaclass: `time_sum_s` and `global_ops` are class-level properties over deferred sums, so the
+  kernel times a device reports later are waited for, and symbolic FLOPs computed, only when the value is read."""
+  time_sum_s = _deferred_property("_time")
+  global_ops = _deferred_property("_ops")
 
 class GlobalCounters(metaclass=_Counters):
   """tinygrad's counters of the work run since the last `GlobalCounters.reset()` (class attributes, process-wide):
@@ -113,12 +128,9 @@ class GlobalCounters(metaclass=_Counters):
     time per kernel (it runs synchronously). Copies add no time.
   """
   kernel_count: int = 0
-  _global_ops: int = 0
   global_mem: int = 0
-  _pending_ops: list = []  # callables -> FLOPs, one per launch at Variable values whose count is not computed yet
-  _time_sum_s: float = 0.0
-  _pending: list = []   # callables -> seconds, one per launch whose time the device has not reported yet
-  _PENDING_MAX = 4096   # beyond this the older half is read (long finished: no wait on the queue): bounded memory
+  _ops = _Deferred(0)                                 # FLOPs: a callable per launch at Variable values
+  _time = _Deferred(0.0, keep=_Deferred.MAX // 2)     # seconds: a callable per launch whose time is reported later
 
   @classmethod
   def reset(cls) -> None:
@@ -131,25 +143,6 @@ class GlobalCounters(metaclass=_Counters):
     """Add one item that ran: its FLOPs (a number, or a callable computing it when global_ops is read), its bytes, its
     time (None: not reported; a float: seconds; a callable: a device's later report, called when time_sum_s is read)."""
     cls.kernel_count += 1
-    if callable(ops):
-      cls._pending_ops.append(ops)
-      if len(cls._pending_ops) > cls._PENDING_MAX: cls._drain_ops()
-    else: cls._global_ops += ops
+    cls._ops.add(ops)
     cls.global_mem += mem
-    if t is None: return
-    if callable(t):
-      cls._pending.append(t)
-      if len(cls._pending) > cls._PENDING_MAX: cls._drain(keep=cls._PENDING_MAX // 2)
-    else: cls._time_sum_s += t
-
-  @classmethod
-  def _drain_ops(cls) -> None:
-    pending, cls._pending_ops = cls._pending_ops, []
-    cls._global_ops += sum(f() for f in pending)
-
-  @classmethod
-  def _drain(cls, keep: int = 0) -> None:
-    """Read the reports of all pending launches but the newest `keep` (those may still run: reading waits for them)."""
-    cut = max(len(cls._pending) - keep, 0)
-    pending, cls._pending = cls._pending[:cut], cls._pending[cut:]
-    cls._time_sum_s += sum(f() for f in pending)
+    if t is not None: cls._time.add(t)

@@ -146,20 +146,20 @@ def test_copy_counts_its_bytes(src, dst):
   np.testing.assert_array_equal(out.numpy(), a.numpy())
 
 def test_bounded_pending_times_never_wait_for_the_newest_launches(monkeypatch):
-  # past _PENDING_MAX, the older half of the pending device reports is read (bounded memory); the newest, which may
+  # past _Deferred.MAX, the older half of the pending device reports is read (bounded memory); the newest, which may
   # still be running, are not (reading one waits for its kernel). Planted: draining all of them calls the newest.
-  from tinysched.helpers import GlobalCounters as GC
-  GC.reset(); GC._pending = []
+  from tinysched.helpers import GlobalCounters as GC, _Deferred
+  GC.reset()
   called: list[int] = []
-  n = GC._PENDING_MAX + 1
+  n = _Deferred.MAX + 1
   for i in range(n): GC.count(0, 0, (lambda i=i: called.append(i) or 1e-6))
-  assert called and max(called) < n - GC._PENDING_MAX // 2 and len(GC._pending) == GC._PENDING_MAX // 2
+  assert called and max(called) < n - _Deferred.MAX // 2 and len(GC._time.pending) == _Deferred.MAX // 2
   assert abs(GC.time_sum_s - n * 1e-6) < 1e-9 and len(called) == n  # reading the total reads every report once
-  GC.reset(); GC._pending = []; called.clear()
-  monkeypatch.setattr(GC, "_drain", classmethod(lambda cls, keep=0: [f() for f in cls._pending] and cls._pending.clear()))
+  GC.reset(); called.clear()
+  monkeypatch.setattr(GC._time, "keep", 0)
   for i in range(n): GC.count(0, 0, (lambda i=i: called.append(i) or 1e-6))
   assert max(called) == n - 1  # the plant waited for the newest launch
-  GC._pending = []
+  GC.reset()
 
 def check_symbolic_flops(dev: str) -> None:
   """A jitted kernel over a Variable-sized view counts its FLOPs at each call's value (computed when global_ops is read)."""
