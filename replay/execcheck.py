@@ -524,30 +524,27 @@ def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], spec
 
 # *** batch compiles ahead of the jobs ***
 
-def _job_kernels(jobs: list[dict]) -> list[list]:
-  """The distinct kernel items of the jobs, both sides, in job order: ["ast", encoded] or ["src", name, source]."""
-  out: list[list] = []
-  seen: set[str] = set()  # membership only
+def _job_kernels(jobs: list[dict]) -> list[str]:
+  """The distinct kernel items of the jobs, both sides, in job order, as the JSON lines a compile process reads:
+  ["ast", encoded] or ["src", name, source]."""
+  out: dict[str, None] = {}  # insertion-ordered
   for j in sorted(jobs, key=lambda j: j["id"]):
     for it in list(j.get("old") or []) + list(j.get("new") or []):
-      item = ["ast", it[1]] if it[0] == "ast" else ["src", it[1], it[2]]
-      if (k := json.dumps(item)) not in seen:
-        seen.add(k)
-        out.append(item)
-  return out
+      out.setdefault(json.dumps(["ast", it[1]] if it[0] == "ast" else ["src", it[1], it[2]]))
+  return list(out)
 
 PRECOMPILE_MIN = 8  # fewer kernels than this: a compile process's start (~0.5 s) would cost about what batching saves
 
 def _precompile_cmd(device: str) -> list[str]: return [sys.executable, "-m", "replay.execcheck", "precompile", device]
 
-def _precompile_marker(device: str, items: list[list]) -> Path:
+def _precompile_marker(device: str, items: list[str]) -> Path:
   """A file that exists once these kernels were batch-compiled by this very code for this device: a warm run then
   starts no compile process. Only speed depends on it (a kernel whose cache entry is gone is compiled by its worker)."""
   import hashlib
   from tinysched.codegen.program_cache import code_fingerprint
   from tinysched.helpers import cache_root
   h = hashlib.sha256()
-  for part in [code_fingerprint(), device] + [json.dumps(it) for it in items]: h.update(part.encode() + b"\0")
+  for part in [code_fingerprint(), device, *items]: h.update(part.encode() + b"\0")
   return cache_root() / "precompiled" / h.hexdigest()
 
 def precompile(jobs: list[dict], device: str, workers: int, progress: bool = False) -> int:
@@ -570,7 +567,7 @@ def precompile(jobs: list[dict], device: str, workers: int, progress: bool = Fal
   procs = []
   for share in shares:
     f = tempfile.TemporaryFile(mode="w+")
-    f.write("".join(json.dumps(it) + "\n" for it in share)); f.seek(0)
+    f.write("".join(it + "\n" for it in share)); f.seek(0)
     procs.append((subprocess.Popen(_precompile_cmd(device), stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f))
   deadline = time.monotonic() + MIN_TIMEOUT_S + 2.0 * max(len(s) for s in shares)
   ok = True

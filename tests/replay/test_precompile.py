@@ -1,6 +1,6 @@
 """Batch compiles ahead of the execution check's jobs (replay.execcheck.precompile): the verdicts are those of a run
 without them, a warm run starts no compile process, and a compile process that dies costs only speed. Needs OpenCL."""
-import sys
+import json, sys
 import pytest
 from replay import execcheck
 from replay.check import check
@@ -28,7 +28,7 @@ def counted(monkeypatch):
 def test_job_kernels_are_distinct_and_in_job_order():
   jobs = [{"id": 1, "old": [["src", "k", "S", {}]], "new": [["ast", "B", [0]]]},
           {"id": 0, "old": [["ast", "A", [0, 1]]], "new": [["ast", "A", [1, 0]]]}]
-  assert execcheck._job_kernels(jobs) == [["ast", "A"], ["src", "k", "S"], ["ast", "B"]]
+  assert [json.loads(x) for x in execcheck._job_kernels(jobs)] == [["ast", "A"], ["src", "k", "S"], ["ast", "B"]]
 
 def test_cold_run_compiles_in_batches_and_gives_the_same_verdicts(db, tmp_path, monkeypatch, counted):
   monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path / "cold"))
