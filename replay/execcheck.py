@@ -114,11 +114,11 @@ def _schedule_job(src: _Sides, names: dict) -> dict:
     kernels, vv2 = (src.current["kernels"], src.current["var_vals"]) if src.current is not None else schedule_graph(graph, vv, flags)
     names.update({v.arg[0]: x for v, x in {**vv, **vv2}.items()})
     new = [["ast", _enc(k.ast), [b.arg[0] for b in k.bufs]] for k in kernels]
-  old_asts = [k.ast for k in src.current["kernels"]] if src.identical and not src.paired else decode_output("schedule", src.old_output())
+  # identical: the stored kernels are the current ones, already encoded in `new` (only a check's job has `current`)
+  old_encs = [e[1] for e in new] if src.identical else [_enc(a) for a in decode_output("schedule", src.old_output())]
   maps = src.ex.get("bufs")
-  if not maps or len(maps) != len(old_asts): return {"skip": "the capture has no buffer map for its kernels (re-capture it)"}
-  encoded = {id(k.ast): e[1] for k, e in zip(src.current["kernels"], new)} if src.identical and not src.paired else {}
-  old = [["ast", encoded.get(id(a)) or _enc(a), list(m)] for a, m in zip(old_asts, maps)]
+  if not maps or len(maps) != len(old_encs): return {"skip": "the capture has no buffer map for its kernels (re-capture it)"}
+  old = [["ast", e, list(m)] for e, m in zip(old_encs, maps)]
   outputs = sorted({s.src[0].arg[0] for s in graph.src if s.op is Ops.VIEW and s.src and s.src[0].op is Ops.BUFFER})
   return {"specs": _specs(graph), "old": old, "new": new, "outputs": outputs, "domains": domains([graph]),
           "reference": {"kind": "graph", "graph": encode_graph([graph]).decode()}}
@@ -382,12 +382,12 @@ def _graph_check(job: dict, sides: dict[str, "_Side"], host, specs, names) -> tu
   seen: dict[str, dict[int, np.ndarray]] = {}
   for name, side in sides.items():
     ident = json.dumps(job[name])
+    mine = set(_written_bufs(side))  # the interpreter writes only these, in place: the rest is read from host as it is
     if (bufs := seen.get(ident)) is None:
-      mine = set(_written_bufs(side))  # the interpreter writes only these, in place: the rest is read from host as it is
       bufs = {i: a.copy() if i in mine else a for i, a in host.items()}
       for it in side.items: _interpret(it, side, bufs, names)
       seen[ident] = bufs
-    for i in sorted(set(_written_bufs(side)) & set(written) - undefined):
+    for i in sorted(mine & set(written) - undefined):
       # the graph does not say which intermediates are stored (rounded, for bfloat16): see reference.evaluate
       c = compare(written[i], bufs[i], judged_as(specs[i][1].name, _asts(side)), intermediate_rounding=True)
       if not c["equal"]:

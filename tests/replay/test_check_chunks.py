@@ -59,9 +59,9 @@ def _verdicts(rep):
 def test_chunking_does_not_change_a_verdict(db, monkeypatch):
   whole = check([str(db)], jobs=1)
   assert whole.results and whole.counts()["identical"] == len(whole.results)
+  assert _verdicts(check([str(db)], jobs=2)) == _verdicts(whole)  # the default chunks, two workers
   monkeypatch.setattr(C, "_cost", lambda row: 10**9)  # every input its own chunk
-  one_each = check([str(db)], jobs=1)
-  assert _verdicts(one_each) == _verdicts(whole)
+  assert _verdicts(check([str(db)], jobs=1)) == _verdicts(whole)
   assert _verdicts(check([str(db)], jobs=2)) == _verdicts(whole)
 
 def _memos_seen(monkeypatch) -> list:
@@ -88,11 +88,14 @@ def test_plant_a_memo_kept_across_checks_goes_red(db, monkeypatch):
   monkeypatch.setattr(C, "_memo", lambda: kept[0] if kept else kept.append(orig()) or kept[0])
   with pytest.raises(AssertionError): test_one_memo_per_check_never_kept_for_the_next(db, monkeypatch)
 
-def test_the_collector_is_unfrozen_after_the_workers_fork(db):
+def test_the_collector_is_unfrozen_after_the_workers_fork(db, monkeypatch):
   before = gc.get_freeze_count()
+  frozen = []
+  real_freeze = gc.freeze
+  monkeypatch.setattr(C.gc, "freeze", lambda: frozen.append(1) or real_freeze())  # (C.gc is the gc module)
   rep = check([str(db)], jobs=2)
   assert rep.workers == 2 and rep.counts()["identical"] == len(rep.results)
-  assert gc.get_freeze_count() == before
+  assert frozen == [1] and gc.get_freeze_count() == before  # frozen for the fork, and unfrozen after
 
 def test_replaying_makes_no_sqlite_utils_database(db, monkeypatch):
   # read-only stores make theirs on first use (replay reads through plain SQL; the first one loads plugins)

@@ -52,6 +52,10 @@ def test_a_compile_process_that_dies_costs_only_speed(db, tmp_path, monkeypatch)
   assert set(got.values()) == {"equivalent"}
   assert not (tmp_path / "c" / "precompiled").exists()  # not marked done: the next run tries again
 
-def test_a_few_kernels_start_no_compile_process(counted):
-  jobs = [{"id": i, "old": [["src", f"k{i}", f"S{i}", {}]], "new": [["src", f"k{i}", f"S{i}", {}]]} for i in range(execcheck.PRECOMPILE_MIN - 1)]
-  assert execcheck.precompile(jobs, "OPENCL", 2) == 0 and not counted
+def test_a_few_kernels_start_no_compile_process(counted, tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  for v in ("TINYSCHED_DISK_CACHE", "REPLAY_PRECOMPILE"): monkeypatch.delenv(v, raising=False)
+  jobs = lambda n: [{"id": i, "old": [["src", f"k{i}", f"__kernel void k{i}(__global float* d) {{ d[0] = {i}.0f; }}\n", {}]],
+                     "new": []} for i in range(n)]
+  assert execcheck.precompile(jobs(execcheck.PRECOMPILE_MIN - 1), "OPENCL", 2) == 0 and not counted
+  assert execcheck.precompile(jobs(execcheck.PRECOMPILE_MIN), "OPENCL", 2) == execcheck.PRECOMPILE_MIN and counted  # one more: compiled
