@@ -409,3 +409,15 @@ def test_the_fp16_probe_answer_is_kept_per_device_and_driver(tmp_path, monkeypat
     clrt.probe_fp16.cache_clear()
     assert clrt.probe_fp16(d) and len(runs) == 2
   finally: clrt.probe_fp16.cache_clear()
+
+def test_an_fp16_probe_that_could_not_ask_is_not_kept(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
+  d = DEV.dev.device
+  answers = [None, True]
+  monkeypatch.setattr(clrt, "_run_fp16_probe", lambda dev: answers.pop(0))
+  clrt.probe_fp16.cache_clear()
+  try:
+    assert clrt.probe_fp16(d) is False  # not asked (a transient error): storage half now
+    clrt.probe_fp16.cache_clear()
+    assert clrt.probe_fp16(d) is True and not answers  # asked again by the next process, not read as "no"
+  finally: clrt.probe_fp16.cache_clear()

@@ -155,7 +155,7 @@ def _gpu_conv(k: Kernel, opts: list[Opt], axes: tuple[int, int, int, list[int]],
   thread of a wave of 256 threads on every compute unit): the measurement did not cover big batches."""
   co, col, ci, win = axes
   C, W, CI = _remaining(k, co, GLOBAL), _remaining(k, col, GLOBAL), _remaining(k, k.n_out + ci, LOOP)
-  if None in (C, W, CI) or prod(s for s in k.full_shape[:k.n_out]) > t.compute_units * 256 * 16: return False
+  if None in (C, W, CI) or prod(s for s in k.full_shape[:k.n_out] if type(s) is int) > t.compute_units * 256 * 16: return False
   uc = next((u for u in (8, 4, 2) if C % u == 0), 1)  # type: ignore[operator]
   lw = next((d for d in (14, 7, 16, 8) if W % d == 0), 1)  # type: ignore[operator]
   if CI % 16 or 16 * lw > t.max_work_group_size: return False  # type: ignore[operator]

@@ -159,22 +159,29 @@ def probe_fp16(d) -> bool:
   path = cache_dir() / f"fp16-probe-{hashlib.sha256((_device_ident(d) + _FP16_PROBE).encode()).hexdigest()}"
   if _use_disk() and (known := _disk_load(path)) in (b"0", b"1"): return known == b"1"
   ok = _run_fp16_probe(d)
+  if ok is None: return False  # not asked: storage half this time, and asked again by the next process
   if _use_disk(): _disk_store(path, b"1" if ok else b"0")
   return ok
 
-def _run_fp16_probe(d) -> bool:
+def _run_fp16_probe(d) -> bool | None:
+  """The probe's answer: whether it builds and computes EXPECTED; None when the device could not be asked (a context,
+  memory or launch error, which may pass: not an answer to keep)."""
   try:
     ctx = cl.Context([d])
     q = cl.CommandQueue(ctx, d)
+  except Exception: return None
+  try:
     with warnings.catch_warnings(), _quiet_stderr():
       warnings.simplefilter("ignore")  # a failed build is the answer, not something to show users (PoCL prints to fd 2)
       prg = cl.Program(ctx, _FP16_PROBE).build()
+  except Exception: return False  # the compiler rejects what native half kernels use
+  try:
     a = np.array(_FP16_PROBE_IN, dtype=np.float16)
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
     prg.ts_fp16_probe(q, (1,), None, buf)
     cl.enqueue_copy(q, a, buf, is_blocking=True)
-    return a.tolist() == _FP16_PROBE_EXPECTED
-  except Exception: return False
+  except Exception: return None
+  return a.tolist() == _FP16_PROBE_EXPECTED
 
 def target_of(d) -> Target:
   """The Target of a pyopencl device. has_fp16: cl_khr_fp16 is listed, else `probe_fp16` (without it, half is rendered
@@ -397,12 +404,13 @@ class _CLDevice:
     h = hashlib.sha256(self.batch_ident(bsrc)).hexdigest()
     folder = cache_dir()
     _disk_store(folder / f"batch-{h}.src", bsrc.encode())
+    stored = True
     if not _own_disk_cache(self.device):
       try: _disk_store(folder / f"batch-{h}.bin", prg.binaries[0])
-      except Exception: return 0
+      except Exception: stored = False  # no binary to point at: the kernels still serve this process
     self.batches[h], self.batch_sources[h] = prg, bsrc
     for name, src in members:  # pointers last: whoever reads one finds its batch complete
-      _disk_store(folder / f"{self.cache_key(src)}.bin", h.encode(), magic=_BATCH, digest=False)
+      if stored: _disk_store(folder / f"{self.cache_key(src)}.bin", h.encode(), magic=_BATCH, digest=False)
       self.kernels[(name, src)] = cl.Kernel(prg, name)
     return len(members)
 
