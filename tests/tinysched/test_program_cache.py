@@ -71,6 +71,20 @@ def check_a_patch_changes_the_live_digest(monkeypatch) -> None:
     orig_m = SH.View.to_indexed_uops
     m.setattr(SH.View, "to_indexed_uops", lambda self, idxs, vexpr=None: orig_m(self, idxs, vexpr))
     assert PC.live_digest() != before
+  # a matcher replaced by one whose rule differs only in a function made at run time (a closure over another constant)
+  from tinysched.codegen import lowerer as LO
+  from tinysched.rewrite import PatternMatcher
+  pm = LO.ast_lowering
+  def planted(k):
+    def fn(**kw): return None if k else None
+    return fn
+  rules = [(r[0], r[1]) for r in pm.rules]
+  with monkeypatch.context() as m:
+    m.setattr(LO, "ast_lowering", PatternMatcher(rules[:-1] + [(rules[-1][0], planted(1))]))
+    one = PC.live_digest()
+    m.setattr(LO, "ast_lowering", PatternMatcher(rules[:-1] + [(rules[-1][0], planted(2))]))
+    assert one != PC.live_digest() != before
+  assert PC.live_digest() == before
 
 def test_a_patch_changes_the_live_digest(monkeypatch): check_a_patch_changes_the_live_digest(monkeypatch)
 

@@ -48,14 +48,32 @@ def _code(co: types.CodeType, h) -> None:
   h.update(co.co_code + repr(co.co_names).encode())
   for c in co.co_consts: _const_text(c, h)
 
-def _callable(name: str, v: Any, h) -> None:
+def _callable(name: str, v: Any, h, depth: int = 0) -> None:
+  from tinysched.rewrite import PatternMatcher
+  if depth > 3: return
   while hasattr(v, "__wrapped__"): v = v.__wrapped__  # lru_cache and the like: the function they wrap
   if isinstance(v, (staticmethod, classmethod)): v = v.__func__
   if isinstance(v, property): v = v.fget
   if isinstance(v, functools.partial): v = v.func
-  if isinstance(v, types.FunctionType):
+  if isinstance(v, PatternMatcher):  # a matcher held in a module: its rules' functions, in order (a plant may swap one)
+    for i, rule in enumerate(v.rules): _callable(f"{name}.rules[{i}]", rule[1], h, depth + 1)
+  elif isinstance(v, types.FunctionType):
     h.update(name.encode() + b"\0")
     _code(v.__code__, h)
+    # what a function made at run time carries besides its code: defaults and closed-over functions or constants
+    for i, d in enumerate(v.__defaults__ or ()): _value(f"{name}.default{i}", d, h, depth + 1)
+    for i, c in enumerate(v.__closure__ or ()):
+      try: x = c.cell_contents
+      except ValueError: continue  # an empty cell
+      _value(f"{name}.cell{i}", x, h, depth + 1)
+
+def _value(name: str, x: Any, h, depth: int) -> None:
+  """A default or closed-over value: functions and matchers by their code, plain constants by repr, tuples element by
+  element; other objects are left out (their repr can hold a memory address, which differs in every process)."""
+  if isinstance(x, (bool, int, float, str, bytes, type(None))): h.update(repr(x).encode())
+  elif isinstance(x, tuple):
+    for i, e in enumerate(x): _value(f"{name}[{i}]", e, h, depth)
+  else: _callable(name, x, h, depth)
 
 def live_digest() -> str:
   """sha256 of the bytecode of every function the loaded tinysched modules hold (module functions, methods of the
