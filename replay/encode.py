@@ -145,6 +145,13 @@ def _brief(x: Any) -> str: return _REPR.repr(x)  # bounded in length and depth, 
 _VIEW_CACHE: dict[tuple, View] = {}
 _ST_CACHE: dict[tuple, ShapeTracker] = {}
 
+def _shape_tracker(views: tuple[View, ...]) -> ShapeTracker:
+  """One ShapeTracker per tuple of decoded views (bounded: cleared past 65536 entries)."""
+  if (cst := _ST_CACHE.get(views)) is None:
+    if len(_ST_CACHE) > 65536: _ST_CACHE.clear()
+    cst = _ST_CACHE[views] = ShapeTracker(views)
+  return cst
+
 _DTYPE_NAMES = {d.name: d for d in (dtypes.void, *ALL_DTYPES)}  # canonical names only: the encoder writes no alias
 _DTYPE_DEC: dict[tuple, DType] = {}  # keyed by the validated fields, so a result never depends on what came before
 def _dec_dtype(x: Any, where: str) -> DType:
@@ -259,10 +266,7 @@ class _Decoder:
         if not 1 <= len(v) <= MAX_DIMS: raise IncompatibleCapture(f"{where}: a shape tracker needs 1 to {MAX_DIMS} views, got {len(v)}")
         views = tuple(self.arg(a, where, depth + 1) for a in v)
         if not all(type(w) is View for w in views): raise IncompatibleCapture(f"{where}: malformed shape tracker")
-        if (cst := _ST_CACHE.get(views)) is None:
-          if len(_ST_CACHE) > 65536: _ST_CACHE.clear()
-          cst = _ST_CACHE[views] = ShapeTracker(views)
-        return cst
+        return _shape_tracker(views)
     if t is dict and "dt" in x: return _dec_dtype(x, where)
     raise IncompatibleCapture(f"{where}: malformed argument {_brief(x)}")
 
@@ -350,10 +354,7 @@ class _Decoder:
       if tag == "t" and type(v) is list and len(v) <= MAX_TUPLE: return tuple([self._fast_arg(e, depth + 1) for e in v])
       if tag == "st" and type(v) is list and 1 <= len(v) <= MAX_DIMS:
         views = tuple([_fast_view(w) for w in v])
-        if (cst := _ST_CACHE.get(views)) is None:
-          if len(_ST_CACHE) > 65536: _ST_CACHE.clear()
-          cst = _ST_CACHE[views] = ShapeTracker(views)
-        return cst
+        return _shape_tracker(views)
       if tag == "op" and type(v) is str: return _OPS[v]
       if tag == "f" and type(v) is str and len(v) <= 64: return float.fromhex(v)
       if tag != "dt": raise _Slow  # node references ("u") and views outside a shape tracker
