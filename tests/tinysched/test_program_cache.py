@@ -85,6 +85,12 @@ def check_a_patch_changes_the_live_digest(monkeypatch) -> None:
     m.setattr(LO, "ast_lowering", PatternMatcher(rules[:-1] + [(rules[-1][0], planted(2))]))
     assert one != PC.live_digest() != before
   assert PC.live_digest() == before
+  # a lowering pass replaced inside the tuple of named tuples that lists them
+  with monkeypatch.context() as m:
+    first = LO.LOWERING_PASSES[0]
+    m.setattr(LO, "LOWERING_PASSES", (LO.Pass(first.name, lambda lw: first.run(lw)),) + LO.LOWERING_PASSES[1:])
+    assert PC.live_digest() != before
+  assert PC.live_digest() == before
 
 def test_a_patch_changes_the_live_digest(monkeypatch): check_a_patch_changes_the_live_digest(monkeypatch)
 

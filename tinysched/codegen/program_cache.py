@@ -57,6 +57,8 @@ def _callable(name: str, v: Any, h, depth: int = 0) -> None:
   if isinstance(v, functools.partial): v = v.func
   if isinstance(v, PatternMatcher):  # a matcher held in a module: its rules' functions, in order (a plant may swap one)
     for i, rule in enumerate(v.rules): _callable(f"{name}.rules[{i}]", rule[1], h, depth + 1)
+  elif isinstance(v, tuple):  # a named tuple that holds a function (lowerer.Pass), a tuple of them
+    for i, e in enumerate(v): _value(f"{name}[{i}]", e, h, depth + 1)
   elif isinstance(v, types.FunctionType):
     h.update(name.encode() + b"\0")
     _code(v.__code__, h)
