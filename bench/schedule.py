@@ -2,9 +2,13 @@
 
   python bench/schedule.py                      # tinysched only
   python bench/schedule.py --baseline PYTHON    # also tinygrad 0.10.0 from another interpreter, side by side
+  python bench/schedule.py --baseline PYTHON --rounds 5   # five fresh processes per library, alternating
   (make the baseline with: python -m venv /tmp/tgvenv && /tmp/tgvenv/bin/pip install tinygrad==0.10.0 numpy)
 
 Each library runs in its own process with the same model code (bench/models.py); the parent prints the table.
+With --rounds R the two libraries' processes alternate R times (ours, tinygrad, ours, ...), so a slow minute of a busy
+machine falls on both; every column is the median over all rounds' samples, and the first call (one sample per process)
+is the median over the R fresh processes.
 """
 from __future__ import annotations
 import argparse, gc, json, os, platform, statistics, subprocess, sys, time
@@ -46,8 +50,19 @@ def _measure_one(Tensor, Adam, model, runs: int) -> dict:
     # drop this run's graph: the lazy cache would otherwise hand the next run the already-scheduled buffers
     del outs, sched
     gc.collect()
-  return {"build_ms": statistics.median(builds) * 1e3, "schedule_ms": statistics.median(scheds) * 1e3, "first_ms": scheds[0] * 1e3,
-          "uncached_ms": statistics.median(uncached) * 1e3, "kernels": kernels}
+  return {"build_ms": [b * 1e3 for b in builds], "schedule_ms": [s * 1e3 for s in scheds], "first_ms": [scheds[0] * 1e3],
+          "uncached_ms": [u * 1e3 for u in uncached], "kernels": kernels}
+
+def merge(rounds: list[dict]) -> dict:
+  """One library's rounds -> per model the median of every column over all rounds' samples (or the first error)."""
+  out = {}
+  for m in rounds[0]:
+    if any("error" in r[m] for r in rounds):
+      out[m] = next(r[m] for r in rounds if "error" in r[m])
+      continue
+    out[m] = {k: statistics.median([x for r in rounds for x in r[m][k]]) for k in ("build_ms", "schedule_ms", "first_ms", "uncached_ms")}
+    out[m]["kernels"] = rounds[0][m]["kernels"]
+  return out
 
 def forget() -> None:
   """Drop tinysched's kernel/schedule memo (tinygrad 0.10.0 keeps none across schedule calls: nothing to drop)."""
@@ -57,6 +72,7 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--models", default="mlp,cnn,gpt2,resnet18,mlp_adam")
   ap.add_argument("--runs", type=int, default=5)
+  ap.add_argument("--rounds", type=int, default=1, help="fresh processes per library, alternating between the libraries")
   ap.add_argument("--baseline", help="python interpreter with tinygrad==0.10.0 installed")
   ap.add_argument("--worker", choices=["tinysched", "tinygrad"], help=argparse.SUPPRESS)
   a = ap.parse_args()
@@ -69,10 +85,16 @@ def main() -> None:
     r = subprocess.run([py, __file__, "--worker", lib, "--models", a.models, "--runs", str(a.runs)], capture_output=True, text=True, env=env)
     if r.returncode != 0: sys.exit(f"{lib} worker failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
-  ours = run(sys.executable, "tinysched")
-  base = run(a.baseline, "tinygrad") if a.baseline else None
-  print(f"# scheduling time, median of {a.runs} runs — {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}\n")
+  ours_r, base_r = [], []
+  for i in range(a.rounds):
+    print(f"round {i + 1}/{a.rounds}", file=sys.stderr, flush=True)
+    ours_r.append(run(sys.executable, "tinysched"))
+    if a.baseline: base_r.append(run(a.baseline, "tinygrad"))
+  ours, base = merge(ours_r), (merge(base_r) if base_r else None)
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  print(f"# scheduling time, median of {a.runs} runs x {a.rounds} rounds (first call: median of {a.rounds} fresh processes) — "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, load {load:.2f} at the end\n")
   hdr = "| model | kernels | build ms | schedule ms | uncached ms | first schedule ms |"
   sep = "|---|---:|---:|---:|---:|---:|"
   if base:

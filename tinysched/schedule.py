@@ -7,7 +7,7 @@ the code is ours. Passes, in order (each a module of tinysched/scheduling/):
   plan_stores       stores.py      store_rules: which buffers go to memory
   group_stores      fusion.py      reduces and the elementwise work that fuses with them: stores per kernel
   cut_at_stores     stores.py      cut_rules: one pre-sink per kernel
-  full_ast_rewrite  kernel_ast.py  inline_rules, views_up, views_down, finish_rules, number_rules
+  full_ast_rewrite  kernel_ast.py  inline_rules + views_up (one walk), views_down, finish_rules + number_rules
                                                                             (the kernel-level capture point)
   run_order         order.py       producers first; readers of a pre-assign value before the assign
 
@@ -130,7 +130,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
   # the kernels' rewrites share the results of the passes that depend on the node alone (repeated parts of layers)
   walked: list[UOp] = []  # every round's pre-sinks: their kept walks hold the sinks themselves (dropped below)
   try:
-    with shared_results(kernel_ast.inline_rules, kernel_ast.views_up, kernel_ast.views_down):
+    with shared_results(kernel_ast.inline_and_up(False), kernel_ast.views_up, kernel_ast.views_down):
       while True:
         stores = dict(planned)
         # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)

@@ -101,3 +101,51 @@ def test_leaves_a_rule_can_match_are_still_rewritten():
   track: list = []
   out = graph_rewrite(tree, pm, track=track)
   assert out is UOp(Ops.ADD, dtypes.int32, (UOp(Ops.MUL, dtypes.int32, (x, two)), two)) and [t[0] for t in track] == ["one_is_two"]
+
+def _pre_sinks() -> list:
+  """The pre-sinks of kernels of many forms: reduces under expands and pads, several stores, an assign, a conv and its
+  backward with FUSE_CONV_BW, an embedding gather with FUSE_ARANGE, a shrink of a permute."""
+  from tinysched import capture_hook
+  from tinysched.helpers import Context
+  pres: list = []
+  def hook(level, inputs, output, info=None):
+    if level == "kernel": pres.append(inputs)
+  def models():
+    x, w = Tensor.rand(8, 16).realize(), Tensor.rand(16, 4).realize()
+    yield [(x @ w).relu().log_softmax(-1)]
+    yield [x.sum(1), x.max(1), (x - x.mean(1, keepdim=True)).pad(((1, 1), (0, 2))).exp()]
+    r = Tensor.rand(8, 16).realize().sum(1, keepdim=True)  # (not x.sum(1) again: scheduled above, it is a buffer now)
+    yield [r * 2, (r * 2).expand(8, 3) + 1, r + 1]  # one kernel of three stores, one read back by another
+    a = Tensor.zeros(8, 16).contiguous().realize()
+    yield [a.assign(a + x * 2)]
+    img, k = Tensor.rand(2, 3, 8, 8, requires_grad=True), Tensor.rand(4, 3, 3, 3, requires_grad=True)
+    img.conv2d(k, padding=1).relu().sum().backward()
+    yield [img.grad, k.grad]
+    yield [Tensor.rand(50, 8).realize()[Tensor([3, 1, 4, 1, 5])], x.permute(1, 0)[2:10, 1:7].contiguous() * 3]
+  prev, capture_hook.HOOK = capture_hook.HOOK, hook
+  try:
+    with Context(FUSE_CONV_BW=1, FUSE_ARANGE=1):
+      for outs in models():
+        S._TENSOR_MEMO = S.KernelMemo()  # every kernel rewritten, so every one reaches the hook
+        outs[0].schedule(*outs[1:])
+  finally: capture_hook.HOOK = prev
+  return pres
+
+def test_inline_and_views_up_in_one_walk_are_the_two_walks(monkeypatch):
+  from tinysched.rewrite import graph_rewrite
+  def both_ways(pre, assigned):
+    stored = {s.src[0]: s.src[2] for s in pre.src}
+    first = KA._combine(KA.inline_rules, KA.own_store_rules) if len(pre.src) > 1 else KA.inline_rules
+    return graph_rewrite(graph_rewrite(pre, first, stored), KA.views_up), graph_rewrite(pre, KA.inline_and_up(len(pre.src) > 1), stored)
+  pres = _pre_sinks()
+  assert len(pres) >= 15 and any(len(p.src) > 1 for p, _, _ in pres) and any(a for _, _, a in pres)
+  for pre, _, assigned in pres:
+    two, one = both_ways(pre, assigned)
+    assert one is two
+  # planted: an inline rule that matches a form only views_up makes (a view pushed onto a constant), which breaks what
+  # the one walk rests on
+  from tinysched.rewrite import UPat, PatternMatcher
+  from tinysched.ops import Ops
+  planted = PatternMatcher([(UPat(Ops.VIEW, src=(UPat(Ops.CONST, name="c"),)), lambda c: c.const_like(0), "planted")])
+  monkeypatch.setattr(KA, "inline_rules", KA.inline_rules + planted)
+  assert any(a is not b for a, b in (both_ways(pre, assigned) for pre, _, assigned in pres))

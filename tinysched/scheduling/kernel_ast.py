@@ -7,7 +7,9 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
 1. `inline_rules`: fused buffers become their ops, data buffers PRELOADs (read before any assign of this kernel),
    and a buffer this same kernel stores is read from the stored value, not from memory;
 2. `views_up`: a VIEW above an elementwise op moves onto each of its sources, until it reaches a load (where it
-   composes with the load's index) or a constant (which needs none: VALID keeps the mask);
+   composes with the load's index) or a constant (which needs none: VALID keeps the mask). Steps 1 and 2 run as one
+   walk (`inline_and_up`): no inline rule matches what a views_up rule makes, and no views_up rule looks below the
+   node's direct sources, which bottom-up are final already; so one walk gives what the two walks in a row give;
 3. `views_down`: a VIEW that cannot move up, because a reduce is below it, moves down instead: through the reduce
    (the reduce is rebuilt over a view of its input), through elementwise ops, and into the STORE's index; a reduce
    over (a view of) a reduce of the same op (FUSE_CONV_BW, or an arange FUSE_ARANGE inlined) becomes one reduce
@@ -198,9 +200,14 @@ def finish_and_number() -> PatternMatcher:
   before). Built from the module's matchers as they are now, so a patched one is used."""
   return _combine(finish_rules, number_rules)
 
-# the two pairs every process needs, built at import rather than inside its first schedule (building a matcher inspects
-# every rule's signature: ~75 us each); a patched matcher still gets a pair of its own on first use
-_combine(inline_rules, own_store_rules); _combine(finish_rules, number_rules)  # noqa: E702
+def inline_and_up(own_store: bool) -> PatternMatcher:
+  """inline_rules (+ own_store_rules, for a kernel of several stores) + views_up, for one walk (the module docstring
+  says why that is the same as two). Built from the module's matchers as they are now, so a patched one is used."""
+  return _combine(_combine(inline_rules, own_store_rules) if own_store else inline_rules, views_up)
+
+# the matchers every process needs, built at import rather than inside its first schedule (building a matcher inspects
+# every rule's signature: ~75 us each); a patched matcher still gets one of its own on first use
+inline_and_up(False); inline_and_up(True); finish_and_number()  # noqa: E702
 
 # *** the pass ***
 
@@ -223,10 +230,11 @@ def _check_assign_reads(sink: UOp, assigned: dict[UOp, None], kind: tuple[Ops, .
 def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
   """pre-sink -> (AST, KernelParts); pure."""
   stored = {s.src[0]: s.src[2] for s in pre.src}
-  sink = graph_rewrite(pre, _combine(inline_rules, own_store_rules) if len(pre.src) > 1 else inline_rules, stored)
-  # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both
+  sink = graph_rewrite(pre, inline_and_up(len(pre.src) > 1), stored)
+  # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both (views_up
+  # only moves views into the index of a PRELOAD or LOAD: the set of buffers each reads is the one inlining made)
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
-  sink = graph_rewrite(graph_rewrite(sink, views_up), views_down)
+  sink = graph_rewrite(sink, views_down)
   # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
   if Ops.ASSIGN in {x.op for x in topo_of(pre)}:  # (a set of ops: no Ops.X read per node, see scheduling/bigraph.py)
     topo = sink.toposort()
