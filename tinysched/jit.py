@@ -23,6 +23,8 @@ semantics; our code).
   replay returns new Tensor objects over the *recorded output buffers*: each call writes the same memory, so a
   Tensor returned by one call is overwritten by the next call; copy it to keep it (`.numpy()`, or `Tensor(out.numpy())`;
   not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
+  A returned Tensor passed back as an input (`y = f(f(x))`) is read as it was before the call: a launch whose input is
+  memory it writes works on a copy.
 - Buffers: every buffer the recorded launches use that is not an input (intermediates, outputs, weights the function
   reads from its closure) is kept by the jit and reused as is: intermediates are allocated once, in the recorded
   call, and never again. Tensors created inside the function from Python data (Tensor.rand/randn too: they are drawn

@@ -393,6 +393,25 @@ def test_plant_output_of_recorded_input(monkeypatch):
   monkeypatch.setattr(J, "_out_spec", lambda t, own: J._Out(t.lazydata))
   red(check_views_and_inplace, "NUMPY")
 
+def check_output_fed_back(dev: str) -> None:
+  """A replayed call's output passed back as the next call's input (y = f(f(x))): the input's memory is the buffer the
+  kernel writes, and a kernel whose threads read other elements than they write (a flip, a matmul) must still see the
+  input as it was before the call."""
+  w = Tensor(rand(16, 16), device=dev).realize()
+  f = TinyJit(lambda x: (x.flip(0) * 2 + x @ w).realize())
+  def want(a: np.ndarray) -> np.ndarray: return a[::-1] * 2 + a @ w.numpy()
+  for _ in range(3):
+    xn = rand(16, 16)
+    y = f(Tensor(xn, device=dev).realize())
+    np.testing.assert_allclose(y.numpy(), want(xn), rtol=1e-4, atol=1e-4)
+  for _ in range(2):
+    before = y.numpy().copy()
+    y = f(y)
+    np.testing.assert_allclose(y.numpy(), want(before), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_output_fed_back(dev): check_output_fed_back(dev)
+
 # *** OpenCL's prepared launches (Backend.prepare): a replay sets only a launch's inputs and Variables ***
 
 needs_opencl = pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
@@ -472,3 +491,35 @@ print("ok")
 """
   r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TINYSCHED_PROFILE": "0"}, capture_output=True, text=True, timeout=120)
   assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+@needs_opencl
+def test_plant_prepared_ignores_aliasing(monkeypatch):
+  """The prepared run without its check that a per-call input reaches into memory the kernel writes: the fed-back output
+  is read while it is written (on PoCL, work-items run in order, so a flip reads elements it already overwrote)."""
+  import tinysched.runtime.opencl as O
+  monkeypatch.setattr(O, "_overlaps", lambda span, spans: False)
+  red(check_output_fed_back, "OPENCL")
+
+@needs_opencl
+def test_launch_copies_a_written_view_that_overlaps_an_input():
+  """exec_ast on OpenCL with the output and the input views of one base buffer whose bytes overlap (distinct
+  sub-regions: distinct cl.Buffer objects): the kernel reads the input as it was before the launch."""
+  from tinysched.dtype import dtypes
+  dev = Device["OPENCL"]
+  align = dev.dev.base_align // 4  # in float32 elements: a sub-region OpenCL can address
+  n = 2 * align
+  x = Tensor(np.zeros(n, np.float32), device="OPENCL")
+  si = [s for s in x.flip(0).contiguous().schedule() if s.ast.op.name == "SINK"][0]
+  base = Buffer("OPENCL", 3 * align, dtypes.float32)
+  start = np.arange(3 * align, dtype=np.float32)
+  base.allocate().copyin(start)
+  out, inp = Buffer("OPENCL", n, dtypes.float32, base=base, offset=0), Buffer("OPENCL", n, dtypes.float32, base=base, offset=align * 4)
+  dev.exec_ast(si.ast, [out, inp], {})
+  got = base.numpy()
+  np.testing.assert_array_equal(got[:n], start[align:align + n][::-1])
+
+@needs_opencl
+def test_plant_launch_ignores_overlapping_views(monkeypatch):
+  import tinysched.runtime.opencl as O
+  monkeypatch.setattr(O, "_aliased", lambda bufs, outs: set())
+  red(test_launch_copies_a_written_view_that_overlaps_an_input)

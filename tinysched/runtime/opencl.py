@@ -437,17 +437,16 @@ class _CLDevice:
     if any(g <= 0 for g in gs): return None
     args: list[Any] = []
     copy_back: list[tuple[Buffer, Any]] = []
-    seen: dict[int, int] = {}
+    clash = _aliased(bufs, prg.outs)
     for i, b in enumerate(bufs):
       m = self.mem(b)
-      if m is None or (id(m) in seen and (i in prg.outs or seen[id(m)] in prg.outs)):
-        # unaligned view, or a written buffer aliased by another argument: work on a copy
+      if m is None or i in clash:
+        # unaligned view, or a written buffer whose memory another argument also reaches: work on a copy
         tmp = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(b.nbytes, 1))
         src_m, off = (b.base.handle.buf, b.offset) if m is None else (m, 0)
         if b.nbytes: cl.enqueue_copy(self.queue, tmp, src_m, byte_count=b.nbytes, src_offset=off, dst_offset=0)
         if i in prg.outs: copy_back.append((b, tmp))
         m = tmp
-      seen.setdefault(id(m), i)
       args.append(m)
     args += [_int_type(v)(var_vals[v]) for v in prg.vars]
     if ls is not None:
@@ -548,16 +547,18 @@ class OpenCLBackend(Backend):
     shared = d.kernel(prg.name, prg.src)
     if prg.local_size is not None and int(np.prod(prg.local_size)) > d.work_group_limit(shared): return None  # launch() names the limit
     k = cl.Kernel(shared.get_info(cl.kernel_info.PROGRAM), prg.name)
-    per_call, fixed, seen = [], [], {}
+    per_call, fixed = [], []
+    if any(b is None for i, b in enumerate(bufs) if i in prg.outs) or _aliased(bufs, prg.outs): return None
+    # the memory the fixed outputs write, by base buffer: a per-call input reaching into it (a jit's output passed back
+    # as its input) takes exec_ast's path, which works on a copy
+    written: dict[int, list[tuple[int, int]]] = {}
     for i, b in enumerate(bufs):
       if b is None:
-        if i in prg.outs: return None
         per_call.append(i)
         continue
       b.allocate()
-      m = d.mem(b)
-      if m is None or (id(m) in seen and (i in prg.outs or seen[id(m)] in prg.outs)): return None
-      seen.setdefault(id(m), i)
+      if (m := d.mem(b)) is None: return None
+      if i in prg.outs: written.setdefault(id(b.base), []).append(_span(b))
       fixed.append(m)  # held: a sub-region must live as long as the kernel argument that refers to it
       k.set_arg(i, m)
     nb = len(prg.buf_dtypes)
@@ -566,7 +567,9 @@ class OpenCLBackend(Backend):
     queue, mem, timed = d.queue, d.mem, d.profiling
     def run(call_bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
       for i in per_call:
-        if (m := mem(call_bufs[i])) is None: return self.exec_ast(ast, list(call_bufs), var_vals)
+        b = call_bufs[i]
+        if (m := mem(b)) is None or ((spans := written.get(id(b.base))) is not None and _overlaps(_span(b), spans)):
+          return self.exec_ast(ast, list(call_bufs), var_vals)
         k.set_arg(i, m)
       for pos, v, ty in var_args: k.set_arg(pos, ty(var_vals[v]))
       gs, ls = dims if dims is not None else prg.launch_dims(var_vals)
@@ -606,6 +609,29 @@ class OpenCLBackend(Backend):
     if not self.dev.profiling:
       raise DeviceError(f"{self.name}: {what} reports kernel time, and this device's queue does not profile (TINYSCHED_PROFILE=0): "
                         "unset TINYSCHED_PROFILE to time kernels")
+
+def _span(b: Buffer) -> tuple[int, int]:
+  """The bytes [start, end) of its base buffer that a Buffer covers."""
+  start = b.offset if b._base is not None else 0
+  return start, start + b.nbytes
+
+def _overlaps(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+  return any(span[0] < end and start < span[1] for start, end in spans)
+
+def _aliased(bufs: Sequence[Buffer | None], outs: Sequence[int]) -> set[int]:
+  """Positions of written buffers (`outs`) whose bytes another argument also covers: the same buffer twice, or views of
+  one base that overlap (distinct sub-regions are distinct cl.Buffer objects: comparing those would miss them). A kernel
+  writing such a buffer in place could overwrite what another of its threads still reads."""
+  by_base: dict[int, list[int]] = {}
+  for i, b in enumerate(bufs):
+    if b is not None: by_base.setdefault(id(b.base), []).append(i)
+  clash: set[int] = set()
+  for same in by_base.values():
+    if len(same) < 2: continue
+    for i in same:
+      if i not in outs: continue
+      if _overlaps(_span(bufs[i]), [_span(bufs[j]) for j in same if j != i]): clash.add(i)  # type: ignore[arg-type]
+  return clash
 
 def _int_type(v: UOp):
   """The numpy type a Variable's value is passed as (its kernel parameter's width)."""
