@@ -23,8 +23,9 @@ semantics; our code).
   replay returns new Tensor objects over the *recorded output buffers*: each call writes the same memory, so a
   Tensor returned by one call is overwritten by the next call; copy it to keep it (`.numpy()`, or `Tensor(out.numpy())`;
   not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
-  A returned Tensor passed back as an input (`y = f(f(x))`) is read as it was before the call: a launch whose input is
-  memory it writes works on a copy.
+  A returned Tensor passed back as an input (`y = f(f(x))`) is read as it was before the call: the replay reads it from
+  a copy (made through the host: a large state fed back on every call pays that round trip each time), and a single
+  launch whose input is memory it writes works on a copy.
 - Buffers: every buffer the recorded launches use that is not an input (intermediates, outputs, weights the function
   reads from its closure) is kept by the jit and reused as is: intermediates are allocated once, in the recorded
   call, and never again. Tensors created inside the function from Python data (Tensor.rand/randn too: they are drawn
@@ -89,6 +90,11 @@ class Launch:
   cost: tuple[int, int] | None = None  # (FLOPs, bytes) for GlobalCounters when no Variable changes it: computed once
   prepared: Callable | None = None     # the backend's launch with its fixed arguments bound once (Backend.prepare), or None
 
+  @property
+  def writes(self) -> tuple[int, ...]:
+    """Positions of the buffers this launch writes: each STORE's, or a COPY's destination."""
+    return tuple(store.src[0].arg for store in self.ast.src) if self.ast.op is Ops.SINK else (0,)
+
   def buffers(self, inputs: list[Buffer]) -> tuple[Buffer, ...]:
     if not self.binds: return self.bufs  # type: ignore[return-value]
     out = list(self.bufs)
@@ -109,6 +115,8 @@ class Recording:
   var_args: tuple[tuple[str, UOp], ...]      # arguments that are bound Variables: their (unbound) Variable
   launches: list[Launch]
   ret: Any                                   # the return value, its Tensors replaced by _Out
+  written: frozenset = frozenset()           # ids of the base buffers the launches write, other than inputs (lookup only)
+  assigned: frozenset = frozenset()          # indices of the inputs a launch writes in place
   def intermediates(self) -> list[Buffer]:
     """The buffers the launches keep across calls (not bound per call), first-use order."""
     seen: dict[int, Buffer] = {}  # id -> buffer, insertion (first-use) ordered: only membership is keyed by id
@@ -246,7 +254,10 @@ class TinyJit(Generic[R]):
     spec = tuple(InputSpec(name, t.lazydata.st.unbind()[0], t.dtype, t.device) for name, t in tensors)
     plain = tuple((name, a) for name, a in named if _plain(a))
     var_args = tuple((name, a.unbind()[0]) for name, a in named if isinstance(a, UOp))
-    rec = Recording(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own)))
+    written = frozenset(id(b.base) for ln in launches for pos in ln.writes if (b := ln.bufs[pos]) is not None)
+    assigned = frozenset(i for ln in launches for pos, i, _ in ln.binds if pos in ln.writes)
+    rec = Recording(spec, tuple(n for n, _ in named), plain, var_args, launches, _map_tensors(ret, lambda t: _out_spec(t, own)),
+                    written, assigned)
     return ret, rec
 
   def _check(self, named, tensors) -> None:
@@ -284,6 +295,9 @@ class TinyJit(Generic[R]):
     c = self.recording
     assert c is not None
     inputs = [t.lazydata.base.realized for _, t in tensors]
+    # an input in memory the launches write (an earlier call's output passed back: y = f(f(x))) is read from a copy, or
+    # a launch would read what an earlier launch of this call already wrote; not an input the call assigns in place
+    if c.written: inputs = [_copy(b) if id(b.base) in c.written and i not in c.assigned else b for i, b in enumerate(inputs)]
     for ln in c.launches:
       realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost, ln.prepared)  # type: ignore[arg-type]
     return _map_tensors(c.ret, lambda o: _out_tensor(o, inputs), leaf=_Out)
@@ -309,6 +323,12 @@ def _out_spec(t: Tensor, own: dict[int, int]) -> _Out:
   buf = lb.base.realized
   if buf is not None and (i := own.get(id(buf))) is not None: return _Out(None, i, lb.base.shape, lb.st)
   return _Out(lb)
+
+def _copy(b: Buffer) -> Buffer:
+  """`b` in new memory: a copy of its whole base (through the host), so every view a launch takes of it keeps its offset."""
+  base = Buffer(b.device, b.base.size, b.base.dtype).allocate()
+  base.copyin(b.base.numpy())
+  return base if b._base is None else Buffer(b.device, b.size, b.dtype, base=base, offset=b.offset)
 
 def _out_tensor(o: _Out, inputs: list[Buffer]) -> Tensor:
   if o.lb is not None: return Tensor(o.lb)

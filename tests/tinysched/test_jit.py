@@ -408,6 +408,15 @@ def check_output_fed_back(dev: str) -> None:
     before = y.numpy().copy()
     y = f(y)
     np.testing.assert_allclose(y.numpy(), want(before), rtol=1e-4, atol=1e-4)
+  # two kernels: the first overwrites the fed-back output before the second reads it
+  g = TinyJit(lambda x: ((x * 2).realize(), (x.flip(0) + 1).realize()))
+  for _ in range(3):
+    xn = rand(8)
+    a, b = g(Tensor(xn, device=dev).realize())
+  before = a.numpy().copy()
+  a, b = g(a)
+  np.testing.assert_allclose(a.numpy(), before * 2, rtol=1e-6)
+  np.testing.assert_allclose(b.numpy(), before[::-1] + 1, rtol=1e-6)
 
 @pytest.mark.parametrize("dev", DEVICES)
 def test_output_fed_back(dev): check_output_fed_back(dev)
@@ -492,13 +501,39 @@ print("ok")
   r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TINYSCHED_PROFILE": "0"}, capture_output=True, text=True, timeout=120)
   assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
+@pytest.mark.parametrize("dev", DEVICES)
+def test_plant_fed_back_input_not_copied(monkeypatch, dev):
+  """The replay binds a fed-back output itself, not a copy: the second kernel reads what the first wrote."""
+  monkeypatch.setattr(J, "_copy", lambda b: b)
+  red(check_output_fed_back, dev)
+
+def _flip_prepared():
+  """A prepared OpenCL launch of a flip kernel with its output bound once and its input per call, and that output."""
+  from tinysched.dtype import dtypes
+  x = Tensor(np.zeros(64, np.float32), device="OPENCL")
+  si = [s for s in x.flip(0).contiguous().schedule() if s.ast.op.name == "SINK"][0]
+  out = Buffer("OPENCL", 64, dtypes.float32).allocate()
+  run = Device["OPENCL"].prepare(si.ast, [out, None], ())
+  assert run is not None
+  return run, out
+
+@needs_opencl
+def test_prepared_launch_copies_an_input_that_is_its_output():
+  """A per-call input in the memory the prepared launch writes (a caller that binds the output as the input: the jit
+  copies such inputs itself, this is the launch's own guard) is read as it was before the launch."""
+  run, out = _flip_prepared()
+  start = np.arange(64, dtype=np.float32)
+  out.copyin(start)
+  run([out, out], {})
+  np.testing.assert_array_equal(out.numpy(), start[::-1])
+
 @needs_opencl
 def test_plant_prepared_ignores_aliasing(monkeypatch):
-  """The prepared run without its check that a per-call input reaches into memory the kernel writes: the fed-back output
-  is read while it is written (on PoCL, work-items run in order, so a flip reads elements it already overwrote)."""
+  """The prepared run without its check that a per-call input reaches into memory the kernel writes: on PoCL the
+  work-items of a flip run in order, so the second half reads elements the first half already overwrote."""
   import tinysched.runtime.opencl as O
   monkeypatch.setattr(O, "_overlaps", lambda span, spans: False)
-  red(check_output_fed_back, "OPENCL")
+  red(test_prepared_launch_copies_an_input_that_is_its_output)
 
 @needs_opencl
 def test_launch_copies_a_written_view_that_overlaps_an_input():
