@@ -1,6 +1,6 @@
 """Small, dependency-free utilities shared by every module."""
 from __future__ import annotations
-import contextlib, contextvars, functools, itertools, math, os
+import contextlib, contextvars, functools, itertools, math, os, tempfile
 from pathlib import Path
 from typing import Iterable, TypeVar, Any
 
@@ -69,6 +69,21 @@ def cache_root() -> Path:
   """Where tinysched keeps its disk caches: $TINYSCHED_CACHE, else ~/.cache/tinysched (OpenCL binaries in `opencl/`,
   rendered programs in `programs/`)."""
   return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched")
+
+def write_atomic(path: Path, data: bytes) -> bool:
+  """Write a disk cache entry whole: a concurrent reader sees the old file or the new one, never a part. False where the
+  disk refuses (read-only, full): a cache only costs a rebuild then; no temporary file is left behind."""
+  tmp = None
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f: f.write(data)
+    os.replace(tmp, path)
+    return True
+  except OSError:
+    if tmp is not None:
+      with contextlib.suppress(OSError): os.unlink(tmp)
+    return False
 
 def cdiv(a: int, b: int) -> int:
   """C-style integer division (truncates toward zero), the semantics of Ops.IDIV."""

@@ -17,12 +17,12 @@ written again. `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `
 (`tinysched.helpers.cache_root`).
 """
 from __future__ import annotations
-import functools, hashlib, json, os, sys, tempfile, types
+import functools, hashlib, json, os, sys, types
 from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
 from tinysched import capture_hook
-from tinysched.helpers import cache_root
+from tinysched.helpers import cache_root, write_atomic
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
 from tinysched.codegen.kernel import Opt
@@ -125,12 +125,7 @@ def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Prog
   except (OSError, ValueError, KeyError, TypeError): pass  # missing, unreadable or not an entry: render it
   p = to_program(ast, opts, target)
   if not p.vars and all(isinstance(g, int) for g in p.global_size):
-    try:
-      path.parent.mkdir(parents=True, exist_ok=True)
-      fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-      with os.fdopen(fd, "w") as f: f.write(_encode(p))
-      os.replace(tmp, path)  # atomic: a concurrent reader sees the whole entry or none
-    except OSError: pass  # a read-only or full disk: the cache is an optimization
+    write_atomic(path, _encode(p).encode())  # (a concurrent reader sees the whole entry or none)
   return p
 
 __all__ = ["cached_program", "code_fingerprint", "fingerprint_of", "live_digest", "entry_key"]

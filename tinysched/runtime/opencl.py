@@ -29,7 +29,7 @@ report no time (GlobalCounters.time_sum_s stays 0) and the explicit timing calls
 raise. replay's execution-check workers always profile (they time kernels).
 """
 from __future__ import annotations
-import contextlib, functools, hashlib, os, sys, tempfile, warnings
+import contextlib, functools, hashlib, os, sys, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -43,7 +43,7 @@ from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
 from tinysched.codegen.program_cache import cached_program
 from tinysched.codegen.opencl import UnsupportedDTypeError
-from tinysched.helpers import getenv, DEBUG, cache_root
+from tinysched.helpers import getenv, DEBUG, cache_root, write_atomic
 
 try:
   import pyopencl as cl
@@ -255,12 +255,7 @@ def _disk_load(path: Path) -> bytes | None:
 def _use_disk() -> bool: return os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
 
 def _disk_store(path: Path, binary: bytes, magic: bytes = _MAGIC, digest: bool = True) -> None:
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as f: f.write(magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)
-    os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
-  except OSError: pass  # a read-only or full disk only costs a rebuild next time
+  write_atomic(path, magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)
 
 _BATCH = b"TSCB1\n"  # a kernel's disk entry that names the batch its source was compiled in (see prebuild)
 BATCH_SIZE = 24       # kernels per batch program: past ~20 the per-build cost is paid off (PoCL 3.1)
