@@ -60,16 +60,15 @@ def _select(store: Store, level: str | None, label: str | None, key: str | None,
 # the kernel rewrites one process has done during one check(), shared by every chunk it replays (a chunk used to get a
 # fresh memo: a store cut into several chunks, or two stores of one model, rewrote the same kernels again). KernelMemo is
 # keyed by the canonical kernel, so sharing it across rows is what one chunk always did; a memo never outlives the
-# check() that made it (a later call may run patched code the fingerprint does not see) and is dropped past the size
-# the scheduler allows its own long-lived memo.
+# check() that made it (a later call may run patched code the fingerprint does not see). It keeps no whole schedules:
+# every row is a new input here (repeats are copied below), so they would only keep each row's graph alive, and a row
+# of another store with the same input must be scheduled again.
 _MEMO: Any = None
 
 def _memo() -> Any:
   global _MEMO
-  from tinysched.scheduling.kernel_ast import KernelMemo, rules_fingerprint, same_rules
-  from tinysched.schedule import TENSOR_MEMO_SIZE
-  fp = rules_fingerprint()  # once per chunk: the rules cannot change in the middle of one
-  if _MEMO is None or not same_rules(_MEMO.fingerprint, fp) or len(_MEMO.entries) >= TENSOR_MEMO_SIZE: _MEMO = KernelMemo(fp)
+  from tinysched.scheduling.kernel_ast import KernelMemo
+  _MEMO = KernelMemo.kept(_MEMO, max_schedules=0)  # once per chunk: the rules cannot change in the middle of one
   return _MEMO
 
 def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
@@ -90,9 +89,6 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
         continue
       full: dict | None = {} if exec_mode else None
       r = replay_row(store, row, detail, full, kernels, reoptimize)
-      # whole schedules are remembered by big graph: every row is a new input here (repeats are copied above), so they
-      # would only keep each row's graph alive; and a row of another store with the same input is scheduled again
-      kernels.schedules.clear()
       if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
         # the execution check's job, from the output just computed; exec_report takes it (never in a report)
         from replay.execcheck import prebuild

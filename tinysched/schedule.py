@@ -32,7 +32,7 @@ from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, compute
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
 from tinysched.scheduling.fusion import group_stores, is_arange
 from tinysched.scheduling import kernel_ast
-from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, rules_fingerprint, same_rules, well_formed
+from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, well_formed
 from tinysched.scheduling.order import run_order
 
 # read once (Ops.X reads cost ~60 ns each on Python 3.11, see scheduling/bigraph.py), for the per-node scans below
@@ -72,17 +72,12 @@ def current_flags() -> dict[str, Any]:
   return {name: f.value for name, f in SCHEDULE_FLAGS.items() if f.value != f.default}
 
 _TENSOR_MEMO = KernelMemo()
-TENSOR_MEMO_SIZE = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
-TENSOR_SCHEDULES = 256   # whole schedules (each holds its big graph alive)
 
 def tensor_memo() -> KernelMemo:
   """The memo `Tensor.realize` schedules with, kept across calls so repeated steps rewrite nothing. It is checked
   against the rules on every use: after any change to a rule or the view algebra, it starts empty."""
   global _TENSOR_MEMO
-  fp = rules_fingerprint()
-  if not same_rules(_TENSOR_MEMO.fingerprint, fp) or len(_TENSOR_MEMO.entries) >= TENSOR_MEMO_SIZE: _TENSOR_MEMO = KernelMemo(fp)
-  # a decode loop with a moving bound Variable adds a schedule per step: drop those, keep the kernel ASTs
-  elif len(_TENSOR_MEMO.schedules) >= TENSOR_SCHEDULES: _TENSOR_MEMO.schedules.clear()
+  _TENSOR_MEMO = KernelMemo.kept(_TENSOR_MEMO)
   return _TENSOR_MEMO
 
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None],
@@ -152,7 +147,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
     for pre in walked:
       pre.__dict__.pop("_topo", None); pre.__dict__.pop("_canon", None)
   ordered = run_order(kernels)
-  memo.schedules[key] = (ordered, dict(facts.var_vals))
+  memo.keep_schedule(key, (ordered, dict(facts.var_vals)))
   return ordered, facts.var_vals
 
 def _runnable(ast: UOp) -> bool:

@@ -76,7 +76,7 @@ def test_one_memo_per_check_never_kept_for_the_next(db, monkeypatch):
   check([str(db)], jobs=1)
   first = list(seen)
   assert len(first) > 1 and all(m is first[0] for m in first)  # the chunks of one check share it
-  assert not first[0].schedules  # whole schedules are dropped after each row (they only hold graphs alive)
+  assert not first[0].schedules and first[0].max_schedules == 0  # no whole schedules kept (they only hold graphs alive)
   assert C._MEMO is None  # nothing kept once check() returns
   seen.clear()
   check([str(db)], jobs=1)

@@ -324,13 +324,28 @@ def same_rules(a: tuple, b: tuple) -> bool:
 
 class KernelMemo:
   """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh
-  one per call unless given one, and a memo kept across calls must be checked against `rules_fingerprint` (see
-  schedule.py `tensor_memo`), so a rule patched between two schedules is never answered from an old entry."""
-  def __init__(self, fingerprint: tuple[int, ...] = ()) -> None:
-    self.fingerprint = fingerprint
+  one per call unless given one, and a memo kept across calls goes through `KernelMemo.kept` before each use, so a rule
+  patched between two schedules is never answered from an old entry. `max_schedules`: how many whole schedules it keeps
+  (each holds its big graph alive; 0: none, for a caller whose every graph is new)."""
+  MAX_ENTRIES = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
+  def __init__(self, fingerprint: tuple[int, ...] = (), max_schedules: int = 256) -> None:
+    self.fingerprint, self.max_schedules = fingerprint, max_schedules
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
     self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
     self.runnable: dict[UOp, bool] = {}  # FUSE_ARANGE: may codegen lower this kernel (schedule.py _runnable)
+
+  @staticmethod
+  def kept(memo: KernelMemo | None, max_schedules: int = 256) -> KernelMemo:
+    """`memo` again if it was filled under the rules in effect now and has room, else a new one. A memo full of whole
+    schedules (a decode loop with a moving bound Variable adds one per step) drops those and keeps its kernels."""
+    fp = rules_fingerprint()
+    if memo is None or not same_rules(memo.fingerprint, fp) or len(memo.entries) >= KernelMemo.MAX_ENTRIES:
+      return KernelMemo(fp, max_schedules)
+    if len(memo.schedules) >= memo.max_schedules: memo.schedules.clear()
+    return memo
+
+  def keep_schedule(self, key: tuple, value: tuple[list, dict[UOp, int]]) -> None:
+    if self.max_schedules > 0: self.schedules[key] = value
 
   def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
     canon, order = canonical_form(pre)
