@@ -70,6 +70,49 @@ def cache_root() -> Path:
   rendered programs in `programs/`)."""
   return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched")
 
+def cache_limit_bytes() -> int:
+  """How much one disk cache folder may hold: $TINYSCHED_CACHE_MB megabytes (default 1024; 0: no limit). Entries are
+  keyed by the code that made them, so a compiler engineer's every change adds a new set: unbounded, they fill a disk."""
+  try: mb = float(os.environ.get("TINYSCHED_CACHE_MB", "1024"))
+  except ValueError: raise ValueError(f"TINYSCHED_CACHE_MB must be a number of megabytes, got {os.environ['TINYSCHED_CACHE_MB']!r}") from None
+  return int(mb * 2**20)
+
+def prune_cache(folder: Path, limit: int) -> int:
+  """Delete the oldest entries (by modification time, then name) of a cache folder until it holds at most 3/4 of
+  `limit` bytes, if it holds more than `limit`; returns how many were deleted. Another process deleting or writing at
+  the same time costs only a rebuild: a missing entry is rendered or compiled again."""
+  if limit <= 0: return 0
+  entries: list[tuple[float, str, int]] = []
+  try:
+    with os.scandir(folder) as it:
+      for e in it:
+        if e.name.startswith(".tmp-") or not e.is_file(follow_symlinks=False): continue
+        with contextlib.suppress(OSError):
+          st = e.stat(follow_symlinks=False)
+          entries.append((st.st_mtime, e.name, st.st_size))
+  except OSError: return 0
+  total = sum(size for _, _, size in entries)
+  if total <= limit: return 0
+  deleted = 0
+  for _, name, size in sorted(entries):
+    if total <= limit * 3 // 4: break
+    with contextlib.suppress(OSError):
+      os.unlink(folder / name)
+      deleted += 1
+    total -= size
+  return deleted
+
+cache_limit_bytes()  # a bad TINYSCHED_CACHE_MB fails at import, not at a first cache write in the middle of a run
+_pruned: set[str] = set()  # cache folders this process has pruned (membership only)
+
+def write_cache_entry(path: Path, data: bytes) -> bool:
+  """write_atomic for a disk cache entry; the first write of a process into a folder prunes that folder to the limit
+  (cache_limit_bytes) first: one scan per folder and process, on the path that is compiling or rendering anyway."""
+  if (key := str(path.parent)) not in _pruned:
+    _pruned.add(key)
+    prune_cache(path.parent, cache_limit_bytes())
+  return write_atomic(path, data)
+
 def write_atomic(path: Path, data: bytes) -> bool:
   """Write a disk cache entry whole: a concurrent reader sees the old file or the new one, never a part. False where the
   disk refuses (read-only, full): a cache only costs a rebuild then; no temporary file is left behind."""

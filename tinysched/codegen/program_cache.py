@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
 from tinysched import capture_hook
-from tinysched.helpers import cache_root, write_atomic
+from tinysched.helpers import cache_root, write_cache_entry
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
 from tinysched.codegen.kernel import Opt
@@ -125,7 +125,7 @@ def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Prog
   except (OSError, ValueError, KeyError, TypeError): pass  # missing, unreadable or not an entry: render it
   p = to_program(ast, opts, target)
   if not p.vars and all(isinstance(g, int) for g in p.global_size):
-    write_atomic(path, _encode(p).encode())  # (a concurrent reader sees the whole entry or none)
+    write_cache_entry(path, _encode(p).encode())  # (a concurrent reader sees the whole entry or none)
   return p
 
 __all__ = ["cached_program", "code_fingerprint", "fingerprint_of", "live_digest", "entry_key"]

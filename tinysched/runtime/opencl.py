@@ -43,7 +43,7 @@ from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
 from tinysched.codegen.program_cache import cached_program
 from tinysched.codegen.opencl import UnsupportedDTypeError
-from tinysched.helpers import getenv, DEBUG, cache_root, write_atomic
+from tinysched.helpers import getenv, DEBUG, cache_root, write_cache_entry
 
 try:
   import pyopencl as cl
@@ -255,7 +255,7 @@ def _disk_load(path: Path) -> bytes | None:
 def _use_disk() -> bool: return os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
 
 def _disk_store(path: Path, binary: bytes, magic: bytes = _MAGIC, digest: bool = True) -> None:
-  write_atomic(path, magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)
+  write_cache_entry(path, magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)
 
 _BATCH = b"TSCB1\n"  # a kernel's disk entry that names the batch its source was compiled in (see prebuild)
 BATCH_SIZE = 24       # kernels per batch program: past ~20 the per-build cost is paid off (PoCL 3.1)
