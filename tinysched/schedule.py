@@ -80,11 +80,18 @@ def tensor_memo() -> KernelMemo:
   _TENSOR_MEMO = KernelMemo.kept(_TENSOR_MEMO)
   return _TENSOR_MEMO
 
+_KEPT_WALKS = ("_topo", "_canon")  # what the passes keep on a pre-sink (bigraph.topo_of, kernel_ast.canonical_form)
+
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None],
                      memo: KernelMemo | None = None) -> tuple[UOp, KernelParts]:
   """pre-sink -> (AST, KernelParts: buffers in DEFINE_GLOBAL order, assign targets read early, var_vals).
-  `memo` (the caller's) shares the work of kernels that differ only in their buffers."""
-  ast, parts = memo.rewrite(pre, assigned) if memo is not None else rewrite_kernel(pre, assigned)
+  `memo` (the caller's) shares the work of kernels that differ only in their buffers. The walks the rewrite keeps on
+  `pre` (each holds `pre` itself: a cycle) are dropped again, so a caller's pre-sink frees by refcount (schedule_graph
+  keeps the ones it made before for the whole schedule and drops them at its end)."""
+  fresh = [k for k in _KEPT_WALKS if k not in pre.__dict__]
+  try: ast, parts = memo.rewrite(pre, assigned) if memo is not None else rewrite_kernel(pre, assigned)
+  finally:
+    for k in fresh: pre.__dict__.pop(k, None)
   parts.var_vals = {**var_vals, **parts.var_vals}
   if capture_hook.HOOK is not None: capture_hook.HOOK("kernel", (pre, var_vals, assigned), ast, {"bufs": parts.bufs})
   return ast, parts

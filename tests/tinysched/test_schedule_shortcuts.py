@@ -149,3 +149,22 @@ def test_inline_and_views_up_in_one_walk_are_the_two_walks(monkeypatch):
   planted = PatternMatcher([(UPat(Ops.VIEW, src=(UPat(Ops.CONST, name="c"),)), lambda c: c.const_like(0), "planted")])
   monkeypatch.setattr(KA, "inline_rules", KA.inline_rules + planted)
   assert any(a is not b for a, b in (both_ways(pre, assigned) for pre, _, assigned in pres))
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_kernel_rewritten_outside_a_schedule_frees_by_refcount(monkeypatch, planted):
+  """full_ast_rewrite called on its own (replay's kernel rows) leaves no walk on the pre-sink: the pre-sink holds
+  no cycle through itself, so it is freed as soon as the caller lets go (planted: nothing dropped)."""
+  import weakref
+  if planted: monkeypatch.setattr(S, "_KEPT_WALKS", ())
+  pres = _pre_sinks()
+  pre, var_vals, assigned = next(p for p in pres if p[0].src[0].src[2].op is not S.Ops.CONST)
+  del pres
+  S.full_ast_rewrite(pre, var_vals, assigned, KA.KernelMemo())
+  left = [k for k in ("_topo", "_canon") if k in pre.__dict__]
+  ref = weakref.ref(pre)
+  gc.disable()
+  try:
+    del pre
+    freed = ref() is None
+  finally: gc.enable()
+  assert (left, freed) == ((["_topo", "_canon"], False) if planted else ([], True))
