@@ -6,6 +6,7 @@ from typing import Any, Callable
 from replay.store import Store, StoreError
 from replay.runner import opts_given, Result, replay_row, row_host, OUTCOMES
 from replay.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
+from tinysched.schedule import cycle_gc_paused
 
 @dataclass
 class Report:
@@ -88,7 +89,10 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
                              "metadata": row.get("metadata")}))
         continue
       full: dict | None = {} if exec_mode else None
-      r = replay_row(store, row, detail, full, kernels, reoptimize)
+      # no cycle collection inside one row: decoding and scheduling make tens of thousands of acyclic nodes, freed by
+      # refcount, and young-generation passes over them were ~20% of a schedule-level replay; the row's own cycles
+      # (a traceback kept with an error) are collected after it
+      with cycle_gc_paused(): r = replay_row(store, row, detail, full, kernels, reoptimize)
       if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
         # the execution check's job, from the output just computed; exec_report takes it (never in a report)
         from replay.execcheck import prebuild
@@ -125,10 +129,15 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
   _MEMO = None  # (see _memo: one per check() and process)
   try:
     if rep.workers == 1:
-      for t in tasks:
-        rep.results += _work(t)
-        done += len(t[1])
-        if progress: progress(done, total)
+      # what is alive now (modules, the caller's objects) is not scanned again by each full collection during the replay,
+      # as in forked workers (below); it returns to the collector afterwards
+      gc.freeze()
+      try:
+        for t in tasks:
+          rep.results += _work(t)
+          done += len(t[1])
+          if progress: progress(done, total)
+      finally: gc.unfreeze()
     else:
       # the memo made here (its fingerprint imports the scheduler's and codegen's modules) is inherited by the workers:
       # each would otherwise import (compile, without .pyc files) those modules again

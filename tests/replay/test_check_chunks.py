@@ -97,6 +97,23 @@ def test_the_collector_is_unfrozen_after_the_workers_fork(db, monkeypatch):
   assert rep.workers == 2 and rep.counts()["identical"] == len(rep.results)
   assert frozen == [1] and gc.get_freeze_count() == before  # frozen for the fork, and unfrozen after
 
+@pytest.mark.parametrize("planted", [False, True])
+def test_one_process_check_freezes_and_unfreezes_the_collector(db, monkeypatch, planted):
+  """-j1: what is alive when check() starts is frozen for the replay (full collections do not scan it again) and
+  unfrozen after it; each row runs with cycle collection paused, and collection is on again afterwards. Planted: the
+  unfreeze left out, which the freeze count shows."""
+  before, real_unfreeze = gc.get_freeze_count(), gc.unfreeze
+  if planted: monkeypatch.setattr(C.gc, "unfreeze", lambda: None)
+  seen = []
+  real = C.replay_row
+  monkeypatch.setattr(C, "replay_row", lambda *a, **k: seen.append((gc.isenabled(), gc.get_freeze_count() > before)) or real(*a, **k))
+  try:
+    rep = check([str(db)], jobs=1)
+    assert rep.workers == 1 and rep.counts()["identical"] == len(rep.results) > 0
+    assert seen and all(s == (False, True) for s in seen) and gc.isenabled()
+    assert (gc.get_freeze_count() == before) is not planted
+  finally: real_unfreeze()  # (the planted one would leave this whole test session frozen)
+
 def test_replaying_makes_no_sqlite_utils_database(db, monkeypatch):
   # read-only stores make theirs on first use (replay reads through plain SQL; the first one loads plugins)
   import replay.store as S
