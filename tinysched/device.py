@@ -24,6 +24,13 @@ class Backend:
     seconds later (waiting for the kernel), which GlobalCounters calls only when its time_sum_s is read."""
     raise NotImplementedError
   def synchronize(self) -> None: pass
+  def copy(self, dst: Buffer, src: Buffer) -> None:
+    """The first min(dst, src) bytes of src into dst, both on this device (a same-device COPY). Through the host here;
+    a device with its own copy does it without the round trip (and without waiting for its queue)."""
+    if (n := min(dst.nbytes, src.nbytes)):
+      full = dst.numpy()
+      full.view(np.uint8)[:n] = src.numpy().view(np.uint8)[:n]
+      dst.copyin(full)
   def prepare(self, ast, bufs: Sequence[Buffer | None], var_list: Sequence) -> Callable | None:
     """A recorded launch made ready to repeat (TinyJit): run(bufs, var_vals) doing exec_ast's work with what does not
     change between calls done once, or None (the default): the jit calls exec_ast each time."""

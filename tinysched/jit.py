@@ -24,8 +24,7 @@ semantics; our code).
   Tensor returned by one call is overwritten by the next call; copy it to keep it (`.numpy()`, or `Tensor(out.numpy())`;
   not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
   A returned Tensor passed back as an input (`y = f(f(x))`) is read as it was before the call: the replay reads it from
-  a copy (made through the host: a large state fed back on every call pays that round trip each time), and a single
-  launch whose input is memory it writes works on a copy.
+  a copy (made on the device, `Backend.copy`), and a single launch whose input is memory it writes works on a copy.
 - Buffers: every buffer the recorded launches use that is not an input (intermediates, outputs, weights the function
   reads from its closure) is kept by the jit and reused as is: intermediates are allocated once, in the recorded
   call, and never again. Tensors created inside the function from Python data (Tensor.rand/randn too: they are drawn
@@ -325,9 +324,10 @@ def _out_spec(t: Tensor, own: dict[int, int]) -> _Out:
   return _Out(lb)
 
 def _copy(b: Buffer) -> Buffer:
-  """`b` in new memory: a copy of its whole base (through the host), so every view a launch takes of it keeps its offset."""
+  """`b` in new memory: a copy of its whole base (on the device, in order with the launches), so every view a launch
+  takes of it keeps its offset."""
   base = Buffer(b.device, b.base.size, b.base.dtype).allocate()
-  base.copyin(b.base.numpy())
+  Device[b.device].copy(base, b.base)
   return base if b._base is None else Buffer(b.device, b.size, b.dtype, base=base, offset=b.offset)
 
 def _out_tensor(o: _Out, inputs: list[Buffer]) -> Tensor:

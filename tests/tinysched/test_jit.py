@@ -502,6 +502,41 @@ print("ok")
   assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
 @pytest.mark.parametrize("dev", DEVICES)
+def test_a_fed_back_input_is_copied_on_the_device(monkeypatch, dev):
+  """The copy of a fed-back input never goes through the host (no Buffer.numpy / copyin: on a GPU those wait for the
+  queue); planted: the backend's copy replaced by Backend's host default."""
+  def check():
+    g = TinyJit(lambda x: ((x * 2).realize(), (x.flip(0) + 1).realize()))
+    for _ in range(3): a, _b = g(Tensor(rand(8), device=dev).realize())
+    before = a.numpy().copy()
+    with monkeypatch.context() as m:
+      m.setattr(Buffer, "numpy", lambda self: (_ for _ in ()).throw(AssertionError("through the host")))
+      a, b = g(a)
+    np.testing.assert_allclose(b.numpy(), before[::-1] + 1, rtol=1e-6)
+  check()
+  from tinysched.device import Backend
+  monkeypatch.setattr(type(Device[dev]), "copy", Backend.copy)
+  red(check)
+
+def test_backend_copy_between_views(monkeypatch):
+  """Backend.copy on every device: whole buffers, views of one base, and (OpenCL) an offset the device cannot address."""
+  from tinysched.dtype import dtypes
+  for dev in ["NUMPY"] + (["OPENCL"] if _opencl() else []):
+    base = Buffer(dev, 64, dtypes.float32).allocate()
+    base.copyin(np.arange(64, dtype=np.float32))
+    other = Buffer(dev, 64, dtypes.float32).allocate()
+    other.copyin(np.zeros(64, np.float32))
+    Device[dev].copy(other, base)
+    np.testing.assert_array_equal(other.numpy(), np.arange(64, dtype=np.float32))
+    for off in (32 * 4, 4):  # (4 bytes: no sub-buffer on OpenCL, the host path)
+      dst, src = Buffer(dev, 8, dtypes.float32, base=other, offset=off), Buffer(dev, 16, dtypes.float32, base=base, offset=0)
+      Device[dev].copy(dst, src)  # the first min(dst, src) bytes
+      want = np.arange(64, dtype=np.float32)
+      want[off // 4:off // 4 + 8] = np.arange(8)
+      np.testing.assert_array_equal(other.numpy(), want, err_msg=f"{dev} at byte {off}")
+      other.copyin(np.arange(64, dtype=np.float32))
+
+@pytest.mark.parametrize("dev", DEVICES)
 def test_plant_fed_back_input_not_copied(monkeypatch, dev):
   """The replay binds a fed-back output itself, not a copy: the second kernel reads what the first wrote."""
   monkeypatch.setattr(J, "_copy", lambda b: b)

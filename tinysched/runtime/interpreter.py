@@ -645,6 +645,10 @@ class NumpyBackend(Backend):
   def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=dtype.scalar().np)
   def copyin(self, handle: np.ndarray, src: np.ndarray) -> None: handle[:] = src
   def copyout(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray: return handle[:size].copy()
+  def copy(self, dst: Buffer, src: Buffer) -> None:
+    n = min(dst.nbytes, src.nbytes)
+    d, s = (b.handle if b._base is None else _sub(b) for b in (dst, src))
+    d.view(np.uint8)[:n] = s.view(np.uint8)[:n]
   def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> float:
     """Run the kernel; returns its wall time in seconds (the interpreter runs synchronously)."""
     st = time.perf_counter()

@@ -490,20 +490,19 @@ class OpenCLBackend(Backend):
     if out.nbytes: cl.enqueue_copy(self.dev.queue, out, handle.buf, is_blocking=True)
     return out
   def synchronize(self) -> None: self.dev.queue.finish()
+  def copy(self, dst: Buffer, src: Buffer) -> None:
+    """Backend.copy on the device's queue (in order with the kernels, no wait); through the host only for a view at an
+    offset the device cannot address directly."""
+    if not (n := min(dst.nbytes, src.nbytes)): return
+    dm, sm = self.dev.mem(dst), self.dev.mem(src)
+    if dm is not None and sm is not None: cl.enqueue_copy(self.dev.queue, dm, sm, byte_count=n)
+    else: super().copy(dst, src)
 
   def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:
     """Run one kernel (or a same-device COPY); a kernel's time is reported as a callable that waits for its profiling
     event (Backend.exec_ast), so launching never waits."""
     if ast.op is Ops.COPY:  # same device: the first bytes of src into dst (like the interpreter)
-      dst, src = bufs
-      n = min(dst.nbytes, src.nbytes)
-      if n:
-        dm, sm = self.dev.mem(dst), self.dev.mem(src)
-        if dm is not None and sm is not None: cl.enqueue_copy(self.dev.queue, dm, sm, byte_count=n)
-        else:  # a view at an offset the device cannot address directly: through the host
-          full = dst.numpy()
-          full.view(np.uint8)[:n] = src.numpy().view(np.uint8)[:n]
-          dst.copyin(full)
+      self.copy(*bufs)
       return
     if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
     try: prg = self.dev.program(ast, None)
