@@ -128,25 +128,29 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
   done = 0
   _MEMO = None  # (see _memo: one per check() and process)
   try:
+    # (a caller that froze objects itself keeps them frozen: then nothing is frozen or unfrozen here)
+    freeze = gc.get_freeze_count() == 0
     if rep.workers == 1:
       # what is alive now (modules, the caller's objects) is not scanned again by each full collection during the replay,
       # as in forked workers (below); it returns to the collector afterwards
-      gc.freeze()
+      if freeze: gc.freeze()
       try:
         for t in tasks:
           rep.results += _work(t)
           done += len(t[1])
           if progress: progress(done, total)
-      finally: gc.unfreeze()
+      finally:
+        if freeze: gc.unfreeze()
     else:
       # the memo made here (its fingerprint imports the scheduler's and codegen's modules) is inherited by the workers:
       # each would otherwise import (compile, without .pyc files) those modules again
       _memo()
       # the workers are forked: objects the collector never moves stay shared with this process, instead of being
       # copied page by page into each worker when its first collections touch them
-      gc.freeze()
+      if freeze: gc.freeze()
       try: pool = mp.get_context("fork").Pool(rep.workers)
-      finally: gc.unfreeze()
+      finally:
+        if freeze: gc.unfreeze()
       with pool:
         for res in pool.imap_unordered(_work, tasks):
           rep.results += res

@@ -24,7 +24,9 @@ semantics; our code).
   Tensor returned by one call is overwritten by the next call; copy it to keep it (`.numpy()`, or `Tensor(out.numpy())`;
   not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
   A returned Tensor passed back as an input (`y = f(f(x))`) is read as it was before the call: the replay reads it from
-  a copy (made on the device, `Backend.copy`), and a single launch whose input is memory it writes works on a copy.
+  a copy (made on the device, `Backend.copy`; an output that is that input's memory is then over the copy), and a
+  single launch whose input is memory it writes works on a copy. Such an input that the function also assigns in place
+  is a `JitError` (its memory would take both the assign and the output).
 - Buffers: every buffer the recorded launches use that is not an input (intermediates, outputs, weights the function
   reads from its closure) is kept by the jit and reused as is: intermediates are allocated once, in the recorded
   call, and never again. Tensors created inside the function from Python data (Tensor.rand/randn too: they are drawn
@@ -295,8 +297,15 @@ class TinyJit(Generic[R]):
     assert c is not None
     inputs = [t.lazydata.base.realized for _, t in tensors]
     # an input in memory the launches write (an earlier call's output passed back: y = f(f(x))) is read from a copy, or
-    # a launch would read what an earlier launch of this call already wrote; not an input the call assigns in place
-    if c.written: inputs = [_copy(b) if id(b.base) in c.written and i not in c.assigned else b for i, b in enumerate(inputs)]
+    # a launch would read what an earlier launch of this call already wrote. One the call also assigns in place has no
+    # right answer (its memory would take both the assign and the output): refused
+    if c.written:
+      for i, b in enumerate(inputs):
+        if id(b.base) in c.written and i in c.assigned:
+          raise JitError(f"TinyJit {self.name}: {tensors[i][0]} is assigned in place by the function and is the memory of one of "
+                         "this jit's own outputs (passed back from an earlier call): pass a copy (Tensor(out.numpy())), or "
+                         "return the assigned tensor itself")
+      inputs = [_copy(b) if id(b.base) in c.written else b for b in inputs]
     for ln in c.launches:
       realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost, ln.prepared)  # type: ignore[arg-type]
     return _map_tensors(c.ret, lambda o: _out_tensor(o, inputs), leaf=_Out)

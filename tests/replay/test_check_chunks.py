@@ -114,6 +114,18 @@ def test_one_process_check_freezes_and_unfreezes_the_collector(db, monkeypatch, 
     assert (gc.get_freeze_count() == before) is not planted
   finally: real_unfreeze()  # (the planted one would leave this whole test session frozen)
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_callers_own_freeze_is_kept(db, jobs):
+  """A process that froze objects itself (before forking workers of its own) finds them still frozen after check()."""
+  gc.freeze()
+  try:
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    rep = check([str(db)], jobs=jobs)
+    # (a frozen object freed by refcount meanwhile leaves the count: an unfreeze would have taken it to 0)
+    assert rep.counts()["identical"] == len(rep.results) > 0 and gc.get_freeze_count() > frozen // 2
+  finally: gc.unfreeze()
+
 def test_replaying_makes_no_sqlite_utils_database(db, monkeypatch):
   # read-only stores make theirs on first use (replay reads through plain SQL; the first one loads plugins)
   import replay.store as S

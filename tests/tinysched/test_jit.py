@@ -537,6 +537,20 @@ def test_backend_copy_between_views(monkeypatch):
       other.copyin(np.arange(64, dtype=np.float32))
 
 @pytest.mark.parametrize("dev", DEVICES)
+def test_a_fed_back_input_assigned_in_place_is_refused(dev):
+  """The output's memory passed back as an input the function assigns in place: no order of the output kernel and the
+  assign gives the unjitted numbers, so the replay says so instead of returning wrong ones."""
+  def body(x):
+    out = (x * 2).contiguous().realize()
+    x.assign(x + 1).realize()
+    return out
+  f = TinyJit(body)
+  for _ in range(3): o = f(Tensor(rand(4), device=dev).realize())
+  with pytest.raises(JitError, match="is assigned in place by the function and is the memory of one of this jit's own outputs"): f(o)
+  xn = rand(4)
+  np.testing.assert_allclose(f(Tensor(xn, device=dev).realize()).numpy(), xn * 2, rtol=1e-6)  # a plain call still replays
+
+@pytest.mark.parametrize("dev", DEVICES)
 def test_plant_fed_back_input_not_copied(monkeypatch, dev):
   """The replay binds a fed-back output itself, not a copy: the second kernel reads what the first wrote."""
   monkeypatch.setattr(J, "_copy", lambda b: b)
