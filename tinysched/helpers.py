@@ -71,11 +71,15 @@ def cache_root() -> Path:
   return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched")
 
 def cache_limit_bytes() -> int:
-  """How much one disk cache folder may hold: $TINYSCHED_CACHE_MB megabytes (default 1024; 0: no limit). Entries are
-  keyed by the code that made them, so a compiler engineer's every change adds a new set: unbounded, they fill a disk."""
-  try: mb = float(os.environ.get("TINYSCHED_CACHE_MB", "1024"))
-  except ValueError: raise ValueError(f"TINYSCHED_CACHE_MB must be a number of megabytes, got {os.environ['TINYSCHED_CACHE_MB']!r}") from None
-  return int(mb * 2**20)
+  """How much one disk cache folder may hold: $TINYSCHED_CACHE_MB megabytes (default 1024; 0 or inf: no limit). Entries
+  are keyed by the code that made them, so a compiler engineer's every change adds a new set: unbounded, they fill a
+  disk. Returns 0 for no limit, else at least one byte."""
+  raw = os.environ.get("TINYSCHED_CACHE_MB", "1024")
+  try: mb = float(raw)
+  except ValueError: mb = math.nan
+  if math.isnan(mb) or mb < 0:
+    raise ValueError(f"TINYSCHED_CACHE_MB must be a number of megabytes (0 or inf: no limit), got {raw!r}")
+  return 0 if mb == 0 or math.isinf(mb) else max(1, int(mb * 2**20))
 
 def prune_cache(folder: Path, limit: int) -> int:
   """Delete the oldest entries (by modification time, then name) of a cache folder until it holds at most 3/4 of
@@ -103,14 +107,20 @@ def prune_cache(folder: Path, limit: int) -> int:
   return deleted
 
 cache_limit_bytes()  # a bad TINYSCHED_CACHE_MB fails at import, not at a first cache write in the middle of a run
-_pruned: set[str] = set()  # cache folders this process has pruned (membership only)
+_written: dict[str, int] = {}  # cache folder -> bytes this process wrote there since it last pruned it (lookup only)
 
 def write_cache_entry(path: Path, data: bytes) -> bool:
-  """write_atomic for a disk cache entry; the first write of a process into a folder prunes that folder to the limit
-  (cache_limit_bytes) first: one scan per folder and process, on the path that is compiling or rendering anyway."""
-  if (key := str(path.parent)) not in _pruned:
-    _pruned.add(key)
-    prune_cache(path.parent, cache_limit_bytes())
+  """write_atomic for a disk cache entry. A folder is pruned to the limit (cache_limit_bytes) at a process's first write
+  into it, and again whenever the process has written a quarter of the limit there since (a long replay or training
+  run): a scan of the folder now and then, on the path that is compiling or rendering anyway. A limit changed to a bad
+  value after import keeps the folder unpruned rather than failing a compile."""
+  key = str(path.parent)
+  try: limit = cache_limit_bytes()
+  except ValueError: limit = 0
+  if (since := _written.get(key)) is None or (limit and since >= limit // 4):
+    prune_cache(path.parent, limit)
+    since = 0
+  _written[key] = since + len(data)
   return write_atomic(path, data)
 
 def write_atomic(path: Path, data: bytes) -> bool:

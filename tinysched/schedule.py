@@ -72,12 +72,13 @@ def current_flags() -> dict[str, Any]:
   return {name: f.value for name, f in SCHEDULE_FLAGS.items() if f.value != f.default}
 
 _TENSOR_MEMO = KernelMemo()
+TENSOR_SCHEDULES = 256  # whole schedules the Tensor front end's memo keeps (each holds its big graph alive)
 
 def tensor_memo() -> KernelMemo:
   """The memo `Tensor.realize` schedules with, kept across calls so repeated steps rewrite nothing. It is checked
   against the rules on every use: after any change to a rule or the view algebra, it starts empty."""
   global _TENSOR_MEMO
-  _TENSOR_MEMO = KernelMemo.kept(_TENSOR_MEMO)
+  _TENSOR_MEMO = KernelMemo.kept(_TENSOR_MEMO, TENSOR_SCHEDULES)
   return _TENSOR_MEMO
 
 _KEPT_WALKS = ("_topo", "_canon")  # what the passes keep on a pre-sink (bigraph.topo_of, kernel_ast.canonical_form)

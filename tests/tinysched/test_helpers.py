@@ -34,13 +34,16 @@ def test_prune_cache_deletes_the_oldest_down_to_three_quarters(tmp_path):
 def test_cache_writes_stay_under_the_limit(tmp_path, monkeypatch):
   import tinysched.helpers as H
   monkeypatch.setenv("TINYSCHED_CACHE_MB", str(1000 / 2**20))  # 1000 bytes
-  monkeypatch.setattr(H, "_pruned", set())
+  monkeypatch.setattr(H, "_written", {})
   _fill(tmp_path / "programs", 30, 100)  # what earlier processes left: 3000 bytes
   assert H.write_cache_entry(tmp_path / "programs" / "new", b"z" * 100)
   assert sum(p.stat().st_size for p in (tmp_path / "programs").iterdir()) <= 1000 + 100
   assert (tmp_path / "programs" / "new").exists()
+  # a long-lived process keeps it bounded: every quarter of the limit written, the folder is pruned again
+  for i in range(40): H.write_cache_entry(tmp_path / "programs" / f"later{i:02d}", b"w" * 100)
+  assert sum(p.stat().st_size for p in (tmp_path / "programs").iterdir()) <= 1000 + 300
   # planted: writes that never prune
-  monkeypatch.setattr(H, "_pruned", set())
+  monkeypatch.setattr(H, "_written", {})
   monkeypatch.setattr(H, "prune_cache", lambda folder, limit: 0)
   _fill(tmp_path / "opencl", 30, 100)
   H.write_cache_entry(tmp_path / "opencl" / "new", b"z" * 100)
@@ -49,5 +52,15 @@ def test_cache_writes_stay_under_the_limit(tmp_path, monkeypatch):
 def test_a_bad_cache_limit_is_a_clear_error(monkeypatch):
   import pytest
   from tinysched.helpers import cache_limit_bytes
+  for bad in ("lots", "nan", "-5", ""):
+    monkeypatch.setenv("TINYSCHED_CACHE_MB", bad)
+    with pytest.raises(ValueError, match=r"TINYSCHED_CACHE_MB must be a number of megabytes \(0 or inf: no limit\), got"): cache_limit_bytes()
+  for value, limit in (("0", 0), ("inf", 0), ("1e400", 0), ("0.0000001", 1), ("1", 2**20), ("1024", 2**30)):
+    monkeypatch.setenv("TINYSCHED_CACHE_MB", value)
+    assert cache_limit_bytes() == limit, value
+
+def test_a_limit_changed_to_a_bad_value_later_does_not_fail_a_write(tmp_path, monkeypatch):
+  import tinysched.helpers as H
+  monkeypatch.setattr(H, "_written", {})
   monkeypatch.setenv("TINYSCHED_CACHE_MB", "lots")
-  with pytest.raises(ValueError, match="TINYSCHED_CACHE_MB must be a number of megabytes, got 'lots'"): cache_limit_bytes()
+  assert H.write_cache_entry(tmp_path / "programs" / "e", b"x") and (tmp_path / "programs" / "e").read_bytes() == b"x"

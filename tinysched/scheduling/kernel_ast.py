@@ -341,7 +341,8 @@ class KernelMemo:
     fp = rules_fingerprint()
     if memo is None or not same_rules(memo.fingerprint, fp) or len(memo.entries) >= KernelMemo.MAX_ENTRIES:
       return KernelMemo(fp, max_schedules)
-    if len(memo.schedules) >= memo.max_schedules: memo.schedules.clear()
+    memo.max_schedules = max_schedules  # (this caller's wish, whoever made the memo)
+    if len(memo.schedules) >= max_schedules: memo.schedules.clear()
     return memo
 
   def keep_schedule(self, key: tuple, value: tuple[list, dict[UOp, int]]) -> None:
