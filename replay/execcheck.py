@@ -553,7 +553,8 @@ def precompile(jobs: list[dict], device: str, workers: int, progress: bool = Fal
   only fills the disk caches; the jobs compile (or find) each kernel themselves as before. A compile process that
   fails or hangs costs only its speed-up. Returns the number of kernel items handed out (0: nothing to do)."""
   from tinysched.device import Device
-  if os.environ.get("TINYSCHED_DISK_CACHE", "1") in ("0", "") or os.environ.get("REPLAY_PRECOMPILE", "1") == "0": return 0
+  from tinysched.helpers import disk_cache_enabled, write_atomic
+  if not disk_cache_enabled() or os.environ.get("REPLAY_PRECOMPILE", "1") == "0": return 0
   try: compiles = getattr(Device[device], "compiles", False)
   except Exception: return 0  # opening the device is the jobs' business: they report it
   if not compiles: return 0
@@ -576,11 +577,7 @@ def precompile(jobs: list[dict], device: str, workers: int, progress: bool = Fal
     except subprocess.TimeoutExpired:
       p.kill(); p.wait(); ok = False
     f.close()
-  if ok:
-    try:
-      marker.parent.mkdir(parents=True, exist_ok=True)
-      marker.touch()
-    except OSError: pass
+  if ok: write_atomic(marker, b"")
   return len(items)
 
 def _precompile_main(device: str) -> None:

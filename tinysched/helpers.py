@@ -70,6 +70,10 @@ def cache_root() -> Path:
   rendered programs in `programs/`)."""
   return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched")
 
+def disk_cache_enabled() -> bool:
+  """The OpenCL binary cache (and what fills it ahead: replay's batch compiles) is on unless TINYSCHED_DISK_CACHE is 0."""
+  return os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
+
 def cache_limit_bytes() -> int:
   """How much one disk cache folder may hold: $TINYSCHED_CACHE_MB megabytes (default 1024; 0 or inf: no limit). Entries
   are keyed by the code that made them, so a compiler engineer's every change adds a new set: unbounded, they fill a

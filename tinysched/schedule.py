@@ -72,7 +72,7 @@ def current_flags() -> dict[str, Any]:
   return {name: f.value for name, f in SCHEDULE_FLAGS.items() if f.value != f.default}
 
 _TENSOR_MEMO = KernelMemo()
-TENSOR_SCHEDULES = 256  # whole schedules the Tensor front end's memo keeps (each holds its big graph alive)
+TENSOR_SCHEDULES = KernelMemo.MAX_SCHEDULES  # whole schedules the Tensor front end's memo keeps (each holds its big graph alive)
 
 def tensor_memo() -> KernelMemo:
   """The memo `Tensor.realize` schedules with, kept across calls so repeated steps rewrite nothing. It is checked
@@ -153,7 +153,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
   finally:
     # drop the walks kept on the pre-sinks (each holds its sink: a cycle), on an error too, so graphs free by refcount
     for pre in walked:
-      pre.__dict__.pop("_topo", None); pre.__dict__.pop("_canon", None)
+      for k in _KEPT_WALKS: pre.__dict__.pop(k, None)
   ordered = run_order(kernels)
   memo.keep_schedule(key, (ordered, dict(facts.var_vals)))
   return ordered, facts.var_vals

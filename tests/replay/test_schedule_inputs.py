@@ -140,9 +140,11 @@ def test_a_repeated_step_reuses_its_schedule_but_capture_still_sees_every_kernel
   assert c.execute("select count(*) from captures where level='kernel'").fetchone()[0] >= 1
 
 def test_many_schedules_drop_only_the_schedules(monkeypatch):
+  made = S.tensor_memo()  # a memo made with the default limit: reused, it is cleared at the limit asked for now
   monkeypatch.setattr(S, "TENSOR_SCHEDULES", 1)
   _asts(_graph())
   memo = S.tensor_memo()
+  assert memo is made
   entries = dict(memo.entries)
   _asts(_graph() + 1)  # another graph: a second schedule goes over the limit
   assert S.tensor_memo() is memo and len(memo.schedules) <= 1 and all(k in memo.entries for k in entries)

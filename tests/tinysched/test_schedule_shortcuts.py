@@ -168,3 +168,10 @@ def test_a_kernel_rewritten_outside_a_schedule_frees_by_refcount(monkeypatch, pl
     freed = ref() is None
   finally: gc.enable()
   assert (left, freed) == ((["_topo", "_canon"], False) if planted else ([], True))
+
+def test_a_reused_memo_keeps_as_many_schedules_as_its_caller_asks():
+  made = KA.KernelMemo.kept(None)
+  assert made.max_schedules == KA.KernelMemo.MAX_SCHEDULES
+  again = KA.KernelMemo.kept(made, max_schedules=0)  # (replay's per-check memo keeps none)
+  again.keep_schedule(("a graph",), ([], {}))
+  assert again is made and not again.schedules

@@ -43,7 +43,7 @@ from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
 from tinysched.codegen.program_cache import cached_program
 from tinysched.codegen.opencl import UnsupportedDTypeError
-from tinysched.helpers import getenv, DEBUG, cache_root, write_cache_entry
+from tinysched.helpers import getenv, DEBUG, cache_root, write_cache_entry, disk_cache_enabled as _use_disk
 
 try:
   import pyopencl as cl
@@ -252,7 +252,6 @@ def _disk_load(path: Path) -> bytes | None:
   digest, binary = data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
   return binary if hashlib.sha256(binary).digest() == digest else None
 
-def _use_disk() -> bool: return os.environ.get("TINYSCHED_DISK_CACHE", "1") not in ("0", "")
 
 def _disk_store(path: Path, binary: bytes, magic: bytes = _MAGIC, digest: bool = True) -> None:
   write_cache_entry(path, magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)

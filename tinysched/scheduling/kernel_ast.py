@@ -328,14 +328,15 @@ class KernelMemo:
   patched between two schedules is never answered from an old entry. `max_schedules`: how many whole schedules it keeps
   (each holds its big graph alive; 0: none, for a caller whose every graph is new)."""
   MAX_ENTRIES = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
-  def __init__(self, fingerprint: tuple[int, ...] = (), max_schedules: int = 256) -> None:
+  MAX_SCHEDULES = 256  # the default of max_schedules
+  def __init__(self, fingerprint: tuple[int, ...] = (), max_schedules: int = MAX_SCHEDULES) -> None:
     self.fingerprint, self.max_schedules = fingerprint, max_schedules
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
     self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
     self.runnable: dict[UOp, bool] = {}  # FUSE_ARANGE: may codegen lower this kernel (schedule.py _runnable)
 
   @staticmethod
-  def kept(memo: KernelMemo | None, max_schedules: int = 256) -> KernelMemo:
+  def kept(memo: KernelMemo | None, max_schedules: int = MAX_SCHEDULES) -> KernelMemo:
     """`memo` again if it was filled under the rules in effect now and has room, else a new one. A memo full of whole
     schedules (a decode loop with a moving bound Variable adds one per step) drops those and keeps its kernels."""
     fp = rules_fingerprint()
