@@ -272,26 +272,53 @@ def shared_results(*matchers: PatternMatcher) -> Iterator[None]:
   try: yield
   finally: _SHARING.results = None
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None) -> UOp:
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tuple[str, UOp, UOp]] | None = None,
+                  topo: dict[UOp, None] | None = None) -> UOp:
   """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
   until no rule fires (a fixed point). Results are memoized for the duration of the call (or of a shared_results
-  block). `track`, if given, receives (rule name, before, after) for every rule that fired."""
+  block). `track`, if given, receives (rule name, before, after) for every rule that fired. `topo`: `root.toposort()`,
+  where the caller has it already: the walk then follows it instead of finding the order itself (the same order)."""
   if track is None: track = TRACE
+  walk = _rewrite if topo is None else _rewrite_along
   shared = getattr(_SHARING, "results", None)
   if shared is not None and (done := shared.get(pm)) is not None and track is None and FIRED is None and LIMIT is None:
     del shared[pm]  # taken while this rewrite runs: one of the same matcher nested inside it gets its own
-    try: return _rewrite(root, pm, ctx, track, done)
+    try: return walk(root, pm, ctx, track, done, topo)
     finally: shared[pm] = done
-  return _rewrite(root, pm, ctx, track, {})
+  return walk(root, pm, ctx, track, {}, topo)
 
-def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp]) -> UOp:
+def _rewrite_along(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp],
+                   topo: dict[UOp, None]) -> UOp:
+  """_rewrite over a graph whose toposort is known: its nodes in that order (every node's sources come before it, in the
+  order _rewrite's descent meets them, so rules with a ctx see the same sequence), and only what a rule returns goes
+  through _rewrite's stack. The given graph is a DAG: no node of it can be met again on its own path."""
+  get_done = done.__getitem__
+  pdict, leaf_rules, rewrite = pm.pdict, pm.leaf_rules, pm.rewrite_named
+  for n in topo:
+    if n in done: continue
+    if src := n.src:
+      new_src = tuple(map(get_done, src))
+      nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
+    elif n.op not in leaf_rules:
+      done[n] = n
+      continue
+    else: nn = n
+    if not pdict[nn.op] or (r := rewrite(nn, ctx)) is None:
+      done[n] = nn
+      continue
+    if track is not None: track.append((r[1], nn, r[0]))
+    done[n] = done[r[0]] if r[0] in done else _rewrite(r[0], pm, ctx, track, done, None, 1)
+  return done[root]
+
+def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp],
+             topo: None = None, depth0: int = 0) -> UOp:
   get_done = done.__getitem__
   # nodes entered (membership only, never iterated): one entered and not yet done is on the current path, so
   # meeting it again means a rule re-created its own input
   entered: set[UOp] = set()
   pdict, leaf_rules, rewrite = pm.pdict, pm.leaf_rules, pm.rewrite_named
   # entries: (node, stage, rewrite result, depth = how many rewrites created this node's position)
-  stack: list[tuple[UOp, int, UOp | None, int]] = [(root, 0, None, 0)]
+  stack: list[tuple[UOp, int, UOp | None, int]] = [(root, 0, None, depth0)]
   pop, push = stack.pop, stack.append
   while stack:
     n, stage, other, depth = pop()

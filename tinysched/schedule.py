@@ -129,7 +129,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
   keep: frozenset = frozenset()
   facts = gather_facts(big_graph, var_vals)
   planned: dict[UOp, UOp] = {}
-  graph_rewrite(big_graph, store_rules, planned)                        # plan_stores: fills `planned` as rules fire
+  graph_rewrite(big_graph, store_rules, planned, topo=facts.topo)                      # plan_stores: fills `planned` as rules fire
   # the kernels' rewrites share the results of the passes that depend on the node alone (repeated parts of layers)
   walked: list[UOp] = []  # every round's pre-sinks: their kept walks hold the sinks themselves (dropped below)
   try:
@@ -139,7 +139,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
         # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
         extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
         groups = group_stores(facts, stores, fuse_arange, **extra)
-        graph_rewrite(big_graph, cut_rules, stores)                         # cut_at_stores: the STOREs of every kernel
+        graph_rewrite(big_graph, cut_rules, stores, topo=facts.topo)                       # cut_at_stores: the STOREs of every kernel
         pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
         walked += pres
         if not fuse_arange or not (bad := _misfused_aranges(pres, facts, memo)) - keep: break

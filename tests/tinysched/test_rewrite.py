@@ -283,3 +283,55 @@ def test_deep_chain_no_recursion_limit():
   assert depth == 3750 and set(consts) == {1, 2, 30}
   assert sum(1 for t in track if t[0] == "add_zero") == 1250
   assert len(out.key) == 64
+
+# *** a walk along a known toposort (graph_rewrite's `topo`): the same results, rule firings and ctx order ***
+
+from hypothesis import given, settings, strategies as st
+
+def _walk_matcher() -> PatternMatcher:
+  def seen(ctx, x): ctx.append(x)  # every node a rule is tried on, in order; never fires
+  return PatternMatcher([
+    (UPat(name="x"), seen, "record"),
+    (UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: ci(a.arg + b.arg), "fold_add"),
+    # a result with new nodes that other rules rewrite again (fold_add), and leaves that a rule rewrites (3 -> 4)
+    (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.const(i32, 1))), lambda x: node(Ops.MUL, x, node(Ops.ADD, ci(1), ci(2))), "div_one"),
+    (UPat.const(i32, 3), lambda: ci(4), "three_to_four"),
+  ])
+
+@st.composite
+def _dags(draw) -> UOp:
+  pool = [A, B, C, ci(1), ci(2), ci(3)]
+  for _ in range(draw(st.integers(1, 25))):
+    op = draw(st.sampled_from([Ops.ADD, Ops.MUL, Ops.IDIV, Ops.NEG]))
+    pick = lambda: pool[draw(st.integers(0, len(pool) - 1))]  # noqa: E731
+    pool.append(node(op, pick()) if op is Ops.NEG else node(op, pick(), pick()))
+  return UOp(Ops.SINK, dtypes.void, tuple(pool[-draw(st.integers(1, min(4, len(pool)))):]))
+
+@settings(max_examples=200, deadline=None)
+@given(_dags())
+def test_walk_along_toposort_is_the_same_walk(root):
+  pm = _walk_matcher()
+  (seen_a, track_a), (seen_b, track_b) = ([], []), ([], [])
+  out_a = graph_rewrite(root, pm, seen_a, track=track_a)
+  out_b = graph_rewrite(root, pm, seen_b, track=track_b, topo=root.toposort())
+  assert out_b is out_a
+  assert track_b == track_a
+  assert seen_b == seen_a  # a ctx rule sees the nodes in the same order (number_rules numbers buffers this way)
+
+def test_walk_along_toposort_order_is_the_callers():
+  # the walk follows the order it is given: a different (valid) order shows in what a ctx rule sees. So a caller must
+  # pass root.toposort() itself, as the docstring says, and the property test above is not passing by accident
+  root = node(Ops.ADD, node(Ops.NEG, A), node(Ops.NEG, B))
+  pm = _walk_matcher()
+  seen_a, seen_b = [], []
+  graph_rewrite(root, pm, seen_a)
+  graph_rewrite(root, pm, seen_b, topo=dict.fromkeys([B, node(Ops.NEG, B), A, node(Ops.NEG, A), root]))
+  assert seen_a != seen_b and set(seen_a) == set(seen_b)
+
+def test_walk_along_toposort_still_finds_loops():
+  wrap = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="x"), lambda x: node(Ops.NEG, x))])
+  root = node(Ops.ADD, A, B)
+  with pytest.raises(RewriteLoop): graph_rewrite(root, wrap, topo=root.toposort())
+  grow = PatternMatcher([(UPat(Ops.CONST, i32, name="x"), lambda x: ci(x.arg + 1))])
+  root = node(Ops.ADD, A, ci(0))
+  with pytest.raises(RewriteLoop): graph_rewrite(root, grow, topo=root.toposort())

@@ -230,7 +230,7 @@ def _check_assign_reads(sink: UOp, assigned: dict[UOp, None], kind: tuple[Ops, .
 def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
   """pre-sink -> (AST, KernelParts); pure."""
   stored = {s.src[0]: s.src[2] for s in pre.src}
-  sink = graph_rewrite(pre, inline_and_up(len(pre.src) > 1), stored)
+  sink = graph_rewrite(pre, inline_and_up(len(pre.src) > 1), stored, topo=pre.__dict__.get("_topo"))
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both (views_up
   # only moves views into the index of a PRELOAD or LOAD: the set of buffers each reads is the one inlining made)
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))

@@ -28,10 +28,11 @@ class GraphFacts:
   writer: dict[UOp, UOp] = field(default_factory=dict)               # BUFFER -> its VIEW(BUFFER, op), walk order
   assign_targets: dict[UOp, None] = field(default_factory=dict)      # BUFFERs an ASSIGN writes
   readers: dict[UOp, dict[UOp, None]] = field(default_factory=dict)  # BUFFER -> computed BUFFERs reading it
+  topo: dict[UOp, None] = field(default_factory=dict)                # the big graph's toposort (the later walks follow it)
 
 def gather_facts(sink: UOp, var_vals: dict[UOp, int]) -> GraphFacts:
-  facts = GraphFacts(var_vals=dict(var_vals))
-  for u in sink.toposort():
+  facts = GraphFacts(var_vals=dict(var_vals), topo=sink.toposort())
+  for u in facts.topo:
     if not computed(u): continue
     b = u.src[0]
     if facts.writer.setdefault(b, u) is not u:
