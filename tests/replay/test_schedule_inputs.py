@@ -58,7 +58,7 @@ def test_the_memo_shares_repeated_layers_within_one_schedule():
   big = S.build_big_graph([h.lazydata.base])
   kernels, _ = S.schedule_graph(big.sink, big.var_vals, {}, memo)
   # four kernels, two rewrites: the first layer reads x (a buffer with data), the other three read the previous store
-  assert len(kernels) == 4 and len(calls) == 4 and len(memo.entries) == 2
+  assert len(kernels) == 4 and len(calls) == 4 and memo.size() == 2
   fresh, _ = S.schedule_graph(big.sink, big.var_vals, {})
   assert [k.ast for k in fresh] == [k.ast for k in kernels]
 
@@ -120,10 +120,10 @@ def test_the_tensor_memo_sees_a_patched_view_algebra(monkeypatch):
   from tinysched.shape import ShapeTracker
   before = _asts(_graph())
   memo = S.tensor_memo()
-  assert memo.entries and S.tensor_memo() is memo  # kept across schedules while nothing changes
+  assert memo.size() and S.tensor_memo() is memo  # kept across schedules while nothing changes
   orig = ShapeTracker.simplify
   monkeypatch.setattr(ShapeTracker, "simplify", lambda self: orig(self))
-  assert S.tensor_memo() is not memo and not S.tensor_memo().entries
+  assert S.tensor_memo() is not memo and not S.tensor_memo().size()
   assert _asts(_graph()) == before
 
 def test_a_repeated_step_reuses_its_schedule_but_capture_still_sees_every_kernel(tmp_path):
@@ -145,9 +145,12 @@ def test_many_schedules_drop_only_the_schedules(monkeypatch):
   _asts(_graph())
   memo = S.tensor_memo()
   assert memo is made
-  entries = dict(memo.entries)
+  entries, pending = dict(memo.entries), {k: list(v) for k, v in memo.pending.items()}
+  assert entries or pending
   _asts(_graph() + 1)  # another graph: a second schedule goes over the limit
   assert S.tensor_memo() is memo and len(memo.schedules) <= 1 and all(k in memo.entries for k in entries)
+  # a kernel kept without its canonical form is still kept, as it was or in canonical form now
+  assert all(k in memo.pending or k in memo.canonical for k in pending)
 
 def test_the_tensor_memo_sees_a_patched_codegen_pass(monkeypatch):
   # FUSE_ARANGE asks codegen's first passes whether a kernel can be lowered: they are rules of the schedule too

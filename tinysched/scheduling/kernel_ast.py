@@ -326,21 +326,32 @@ class KernelMemo:
   """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh
   one per call unless given one, and a memo kept across calls goes through `KernelMemo.kept` before each use, so a rule
   patched between two schedules is never answered from an old entry. `max_schedules`: how many whole schedules it keeps
-  (each holds its big graph alive; 0: none, for a caller whose every graph is new)."""
+  (each holds its big graph alive; 0: none, for a caller whose every graph is new).
+
+  The canonical form is a copy of the pre-sink, and most kernels never meet another of their form: a kernel is first
+  rewritten as it is and kept under a cheap signature (`_signature`); only when a second pre-sink of the same
+  signature comes are both put in canonical form (the rewrite is the same either way: no rule reads a buffer's number)."""
   MAX_ENTRIES = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
   MAX_SCHEDULES = 256  # the default of max_schedules
   def __init__(self, fingerprint: tuple[int, ...] = (), max_schedules: int = MAX_SCHEDULES) -> None:
     self.fingerprint, self.max_schedules = fingerprint, max_schedules
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
+    # signature -> [(pre-sink, entry)]: kernels kept without their canonical form (the only ones of their signature)
+    self.pending: dict[tuple, list[tuple[UOp, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]]]] = {}
+    self.canonical: set[tuple] = set()  # signatures of the entries (membership only)
     self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
     self.runnable: dict[UOp, bool] = {}  # FUSE_ARANGE: may codegen lower this kernel (schedule.py _runnable)
+
+  def size(self) -> int:
+    """Kernels kept, with or without their canonical form."""
+    return len(self.entries) + sum(map(len, self.pending.values()))
 
   @staticmethod
   def kept(memo: KernelMemo | None, max_schedules: int = MAX_SCHEDULES) -> KernelMemo:
     """`memo` again if it was filled under the rules in effect now and has room, else a new one. A memo full of whole
     schedules (a decode loop with a moving bound Variable adds one per step) drops those and keeps its kernels."""
     fp = rules_fingerprint()
-    if memo is None or not same_rules(memo.fingerprint, fp) or len(memo.entries) >= KernelMemo.MAX_ENTRIES:
+    if memo is None or not same_rules(memo.fingerprint, fp) or memo.size() >= KernelMemo.MAX_ENTRIES:
       return KernelMemo(fp, max_schedules)
     memo.max_schedules = max_schedules  # (this caller's wish, whoever made the memo)
     if len(memo.schedules) >= max_schedules: memo.schedules.clear()
@@ -350,12 +361,43 @@ class KernelMemo:
     if self.max_schedules > 0: self.schedules[key] = value
 
   def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
-    canon, order = canonical_form(pre)
+    topo = topo_of(pre)
+    order = [u for u in topo if u.op is Ops.BUFFER]  # the canonical numbering: first use
     targets = tuple(i for i, b in enumerate(order) if b in assigned)
-    if (hit := self.entries.get(key := (canon, targets))) is None:
-      canon_bufs = {u: None for u in topo_of(canon) if u.op is Ops.BUFFER and u.arg[0] in targets} if targets else {}
-      ast, parts = rewrite_kernel(canon, canon_bufs)
-      hit = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
-    canon.__dict__.pop("_topo", None)  # canonical_form's, used up: the memo keeps `canon` (its key) for long
+    sig = _signature(topo, order, targets)
+    hit = None
+    if (waiting := self.pending.get(sig)) is not None:
+      hit = next((e for p, e in waiting if p is pre), None)  # this very pre-sink again (FUSE_ARANGE asked first)
+      if hit is None:  # another of its signature: from now on these go by canonical form
+        for p, e in waiting: self._canonical_entry(p, sig, e)
+        del self.pending[sig]
+    if hit is None and sig in self.canonical:
+      hit = self._canonical_entry(pre, sig)
+    if hit is None:  # the first of its signature: rewritten as it is
+      ast, parts = rewrite_kernel(pre, {order[i]: None for i in targets})
+      pos = {b: i for i, b in enumerate(order)}
+      hit = (ast, tuple(pos[b] for b in parts.bufs), tuple(pos[b] for b in parts.preloads), parts.var_vals)
+      self.pending.setdefault(sig, []).append((pre, hit))
     ast, bufs, preloads, var_vals = hit
     return ast, KernelParts(assigned, dict(var_vals), {order[i]: n for n, i in enumerate(bufs)}, {order[i]: None for i in preloads}, set())
+
+  def _canonical_entry(self, pre: UOp, sig: tuple, entry: tuple | None = None) -> tuple:
+    """The entry of `pre`'s canonical form: `entry` stored under it (a pending kernel's), or found, or rewritten now."""
+    self.canonical.add(sig)
+    targets = sig[2]
+    kept = [k for k in ("_topo", "_canon") if k not in pre.__dict__]  # (a memo may keep `pre`: no cycle left on it)
+    canon, _ = canonical_form(pre)
+    key = (canon, targets)
+    if entry is not None: self.entries.setdefault(key, entry)
+    elif (entry := self.entries.get(key)) is None:
+      canon_bufs = {u: None for u in topo_of(canon) if u.op is Ops.BUFFER and u.arg[0] in targets} if targets else {}
+      ast, parts = rewrite_kernel(canon, canon_bufs)
+      entry = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
+    canon.__dict__.pop("_topo", None)  # canonical_form's, used up: the memo keeps `canon` (its key) for long
+    for k in kept: pre.__dict__.pop(k, None)
+    return entry
+
+def _signature(topo: dict[UOp, None], order: list[UOp], targets: tuple[int, ...]) -> tuple:
+  """What two pre-sinks of one canonical form share, cheaply: the number of nodes and of buffers, and which buffers
+  are assign targets. (Only a filter: equal signatures are compared by canonical form.)"""
+  return (len(topo), len(order), targets)
