@@ -174,6 +174,9 @@ def _runnable(ast: UOp) -> bool:
 def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:
   """FUSE_ARANGE: the inlined aranges inside kernels whose AST cannot be built (the view push fails: a reshape of the
   inlined reduce's output) or cannot run (`_runnable`). Rewritten without capture: only the final kernels are captured."""
+  # a fused arange in a pre-sink is a buffer the big graph computes with an arange (cut_at_stores keeps the reduce and
+  # the WHERE under its views): a graph computing none (most) has no kernel to look at
+  if not any(is_arange(value_of(node)) for node in facts.writer.values()): return frozenset()
   bad: dict[UOp, None] = {}
   for pre in pres:
     if not (fused := [x.src[0] for x in topo_of(pre) if x.op is _VIEW and computed(x) and is_arange(value_of(x))]): continue
