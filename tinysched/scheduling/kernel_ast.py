@@ -246,10 +246,11 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both (views_up
   # only moves views into the index of a PRELOAD or LOAD: the set of buffers each reads is the one inlining made)
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
-  sink = graph_rewrite(sink, views_down, topo=sink.toposort())  # (the walk skipped where no view moves down)
+  down = graph_rewrite(sink, views_down, topo=(topo := sink.toposort()))  # (the walk skipped where no view moves down)
+  # the finishing walk follows the toposort: the one views_down was asked with, where no view moved (most kernels)
+  if down is not sink: sink, topo = down, down.toposort()
   # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
   if Ops.ASSIGN in {x.op for x in topo_of(pre)}:  # (a set of ops: no Ops.X read per node, see scheduling/bigraph.py)
-    topo = sink.toposort()
     targets = {x.src[0] for x in topo if x.op is Ops.ASSIGN}
     if targets and any(x.op is Ops.PRELOAD and x.src[0] in targets and not _assign_read_ok(x.st) for x in topo):
       raise ScheduleError("self operand of augmented assign must be contiguous.\n" + CONTIGUOUS_HINT)
@@ -257,7 +258,7 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   # outputs take the first numbers: the buffer of every STORE (a meta op kernel's one STORE becomes the meta op)
   for store in sink.src if sink.op is Ops.SINK else (sink,):
     if store.op is Ops.STORE and store.src[0].op is Ops.BUFFER: _global(parts, store.src[0])
-  return graph_rewrite(sink, finish_and_number(), parts), parts
+  return graph_rewrite(sink, finish_and_number(), parts, topo=topo), parts
 
 def well_formed(ast: UOp) -> bool:
   """Every index VIEW of the kernel has one rank, and in each dimension one size other than 1: the shape every
