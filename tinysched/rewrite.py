@@ -150,10 +150,9 @@ class PatternMatcher:
 
   fn receives the bound names as keyword arguments, plus `ctx` if it declares that parameter.
   Matchers compose with `+` (the left one's rules are tried first).
-  `can_fire(nodes) -> bool` (see `guarded`): False only for graphs on which no rule of this matcher can fire.
   """
-  def __init__(self, rules: list[Rule], name: str = "matcher", can_fire: Callable[[Iterable[UOp]], bool] | None = None):
-    self.name, self.can_fire = name, can_fire
+  def __init__(self, rules: list[Rule], name: str = "matcher"):
+    self.name = name
     self.rules: list[tuple[UPat, Callable, str, bool]] = []
     for r in rules:
       pat, fn = r[0], r[1]
@@ -173,12 +172,7 @@ class PatternMatcher:
     # can match it (the order inside a bucket is the rules' order)
     self._by_first: dict[tuple[Ops, Ops | None], list[tuple[UPat, Callable, str, bool, bool]]] = {}
   def __add__(self, other: PatternMatcher) -> PatternMatcher:
-    # (no guard: it would have to hold for both, and a rule added to a guarded matcher is exactly what it cannot know)
     return PatternMatcher([(p, f, n) for p, f, n, _ in self.rules + other.rules], name=f"{self.name}+{other.name}")
-  def guarded(self, can_fire: Callable[[Iterable[UOp]], bool]) -> PatternMatcher:
-    """These rules, with a precondition over a graph's nodes: where it is False no rule can fire anywhere, and
-    graph_rewrite given the graph's toposort returns the graph without walking it."""
-    return PatternMatcher([(p, f, n) for p, f, n, _ in self.rules], name=self.name, can_fire=can_fire)
   def rule_names(self) -> list[str]: return [n for _, _, n, _ in self.rules]
   def __repr__(self): return f"PatternMatcher({self.name}, {len(self.rules)} rules)"
 
@@ -285,8 +279,6 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tu
   block). `track`, if given, receives (rule name, before, after) for every rule that fired. `topo`: `root.toposort()`,
   where the caller has it already: the walk then follows it instead of finding the order itself (the same order)."""
   if track is None: track = TRACE
-  # nothing can fire: the fixed point is the graph itself (and nothing fires for track, FIRED or LIMIT to see)
-  if topo is not None and pm.can_fire is not None and not pm.can_fire(topo): return root
   walk = _rewrite if topo is None else _rewrite_along
   shared = getattr(_SHARING, "results", None)
   if shared is not None and (done := shared.get(pm)) is not None and track is None and FIRED is None and LIMIT is None:

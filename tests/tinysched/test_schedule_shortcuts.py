@@ -150,56 +150,6 @@ def test_inline_and_views_up_in_one_walk_are_the_two_walks(monkeypatch):
   monkeypatch.setattr(KA, "inline_rules", KA.inline_rules + planted)
   assert any(a is not b for a, b in (both_ways(pre, assigned) for pre, _, assigned in pres))
 
-def _after_views_up(pre):
-  from tinysched.rewrite import graph_rewrite
-  return graph_rewrite(pre, KA.inline_and_up(len(pre.src) > 1), {s.src[0]: s.src[2] for s in pre.src})
-
-def test_views_down_skips_only_kernels_where_no_view_moves():
-  """views_down's guard: on every kernel it rules out, the unguarded walk changes nothing; and it rules out some (so
-  the skip is taken) but not all."""
-  from tinysched.rewrite import graph_rewrite, PatternMatcher
-  unguarded = PatternMatcher([(p, f, n) for p, f, n, _ in KA.views_down.rules], name="views_down")
-  assert unguarded.can_fire is None and KA.views_down.can_fire is KA._views_can_move_down
-  ruled_out = moved = 0
-  for pre, _, _ in _pre_sinks() + _assign_into_a_view():
-    sink = _after_views_up(pre)
-    if KA._views_can_move_down(sink.toposort()):
-      moved += graph_rewrite(sink, unguarded) is not sink
-    else:
-      ruled_out += 1
-      assert graph_rewrite(sink, unguarded) is sink
-      assert graph_rewrite(sink, KA.views_down, topo=sink.toposort()) is sink
-  assert ruled_out >= 5 and moved >= 3
-
-def _assign_into_a_view() -> list:
-  """The pre-sink of an assign into a slice of its target (an ASSIGN whose arg is the view: store_through_assign_view)."""
-  from tinysched import capture_hook
-  pres: list = []
-  a = Tensor.zeros(8, 16).contiguous().realize()
-  t = a[2:4].assign(Tensor.ones(2, 16).contiguous() * 3)
-  prev, capture_hook.HOOK = capture_hook.HOOK, lambda level, inputs, *_: pres.append(inputs) if level == "kernel" else None
-  try:
-    S._TENSOR_MEMO = S.KernelMemo()
-    t.schedule()
-  finally: capture_hook.HOOK = prev
-  assert any(u.op is S.Ops.ASSIGN and u.arg for p, _, _ in pres for u in p.toposort())
-  return pres
-
-def test_views_down_guard_planted_wrong_changes_kernels(monkeypatch):
-  # planted: a guard that rules out every kernel; kernels whose views must move down come out wrong (or not at all)
-  x, w = Tensor.rand(8, 16).realize(), Tensor.rand(16, 4).realize()
-  def asts():
-    S._TENSOR_MEMO = S.KernelMemo()
-    try: return [si.ast for si in ((x @ w).relu() + 1).schedule()]
-    except Exception as e: return repr(e)
-  good = asts()
-  monkeypatch.setattr(KA, "views_down", KA.views_down.guarded(lambda nodes: False))
-  assert asts() != good
-
-def test_a_matcher_made_of_a_guarded_one_has_no_guard():
-  # a rule added to views_down (a patch, a test's planted rule) may fire where the guard says none can
-  assert (KA.views_down + KA.compose_rules).can_fire is None and (KA.compose_rules + KA.views_down).can_fire is None
-
 @pytest.mark.parametrize("planted", [False, True])
 def test_a_kernel_rewritten_outside_a_schedule_frees_by_refcount(monkeypatch, planted):
   """full_ast_rewrite called on its own (replay's kernel rows) leaves no walk on the pre-sink: the pre-sink holds

@@ -133,17 +133,6 @@ def store_through_assign_view(a: UOp, b: UOp, index: UOp) -> UOp | None:
   # an ASSIGN into a view of its target stores through that view
   return UOp.store(b, view_of(a.arg[0] + index.arg), a.replace(arg=())) if a.arg else None
 
-def _views_can_move_down(nodes) -> bool:
-  """Whether a views_down rule can fire: each needs a VIEW with a source (compose_views, the reduce rules and
-  views_through_op, whose `moved` views are those), an ASSIGN (store_through_assign_view) or a reduce of a reduce
-  (fuse_reduces). After views_up most kernels have none: nothing above a reduce needed a view."""
-  VIEW, ASSIGN, REDUCE = Ops.VIEW, Ops.ASSIGN, Ops.REDUCE_AXIS
-  for u in nodes:
-    if (op := u.op) is VIEW:
-      if u.src: return True
-    elif op is ASSIGN or (op is REDUCE and u.src[0].op is REDUCE): return True
-  return False
-
 views_down = compose_rules + PatternMatcher([
   (UPat(Ops.STORE, src=(UPat.var("b"), UPat.var("index"), UPat(Ops.ASSIGN, name="a"))), store_through_assign_view, "store_through_assign_view"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat.var("src"),), name="r").view(name="v"), view_over_reduce, "view_over_reduce"),
@@ -153,7 +142,6 @@ views_down = compose_rules + PatternMatcher([
   (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.STORE), name="root"), views_through_op, "views_through_op"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, name="inner"),), name="outer"), fuse_reduces, "fuse_reduces"),
 ], name="views_down")
-views_down = views_down.guarded(_views_can_move_down)
 
 # *** 4. finish: unbind views, loads, meta kernels ***
 
@@ -246,8 +234,8 @@ def rewrite_kernel(pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelPart
   # reading an assign target both before (PRELOAD) and after (LOAD) the assign has no order that satisfies both (views_up
   # only moves views into the index of a PRELOAD or LOAD: the set of buffers each reads is the one inlining made)
   if assigned: _check_assign_reads(sink, assigned, (Ops.PRELOAD, Ops.LOAD))
-  down = graph_rewrite(sink, views_down, topo=(topo := sink.toposort()))  # (the walk skipped where no view moves down)
-  # the finishing walk follows the toposort: the one views_down was asked with, where no view moved (most kernels)
+  down = graph_rewrite(sink, views_down, topo=(topo := sink.toposort()))
+  # the finishing walk follows a toposort too: the same one where no view moved (most kernels)
   if down is not sink: sink, topo = down, down.toposort()
   # no rule makes an ASSIGN: a kernel without one in its pre-sink (most) has no self operand to check
   if Ops.ASSIGN in {x.op for x in topo_of(pre)}:  # (a set of ops: no Ops.X read per node, see scheduling/bigraph.py)
