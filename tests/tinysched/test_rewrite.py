@@ -335,3 +335,16 @@ def test_walk_along_toposort_still_finds_loops():
   grow = PatternMatcher([(UPat(Ops.CONST, i32, name="x"), lambda x: ci(x.arg + 1))])
   root = node(Ops.ADD, A, ci(0))
   with pytest.raises(RewriteLoop): graph_rewrite(root, grow, topo=root.toposort())
+
+@settings(max_examples=200, deadline=None)
+@given(_dags())
+def test_toposort_is_the_same_on_the_stack(root):
+  # UOp.toposort recurses, and walks on an explicit stack past the recursion limit: the two give one order
+  assert list(root.toposort()) == list(root._toposort_on_a_stack())
+
+def test_toposort_past_the_recursion_limit():
+  import sys
+  chain = A
+  for i in range(sys.getrecursionlimit() + 100): chain = node(Ops.NEG, chain)
+  topo = chain.toposort()
+  assert len(topo) == sys.getrecursionlimit() + 101 and next(iter(topo)) is A and list(topo)[-1] is chain
