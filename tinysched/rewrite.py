@@ -277,15 +277,16 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, track: list[tu
   """Rewrite bottom-up: sources first, then the node, and whatever a rule returns is rewritten again
   until no rule fires (a fixed point). Results are memoized for the duration of the call (or of a shared_results
   block). `track`, if given, receives (rule name, before, after) for every rule that fired. `topo`: `root.toposort()`,
-  where the caller has it already: the walk then follows it instead of finding the order itself (the same order)."""
+  where the caller has it already. The walk follows the toposort (computed here when not given: one recursive sort and
+  a flat loop cost less than finding the order on _rewrite's stack); only rule results go through that stack."""
   if track is None: track = TRACE
-  walk = _rewrite if topo is None else _rewrite_along
+  if topo is None: topo = root.toposort()
   shared = getattr(_SHARING, "results", None)
   if shared is not None and (done := shared.get(pm)) is not None and track is None and FIRED is None and LIMIT is None:
     del shared[pm]  # taken while this rewrite runs: one of the same matcher nested inside it gets its own
-    try: return walk(root, pm, ctx, track, done, topo)
+    try: return _rewrite_along(root, pm, ctx, track, done, topo)
     finally: shared[pm] = done
-  return walk(root, pm, ctx, track, {}, topo)
+  return _rewrite_along(root, pm, ctx, track, {}, topo)
 
 def _rewrite_along(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp],
                    topo: dict[UOp, None]) -> UOp:

@@ -284,9 +284,11 @@ def test_deep_chain_no_recursion_limit():
   assert sum(1 for t in track if t[0] == "add_zero") == 1250
   assert len(out.key) == 64
 
-# *** a walk along a known toposort (graph_rewrite's `topo`): the same results, rule firings and ctx order ***
+# *** graph_rewrite walks along a toposort: the same results, rule firings and ctx order as the descent on a stack
+# (_rewrite, which finds the order itself and is what rule results still go through) ***
 
 from hypothesis import given, settings, strategies as st
+import tinysched.rewrite as rewrite_mod
 
 def _walk_matcher() -> PatternMatcher:
   def seen(ctx, x): ctx.append(x)  # every node a rule is tried on, in order; never fires
@@ -312,9 +314,10 @@ def _dags(draw) -> UOp:
 def test_walk_along_toposort_is_the_same_walk(root):
   pm = _walk_matcher()
   (seen_a, track_a), (seen_b, track_b) = ([], []), ([], [])
-  out_a = graph_rewrite(root, pm, seen_a, track=track_a)
-  out_b = graph_rewrite(root, pm, seen_b, track=track_b, topo=root.toposort())
+  out_a = rewrite_mod._rewrite(root, pm, seen_a, track_a, {})
+  out_b = graph_rewrite(root, pm, seen_b, track=track_b)
   assert out_b is out_a
+  assert graph_rewrite(root, pm, [], topo=root.toposort()) is out_a  # a caller's toposort is the same walk
   assert track_b == track_a
   assert seen_b == seen_a  # a ctx rule sees the nodes in the same order (number_rules numbers buffers this way)
 
@@ -324,7 +327,7 @@ def test_walk_along_toposort_order_is_the_callers():
   root = node(Ops.ADD, node(Ops.NEG, A), node(Ops.NEG, B))
   pm = _walk_matcher()
   seen_a, seen_b = [], []
-  graph_rewrite(root, pm, seen_a)
+  rewrite_mod._rewrite(root, pm, seen_a, None, {})
   graph_rewrite(root, pm, seen_b, topo=dict.fromkeys([B, node(Ops.NEG, B), A, node(Ops.NEG, A), root]))
   assert seen_a != seen_b and set(seen_a) == set(seen_b)
 
