@@ -8,7 +8,10 @@
 Each library runs in its own process with the same model code (bench/models.py); the parent prints the table.
 With --rounds R the two libraries' processes alternate R times (ours, tinygrad, ours, ...), so a slow minute of a busy
 machine falls on both; every column is the median over all rounds' samples, and the first call (one sample per process)
-is the median over the R fresh processes.
+is the median over the R fresh processes. With a baseline and R > 1 a second table gives each ratio round by round
+(our round's median over tinygrad's next process's): the box's speed drifts by up to 2x over minutes, and the two
+processes of one round share its speed, so the median of the per-round ratios and their range say more than the
+ratio of the two overall medians.
 """
 from __future__ import annotations
 import argparse, gc, json, os, platform, statistics, subprocess, sys, time
@@ -114,5 +117,19 @@ def main() -> None:
               f" {o['uncached_ms']/b['uncached_ms']:.2f}x | {o['first_ms']/b['first_ms']:.2f}x |"
               f" {(o['schedule_ms']+o['build_ms'])/(b['schedule_ms']+b['build_ms']):.2f}x |")
     print(row)
+  if base and a.rounds > 1: _per_round(models, ours_r, base_r)
+
+def _per_round(models: list[str], ours_r: list[dict], base_r: list[dict]) -> None:
+  cols = (("schedule_ms", "schedule"), ("uncached_ms", "uncached"), ("first_ms", "first call"))
+  print(f"\nper-round ratios, ours / tinygrad of the same round: median [min-max] over {len(ours_r)} rounds\n")
+  print("| model | " + " | ".join(c for _, c in cols) + " |")
+  print("|---|" + "---:|" * len(cols))
+  for m in models:
+    if any("error" in r[m] for r in ours_r + base_r): continue
+    cells = []
+    for k, _ in cols:
+      rs = sorted(statistics.median(o[m][k]) / statistics.median(b[m][k]) for o, b in zip(ours_r, base_r))
+      cells.append(f"{statistics.median(rs):.2f}x [{rs[0]:.2f}-{rs[-1]:.2f}]")
+    print(f"| {m} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__": main()
