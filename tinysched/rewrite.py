@@ -308,11 +308,13 @@ def _rewrite_along(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[st
       done[n] = nn
       continue
     if track is not None: track.append((r[1], nn, r[0]))
-    done[n] = done[r[0]] if r[0] in done else _rewrite(r[0], pm, ctx, track, done, None, 1)
+    done[n] = done[r[0]] if r[0] in done else _rewrite(r[0], pm, ctx, track, done, 1)
   return done[root]
 
 def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp],
-             topo: None = None, depth0: int = 0) -> UOp:
+             depth0: int = 0) -> UOp:
+  """The descent on a stack, for what rules return (`depth0`: how many rewrites made `root`); it finds the order itself
+  and catches a rule that re-creates its own input."""
   get_done = done.__getitem__
   # nodes entered (membership only, never iterated): one entered and not yet done is on the current path, so
   # meeting it again means a rule re-created its own input

@@ -32,7 +32,7 @@ from tinysched.scheduling.bigraph import ScheduleError, build_big_graph, compute
 from tinysched.scheduling.stores import gather_facts, store_rules, cut_rules
 from tinysched.scheduling.fusion import group_stores, is_arange
 from tinysched.scheduling import kernel_ast
-from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, rewrite_kernel, well_formed
+from tinysched.scheduling.kernel_ast import KernelMemo, KernelParts, KEPT_WALKS, rewrite_kernel, well_formed
 from tinysched.scheduling.order import run_order
 
 # read once (Ops.X reads cost ~60 ns each on Python 3.11, see scheduling/bigraph.py), for the per-node scans below
@@ -81,15 +81,13 @@ def tensor_memo() -> KernelMemo:
   _TENSOR_MEMO = KernelMemo.kept(_TENSOR_MEMO, TENSOR_SCHEDULES)
   return _TENSOR_MEMO
 
-_KEPT_WALKS = ("_topo", "_canon")  # what the passes keep on a pre-sink (bigraph.topo_of, kernel_ast.canonical_form)
-
 def full_ast_rewrite(pre: UOp, var_vals: dict[UOp, int], assigned: dict[UOp, None],
                      memo: KernelMemo | None = None) -> tuple[UOp, KernelParts]:
   """pre-sink -> (AST, KernelParts: buffers in DEFINE_GLOBAL order, assign targets read early, var_vals).
   `memo` (the caller's) shares the work of kernels that differ only in their buffers. The walks the rewrite keeps on
   `pre` (each holds `pre` itself: a cycle) are dropped again, so a caller's pre-sink frees by refcount (schedule_graph
   keeps the ones it made before for the whole schedule and drops them at its end)."""
-  fresh = [k for k in _KEPT_WALKS if k not in pre.__dict__]
+  fresh = [k for k in KEPT_WALKS if k not in pre.__dict__]
   try: ast, parts = memo.rewrite(pre, assigned) if memo is not None else rewrite_kernel(pre, assigned)
   finally:
     for k in fresh: pre.__dict__.pop(k, None)
@@ -153,7 +151,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
   finally:
     # drop the walks kept on the pre-sinks (each holds its sink: a cycle), on an error too, so graphs free by refcount
     for pre in walked:
-      for k in _KEPT_WALKS: pre.__dict__.pop(k, None)
+      for k in KEPT_WALKS: pre.__dict__.pop(k, None)
   ordered = run_order(kernels)
   memo.keep_schedule(key, (ordered, dict(facts.var_vals)))
   return ordered, facts.var_vals

@@ -155,7 +155,7 @@ def test_a_kernel_rewritten_outside_a_schedule_frees_by_refcount(monkeypatch, pl
   """full_ast_rewrite called on its own (replay's kernel rows) leaves no walk on the pre-sink: the pre-sink holds
   no cycle through itself, so it is freed as soon as the caller lets go (planted: nothing dropped)."""
   import weakref
-  if planted: monkeypatch.setattr(S, "_KEPT_WALKS", ())
+  if planted: monkeypatch.setattr(S, "KEPT_WALKS", ())
   pres = _pre_sinks()
   pre, var_vals, assigned = next(p for p in pres if p[0].src[0].src[2].op is not S.Ops.CONST)
   del pres

@@ -258,23 +258,31 @@ def well_formed(ast: UOp) -> bool:
 
 # *** a memo for schedules with repeated layers ***
 
+# what the passes keep on a pre-sink's __dict__ (bigraph.topo_of's toposort, canonical_form's result): each holds the
+# pre-sink itself, a cycle, so whoever made one drops it again (schedule.py)
+KEPT_WALKS = ("_topo", "_canon")
+
+_BUFFER = Ops.BUFFER  # (Ops.X read once: see scheduling/bigraph.py)
+
+def first_use_buffers(topo: dict[UOp, None]) -> list[UOp]:
+  """A kernel's BUFFERs in first-use order: the canonical numbering (canonical_form, KernelMemo)."""
+  return [u for u in topo if u.op is _BUFFER]
+
 def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   """`pre` with its BUFFERs renumbered 0.. in first-use order, and the original BUFFERs in that order: the kernels
   of a model's repeated layers differ only in which buffers they touch, so they share one canonical form. Kept on
   `pre` (FUSE_ARANGE's check and the kernel's rewrite both ask); the list is shared, read it only."""
   if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
-  order: list[UOp] = []
-  new: dict[UOp, UOp] = {}
-  renamed, BUFFER = new.__getitem__, Ops.BUFFER  # (Ops.X read once: see scheduling/bigraph.py)
-  for u in topo_of(pre):
-    if u.op is BUFFER:
-      new[u] = UOp(BUFFER, u.dtype, (), (len(order), u.arg[1]))
-      order.append(u)
-    elif (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = UOp(u.op, u.dtype, s, u.arg)
+  order = first_use_buffers(topo := topo_of(pre))
+  new: dict[UOp, UOp] = {u: UOp(_BUFFER, u.dtype, (), (i, u.arg[1])) for i, u in enumerate(order)}
+  renamed = new.__getitem__
+  for u in topo:
+    if u in new: continue
+    if (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = UOp(u.op, u.dtype, s, u.arg)
     else: new[u] = u
   canon = new[pre]
   # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
-  if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(new.values())
+  if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(map(renamed, topo))
   pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
   return canon, order
 
@@ -363,7 +371,7 @@ class KernelMemo:
 
   def rewrite(self, pre: UOp, assigned: dict[UOp, None]) -> tuple[UOp, KernelParts]:
     topo = topo_of(pre)
-    order = [u for u in topo if u.op is Ops.BUFFER]  # the canonical numbering: first use
+    order = first_use_buffers(topo)
     targets = tuple(i for i, b in enumerate(order) if b in assigned)
     sig = _signature(topo, order, targets)
     hit = None
@@ -386,7 +394,7 @@ class KernelMemo:
     """The entry of `pre`'s canonical form: `entry` stored under it (a pending kernel's), or found, or rewritten now."""
     self.canonical.add(sig)
     targets = sig[2]
-    kept = [k for k in ("_topo", "_canon") if k not in pre.__dict__]  # (a memo may keep `pre`: no cycle left on it)
+    kept = [k for k in KEPT_WALKS if k not in pre.__dict__]  # (a memo may keep `pre`: no cycle left on it)
     canon, _ = canonical_form(pre)
     key = (canon, targets)
     if entry is not None: self.entries.setdefault(key, entry)
