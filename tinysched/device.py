@@ -12,6 +12,11 @@ from tinysched.dtype import DType, dtypes
 
 class DeviceError(RuntimeError): pass
 
+def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
+  """What a same-device COPY does, on host arrays: the first min(dst, src) bytes of src into dst, bit for bit."""
+  n = min(dst.nbytes, src.nbytes)
+  dst.view(np.uint8)[:n] = src.view(np.uint8)[:n]
+
 class Backend:
   """What a device must provide: memory and the execution of one kernel AST."""
   name: str
@@ -27,9 +32,9 @@ class Backend:
   def copy(self, dst: Buffer, src: Buffer) -> None:
     """The first min(dst, src) bytes of src into dst, both on this device (a same-device COPY). Through the host here;
     a device with its own copy does it without the round trip (and without waiting for its queue)."""
-    if (n := min(dst.nbytes, src.nbytes)):
+    if min(dst.nbytes, src.nbytes):
       full = dst.numpy()
-      full.view(np.uint8)[:n] = src.numpy().view(np.uint8)[:n]
+      copy_bytes(full, src.numpy())
       dst.copyin(full)
   def prepare(self, ast, bufs: Sequence[Buffer | None], var_list: Sequence) -> Callable | None:
     """A recorded launch made ready to repeat (TinyJit): run(bufs, var_vals) doing exec_ast's work with what does not

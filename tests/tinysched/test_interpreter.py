@@ -565,3 +565,21 @@ def test_planted_sparse_contraction_that_drops_repeated_outputs_is_caught(monkey
   name, build, exact = next(c for c in _contraction_cases() if c[0] == "two_hot")
   got = build().numpy()
   assert stats["sparse"] >= 1 and not np.allclose(got, exact)
+
+@pytest.mark.parametrize("dst_n,src_n", [(6, 6), (4, 6), (6, 4), (0, 3)])
+def test_a_same_device_copy_moves_the_first_bytes(dst_n, src_n):
+  """A COPY kernel on flat buffers and NumpyBackend.copy on Buffers: the first min(dst, src) bytes of src into dst,
+  bit for bit (a float32 destination of int32 data keeps the bits), the rest of dst untouched."""
+  src = np.arange(1, src_n + 1, dtype=np.int32)
+  dst = np.full(dst_n, -7.0, dtype=np.float32)
+  want = dst.copy()
+  n = min(dst.nbytes, src.nbytes)
+  want.view(np.uint8)[:n] = src.view(np.uint8)[:n]
+  flat = dst.copy()
+  exec_ast(UOp(Ops.COPY, dtypes.void, (), None), [flat, src.copy()], {})
+  np.testing.assert_array_equal(flat.view(np.uint32), want.view(np.uint32))
+  from tinysched.device import Buffer
+  d, s = Buffer("NUMPY", dst_n, dtypes.float32).allocate(), Buffer("NUMPY", src_n, dtypes.int32).allocate()
+  d.copyin(dst); s.copyin(src)
+  Device["NUMPY"].copy(d, s)
+  np.testing.assert_array_equal(d.numpy().view(np.uint32), want.view(np.uint32))

@@ -44,7 +44,7 @@ from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float, bf16_round
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sym_infer
 from tinysched.reduce import reduce_identity, acc_dtype
-from tinysched.device import Backend, Buffer
+from tinysched.device import Backend, Buffer, copy_bytes
 
 class InterpreterError(RuntimeError): pass
 
@@ -633,7 +633,7 @@ def exec_ast(ast: UOp, bufs: list[np.ndarray], var_vals: dict[UOp, int], referen
 
   reference: accumulate float16/float32 reductions in float64 (default: module REFERENCE)."""
   if ast.op is Ops.COPY:
-    bufs[0][:] = bufs[1].view(bufs[0].dtype)[:bufs[0].size] if bufs[1].dtype != bufs[0].dtype else bufs[1][:bufs[0].size]
+    copy_bytes(bufs[0], bufs[1])
     return
   if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
   if ast.op is not Ops.SINK: raise InterpreterError(f"kernel AST must be a SINK, got {ast.op}")
@@ -645,10 +645,7 @@ class NumpyBackend(Backend):
   def alloc(self, size: int, dtype: DType) -> np.ndarray: return np.zeros(size, dtype=dtype.scalar().np)
   def copyin(self, handle: np.ndarray, src: np.ndarray) -> None: handle[:] = src
   def copyout(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray: return handle[:size].copy()
-  def copy(self, dst: Buffer, src: Buffer) -> None:
-    n = min(dst.nbytes, src.nbytes)
-    d, s = (b.handle if b._base is None else _sub(b) for b in (dst, src))
-    d.view(np.uint8)[:n] = s.view(np.uint8)[:n]
+  def copy(self, dst: Buffer, src: Buffer) -> None: copy_bytes(*(b.handle if b._base is None else _sub(b) for b in (dst, src)))
   def exec_ast(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> float:
     """Run the kernel; returns its wall time in seconds (the interpreter runs synchronously)."""
     st = time.perf_counter()
