@@ -308,8 +308,39 @@ def _rewrite_along(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[st
       done[n] = nn
       continue
     if track is not None: track.append((r[1], nn, r[0]))
-    done[n] = done[r[0]] if r[0] in done else _rewrite(r[0], pm, ctx, track, done, 1)
+    done[n] = done[r[0]] if r[0] in done else _settle(r[0], pm, ctx, track, done)
   return done[root]
+
+def _settle(x: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp]) -> UOp:
+  """What a rule returned (`x`, not done), rewritten to its fixed point, as _rewrite would: most results are one new
+  node over sources that are done already (a rule rebuilt a node), and those are rewritten here in a chain, without
+  _rewrite's stack; the first result with a source still to rewrite goes to _rewrite. Same order, same results."""
+  get_done, leaf_rules, pdict, rewrite = done.__getitem__, pm.leaf_rules, pm.pdict, pm.rewrite_named
+  chain: dict[UOp, None] = {}  # results rewritten in turn, not done yet (a rule re-creating one of them loops)
+  depth = 1
+  while True:
+    src = x.src
+    for s in src:
+      if s not in done:
+        if s.src or s.op in leaf_rules: break
+        done[s] = s  # a leaf no rule can match: its own result (as _rewrite takes it)
+    else:
+      nn = x if (new_src := tuple(map(get_done, src))) == src else UOp(x.op, x.dtype, new_src, x.arg)
+      if not pdict[nn.op] or (r := rewrite(nn, ctx)) is None: final = done[x] = nn
+      else:
+        if track is not None: track.append((r[1], nn, r[0]))
+        chain[x] = None
+        if (x := r[0]) in done: final = done[x]
+        elif x in chain: raise RewriteLoop(f"{pm.name}: rewriting {x.op} produced a graph containing itself; a rule loops")
+        elif (depth := depth + 1) > REWRITE_DEPTH_LIMIT:
+          raise RewriteLoop(f"{pm.name}: {REWRITE_DEPTH_LIMIT} nested rewrites without reaching a fixed point "
+                            f"(last rule {r[1]!r} on {nn.op}); a rule loops")
+        else: continue
+      break
+    final = _rewrite(x, pm, ctx, track, done, depth)
+    break
+  for c in chain: done[c] = final
+  return final
 
 def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp],
              depth0: int = 0) -> UOp:

@@ -321,6 +321,16 @@ def test_walk_along_toposort_is_the_same_walk(root):
   assert track_b == track_a
   assert seen_b == seen_a  # a ctx rule sees the nodes in the same order (number_rules numbers buffers this way)
 
+def test_a_rule_results_chain_is_remembered():
+  # fold_add's result 3 is rewritten again (3 -> 4) in a chain of results (rewrite._settle); the same 3 met later in the
+  # walk is that chain's, done already: three_to_four fires once, as on the stack
+  root = UOp(Ops.SINK, dtypes.void, (node(Ops.ADD, ci(1), ci(2)), node(Ops.NEG, ci(3))))
+  pm = _walk_matcher()
+  track_a, track_b = [], []
+  out_a = rewrite_mod._rewrite(root, pm, [], track_a, {})
+  assert graph_rewrite(root, pm, [], track=track_b) is out_a is UOp(Ops.SINK, dtypes.void, (ci(4), node(Ops.NEG, ci(4))))
+  assert [t[0] for t in track_b] == [t[0] for t in track_a] == ["fold_add", "three_to_four"]
+
 def test_walk_along_toposort_order_is_the_callers():
   # the walk follows the order it is given: a different (valid) order shows in what a ctx rule sees. So a caller must
   # pass root.toposort() itself, as the docstring says, and the property test above is not passing by accident
