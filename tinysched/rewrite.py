@@ -29,11 +29,14 @@ class UPat:
   order); a list (in any order); or a single UPat (every source matches it, any count).
   arg: the exact argument, or ANY. name: bind the matched node under this name; a name bound twice
   must bind the same node. allow_any_len: a tuple src matches a prefix of the node's sources.
+  src_ops: ops that must each appear among the node's direct sources, for a pattern that leaves its sources open
+  (src None) but whose rule can only fire when one is there: the matcher rejects other nodes before calling it
+  (a tuple src has these checks from its own source patterns).
   """
   __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_perms", "_all", "early_reject", "_opset", "_dtset", "_single")
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = ANY, name: str | None = None,
-               allow_any_len: bool = False):
+               allow_any_len: bool = False, src_ops: Iterable[Ops] = ()):
     self.op: tuple[Ops, ...] | None = tuple(sorted(_as_tuple(op))) if op is not None else None  # type: ignore[type-var]
     self.dtype = _as_tuple(dtype)
     # sets for the membership tests on the hot path; the tuples keep a deterministic order for everything else
@@ -48,7 +51,8 @@ class UPat:
       commutative = self.op is not None and all(o in GroupOp.Commutative for o in self.op) and len(src) == 2
       self._perms = [src, src[::-1]] if commutative else [src]
     # ops the node's direct sources must contain: checked before any recursion
-    req: set[Ops] = set()
+    req: set[Ops] = set(src_ops)
+    if src_ops and src is not None: raise ValueError("src_ops is for a pattern with open sources (src None)")
     if isinstance(src, (tuple, list)):
       for p in src:
         if p.op is not None and len(p.op) == 1: req.add(p.op[0])
@@ -80,7 +84,7 @@ class UPat:
       if (b := store.get(self.name)) is not None:
         if b is not u: return []
       else: store = {**store, self.name: u}
-    if self.src is None: return [store]
+    if self.src is None: return [store] if not self.early_reject or self.early_reject.issubset({s.op for s in u.src}) else []
     if self._all is not None:
       res = [store]
       for s in u.src: res = [b2 for b in res for b2 in self._all.match(s, b)]
@@ -114,7 +118,7 @@ class UPat:
     if (name := self.name) is not None:
       if (b := store.get(name)) is None: store[name] = u
       elif b is not u: return None
-    if self.src is None: return store
+    if self.src is None: return store if not self.early_reject or self.early_reject.issubset({s.op for s in u.src}) else None
     if (each := self._all) is not None:
       for s in u.src:
         if each.match_one(s, store) is None: return None

@@ -144,7 +144,8 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
         keep |= bad  # schedule again with those aranges stored (a fixed point: `keep` only grows)
       kernels: list[ScheduleItem] = []
       for pre in pres:
-        computes = tuple(dedup(x.buf_uop for x in topo_of(pre) if (op := x.op) is _STORE or (op is _VIEW and computed(x))))
+        # (the BUFFER is the first source of both: a STORE's target, a computed VIEW(BUFFER, op)'s buffer)
+        computes = tuple(dict.fromkeys([x.src[0] for x in topo_of(pre) if (op := x.op) is _STORE or (op is _VIEW and computed(x))]))
         ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
         facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
         kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))

@@ -55,6 +55,21 @@ def test_named_captures_must_agree():
   # the name binds the node matched by that UPat itself
   assert matches(UPat(Ops.ADD, name="me"), s := node(Ops.ADD, A, B)) == [{"me": s}]
 
+def test_src_ops_rejects_nodes_without_those_sources():
+  # a pattern with open sources whose rule needs a source of some op (kernel_ast's views_through_op: a VIEW): the same
+  # answer through the matcher's pre-check, a plain match, a single match, and nested in another pattern
+  pat = UPat(Ops.ADD, name="x", src_ops=(Ops.CONST,))
+  with_const, without = node(Ops.ADD, A, ci(1)), node(Ops.ADD, A, B)
+  assert matches(pat, with_const) == [{"x": with_const}] and matches(pat, without) == []
+  assert pat.match_one(with_const, {}) == {"x": with_const} and pat.match_one(without, {}) is None
+  outer = UPat(Ops.NEG, src=(pat,))
+  assert outer.match_one(node(Ops.NEG, with_const), {}) is not None and outer.match_one(node(Ops.NEG, without), {}) is None
+  calls: list = []
+  pm = PatternMatcher([(pat, lambda x: calls.append(x))])  # never fires: returns None
+  graph_rewrite(UOp(Ops.SINK, dtypes.void, (with_const, without)), pm)
+  assert calls == [with_const]  # the rule is not called on the node without a constant source
+  with pytest.raises(ValueError): UPat(Ops.ADD, src=(UPat(), UPat()), src_ops=(Ops.CONST,))  # a tuple src says it itself
+
 def test_dtype_filter():
   a64 = Variable("a", 0, 10, dtypes.int64)
   assert matches(UPat(Ops.DEFINE_VAR, dtypes.int32), A) == [{}]

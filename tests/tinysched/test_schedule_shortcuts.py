@@ -33,6 +33,16 @@ def test_the_fingerprint_sees_every_patch(monkeypatch, patch):
   back = rules_fingerprint()
   assert not same_rules(back, after) and same_rules(back, _slow_fingerprint())
 
+def test_the_fingerprint_reads_a_replaced_class(monkeypatch):
+  # the namespaces' modules are found once, their classes on every call: a method patched on a class that itself
+  # replaced the original is a rule change too
+  rules_fingerprint()
+  monkeypatch.setattr(fusion, "_Fusion", type("_Fusion", (fusion._Fusion,), {}))
+  first = rules_fingerprint()
+  monkeypatch.setattr(fusion._Fusion, "group_reduce", lambda self, *a, **k: None)
+  second = rules_fingerprint()
+  assert not same_rules(first, second) and same_rules(second, _slow_fingerprint())
+
 def test_cycle_collection_resumes_after_a_schedule():
   assert gc.isenabled()
   (Tensor.ones(4, 4).contiguous() + 1).schedule()

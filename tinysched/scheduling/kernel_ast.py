@@ -139,7 +139,9 @@ views_down = compose_rules + PatternMatcher([
   (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, src=(UPat.var("src"),), name="inner").view(name="v"),), name="outer"),
    reshape_between_reduces, "reshape_between_reduces"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat.var("x").view(name="v"),), name="r"), reduce_over_reshape, "reduce_over_reshape"),
-  (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.STORE), name="root"), views_through_op, "views_through_op"),
+  # (only a VIEW source can be a reshape to move: other nodes are not offered to the rule)
+  (UPat((*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.STORE), name="root", src_ops=(Ops.VIEW,)), views_through_op,
+   "views_through_op"),
   (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, name="inner"),), name="outer"), fuse_reduces, "fuse_reduces"),
 ], name="views_down")
 
@@ -286,17 +288,25 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
   return canon, order
 
+_MODULES: list = []  # the modules _rule_namespaces reads, found once (import statements cost ~10 us a call)
+
 def _rule_namespaces() -> list:
   """The namespaces whose objects rules_fingerprint reads: schedule.py and every pass module (fusion's methods too),
-  the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`)."""
-  import sys
-  from tinysched import rewrite, shape
-  from tinysched.scheduling import bigraph, stores, fusion, order
-  from tinysched.codegen import kernel, lowerer, folds
-  facade = [vars(sys.modules["tinysched.schedule"])] if "tinysched.schedule" in sys.modules else []
-  return [globals(), vars(bigraph), vars(stores), vars(fusion), vars(fusion._Fusion), vars(order), *facade, vars(rewrite),
-          vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel), vars(lowerer),
-          vars(folds)]
+  the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`). The
+  modules are found once; their classes are read from them on every call (a class replaced by a patch is seen)."""
+  if not _MODULES:
+    import sys
+    from tinysched import rewrite, shape
+    from tinysched.scheduling import bigraph, stores, fusion, order
+    from tinysched.codegen import kernel, lowerer, folds
+    if "tinysched.schedule" not in sys.modules: return _namespaces_of(sys.modules[__name__], bigraph, stores, fusion, order, None, rewrite, shape, kernel, lowerer, folds)
+    _MODULES[:] = [sys.modules[__name__], bigraph, stores, fusion, order, sys.modules["tinysched.schedule"], rewrite, shape, kernel, lowerer, folds]
+  return _namespaces_of(*_MODULES)
+
+def _namespaces_of(me, bigraph, stores, fusion, order, facade, rewrite, shape, kernel, lowerer, folds) -> list:
+  return [vars(me), vars(bigraph), vars(stores), vars(fusion), vars(fusion._Fusion), vars(order), *([vars(facade)] if facade else []),
+          vars(rewrite), vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel),
+          vars(lowerer), vars(folds)]
 
 # the last fingerprint and the namespace values it was read from: [values, fingerprint]. Updated in place: this list is
 # itself a value of a namespace read, and must stay the same object
