@@ -174,7 +174,7 @@ class PatternMatcher:
     self.leaf_rules: frozenset[Ops] = frozenset(op for op, tries in self._tries.items() if any(t[0].may_lead(None) for t in tries))
     # and split further by the op of the node's first source, filled on first use: a node only tries the rules that
     # can match it (the order inside a bucket is the rules' order)
-    self._by_first: dict[tuple[Ops, Ops | None], list[tuple[UPat, Callable, str, bool, bool]]] = {}
+    self._by_first: dict[Ops, dict[Ops | None, list[tuple[UPat, Callable, str, bool, bool]]]] = {op: {} for op in Ops}
   def __add__(self, other: PatternMatcher) -> PatternMatcher:
     return PatternMatcher([(p, f, n) for p, f, n, _ in self.rules + other.rules], name=f"{self.name}+{other.name}")
   def rule_names(self) -> list[str]: return [n for _, _, n, _ in self.rules]
@@ -183,8 +183,9 @@ class PatternMatcher:
   def rewrite_named(self, u: UOp, ctx: Any = None) -> tuple[UOp, str] | None:
     """Try the rules in order on one node: (new node, rule name) of the first that fires."""
     src_ops: set[Ops] | None = None
-    if (tries := self._by_first.get(key := (u.op, u.src[0].op if u.src else None))) is None:
-      tries = self._by_first[key] = [t for t in self._tries[u.op] if t[0].may_lead(key[1])]
+    # (one dict per op, keyed by the first source's op: no key tuple to build per node)
+    if (tries := (by_first := self._by_first[u.op]).get(first := u.src[0].op if u.src else None)) is None:
+      tries = by_first[first] = [t for t in self._tries[u.op] if t[0].may_lead(first)]
     for pat, fn, name, has_ctx, single in tries:
       if pat.early_reject:  # cheap pre-check before the recursive match
         if src_ops is None: src_ops = {s.op for s in u.src}
