@@ -145,7 +145,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
       kernels: list[ScheduleItem] = []
       for pre in pres:
         # (the BUFFER is the first source of both: a STORE's target, a computed VIEW(BUFFER, op)'s buffer)
-        computes = tuple(dict.fromkeys([x.src[0] for x in topo_of(pre) if (op := x.op) is _STORE or (op is _VIEW and computed(x))]))
+        computes = tuple(dedup([x.src[0] for x in topo_of(pre) if (op := x.op) is _STORE or (op is _VIEW and computed(x))]))
         ast, parts = full_ast_rewrite(pre, facts.var_vals, facts.assign_targets, memo)
         facts.var_vals.update(parts.var_vals)  # Variables bound in the kernel's views
         kernels.append(ScheduleItem(ast, tuple(parts.bufs), assign_preloads=tuple(parts.preloads), computes=computes))

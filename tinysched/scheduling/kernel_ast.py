@@ -299,8 +299,9 @@ def _rule_namespaces() -> list:
     from tinysched import rewrite, shape
     from tinysched.scheduling import bigraph, stores, fusion, order
     from tinysched.codegen import kernel, lowerer, folds
-    if "tinysched.schedule" not in sys.modules: return _namespaces_of(sys.modules[__name__], bigraph, stores, fusion, order, None, rewrite, shape, kernel, lowerer, folds)
-    _MODULES[:] = [sys.modules[__name__], bigraph, stores, fusion, order, sys.modules["tinysched.schedule"], rewrite, shape, kernel, lowerer, folds]
+    mods = [sys.modules[__name__], bigraph, stores, fusion, order, sys.modules.get("tinysched.schedule"), rewrite, shape, kernel, lowerer, folds]
+    if mods[5] is None: return _namespaces_of(*mods)  # the facade is not loaded yet: looked for again next time
+    _MODULES[:] = mods
   return _namespaces_of(*_MODULES)
 
 def _namespaces_of(me, bigraph, stores, fusion, order, facade, rewrite, shape, kernel, lowerer, folds) -> list:
