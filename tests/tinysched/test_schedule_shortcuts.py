@@ -16,6 +16,14 @@ def test_the_fingerprint_is_kept_while_nothing_changes():
   fp = rules_fingerprint()
   assert rules_fingerprint() is fp and same_rules(fp, _slow_fingerprint())
 
+def test_the_fingerprint_is_every_rule_of_the_namespaces():
+  # rules_fingerprint picks the rules by their type (asked once per type): the same objects, in the same order, as
+  # asking every value
+  import itertools
+  values = list(itertools.chain.from_iterable(ns.values() for ns in KA._rule_namespaces()))
+  expected = tuple(o for o in values if KA._is_rule(o))
+  assert len(expected) > 300 and same_rules(_slow_fingerprint(), expected)
+
 @pytest.mark.parametrize("patch", [
   lambda mp: mp.setattr(KA, "views_down", KA.views_down + KA.compose_rules),             # a matcher of a pass module
   lambda mp: mp.setattr(fusion._Fusion, "group_reduce", lambda self, *a, **k: None),     # a method (class namespace)
