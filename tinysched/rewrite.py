@@ -11,7 +11,7 @@ import contextlib, hashlib, inspect, itertools, os, threading
 from typing import Any, Callable, Iterable, Iterator, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, _intern_arg
+from tinysched.uop import UOp, make_uop, _intern_arg
 
 class _Any:
   def __repr__(self): return "ANY"
@@ -304,7 +304,7 @@ def _rewrite_along(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[st
     if n in done: continue
     if src := n.src:
       new_src = tuple(map(get_done, src))
-      nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
+      nn = n if new_src == src else make_uop(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
     elif n.op not in leaf_rules:
       done[n] = n
       continue
@@ -330,7 +330,7 @@ def _settle(x: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UO
         if s.src or s.op in leaf_rules: break
         done[s] = s  # a leaf no rule can match: its own result (as _rewrite takes it)
     else:
-      nn = x if (new_src := tuple(map(get_done, src))) == src else UOp(x.op, x.dtype, new_src, x.arg)
+      nn = x if (new_src := tuple(map(get_done, src))) == src else make_uop(x.op, x.dtype, new_src, x.arg)
       if not pdict[nn.op] or (r := rewrite(nn, ctx)) is None: final = done[x] = nn
       else:
         if track is not None: track.append((r[1], nn, r[0]))
@@ -380,7 +380,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp
     if stage <= 1:
       if src := n.src:
         new_src = tuple(map(get_done, src))
-        nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
+        nn = n if new_src == src else make_uop(n.op, n.dtype, new_src, n.arg)  # tuple == compares identity first, in C
       else: nn = n
       if not pdict[nn.op] or (r := rewrite(nn, ctx)) is None:
         done[n] = nn

@@ -115,7 +115,7 @@ class UOp(metaclass=_UOpMeta):
   def __reduce__(self): raise TypeError("UOps are not picklable by design: use replay's canonical encoding")
   def replace(self, **kwargs) -> UOp:
     """This node with some of its fields changed (keywords other than the four fields are ignored)."""
-    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
+    return make_uop(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
 
   # *** identity ***
   @cached_property
@@ -192,7 +192,7 @@ class UOp(metaclass=_UOpMeta):
   def const(dtype: DType, b: ConstType | UOp) -> UOp:
     if isinstance(b, UOp): return b.unbind()[0] if b.op is Ops.BIND else b
     if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar(), b),)*dtype.count)
-    return UOp(Ops.CONST, dtype, (), dtypes.as_const(b, dtype))
+    return make_uop(Ops.CONST, dtype, (), dtypes.as_const(b, dtype))
   def const_like(self, b: ConstType) -> UOp: return UOp.const(self.dtype, b)
   def cast(self, dtype: DType) -> UOp:
     if self.dtype == dtype: return self
@@ -201,7 +201,7 @@ class UOp(metaclass=_UOpMeta):
   def bitcast(self, dtype: DType) -> UOp: return self._only_src(Ops.BITCAST, dtype=dtype)
   def _only_src(self, op: Ops, arg: Any = None, dtype: DType | None = None) -> UOp:
     """A node of `op` over self alone, of self's dtype unless one is given."""
-    return UOp(op, self.dtype if dtype is None else dtype, (self,), arg)
+    return make_uop(op, self.dtype if dtype is None else dtype, (self,), arg)
   def alu(self, op: Ops, *src: UOp) -> UOp:
     srcs = (self,) + src
     out_dtype = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
@@ -213,7 +213,7 @@ class UOp(metaclass=_UOpMeta):
     if all(s.op is Ops.CONST for s in srcs) and op in _PY_ALU:
       try: return UOp.const(out_dtype, exec_alu(op, out_dtype, [s.arg for s in srcs]))
       except (ZeroDivisionError, ValueError, OverflowError): pass
-    return UOp(op, out_dtype, srcs)
+    return make_uop(op, out_dtype, srcs)
   def ufix(self, x: sint | float) -> UOp: return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
   def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
     xx = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x))
@@ -221,9 +221,9 @@ class UOp(metaclass=_UOpMeta):
     return self.alu(Ops.WHERE, xx, yy)
   def sink(self, *srcs: UOp) -> UOp: return UOp.sink_of(self, *srcs)
   @staticmethod
-  def sink_of(*srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, srcs)
+  def sink_of(*srcs: UOp) -> UOp: return make_uop(Ops.SINK, dtypes.void, srcs)
   @staticmethod
-  def store(*srcs: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, srcs)
+  def store(*srcs: UOp) -> UOp: return make_uop(Ops.STORE, dtypes.void, srcs)
   def r(self, op: Ops, axis: tuple[int, ...]) -> UOp: return self._only_src(Ops.REDUCE_AXIS, (op, tuple(axis)))
   @property
   def axis_arg(self) -> tuple[int, ...]:
@@ -322,6 +322,11 @@ class UOp(metaclass=_UOpMeta):
 
 # the field slots' setters, for _UOpMeta.__call__
 _set_op, _set_dtype, _set_src, _set_arg = (UOp.__dict__[f].__set__ for f in _FIELDS)
+
+# UOp(op, dtype, src, arg) itself, called as a function: a class call goes through the metaclass's __call__ slot, which
+# looks the method up and calls it without vectorcall (~650 instructions of ~2400 for an interned hit). For the rewrite
+# engine's rebuild of every node whose sources changed
+make_uop = _UOpMeta.__call__.__get__(UOp)
 
 def _fill_children(root: UOp, attr: str) -> None:
   """Compute the cached property `attr` of every descendant of `root` that lacks it, children before parents,
@@ -488,5 +493,5 @@ def sym_infer(x: sint, var_vals: dict[UOp, int]) -> int:
     else: raise ValueError(f"cannot evaluate {n.op} symbolically")
   return get(x)
 
-__all__ = ["UOp", "Variable", "sint", "resolve", "sym_ne", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
+__all__ = ["UOp", "make_uop", "Variable", "sint", "resolve", "sym_ne", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
            "PtrDType"]

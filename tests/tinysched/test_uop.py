@@ -16,6 +16,17 @@ def test_same_args_same_object():
   assert UOp(Ops.SINK, dtypes.void, (a, ci(2))) is UOp(Ops.SINK, dtypes.void, (a, ci(2)))
   assert UOp(Ops.VIEW, dtypes.float32, (), ((1, 2), "x")) is UOp(Ops.VIEW, dtypes.float32, (), ((1, 2), "x"))
 
+def test_make_uop_is_the_constructor():
+  # the rewrite engine builds nodes through make_uop (the metaclass call without the class call's dispatch): the same
+  # node as UOp(...), found or new, with every argument kind interned the same way
+  from tinysched.uop import make_uop
+  a = Variable("a", 0, 10)
+  for args in [(Ops.ADD, dtypes.int32, (a, ci(1))), (Ops.CONST, dtypes.float32, (), -0.0), (Ops.CONST, dtypes.bool, (), True),
+               (Ops.VIEW, dtypes.void, (), ((1, 2), "x")), (Ops.SINK,)]:
+    new = make_uop(*args)
+    assert new is UOp(*args) and make_uop(*args) is new and type(new) is UOp
+  assert make_uop(Ops.CONST, dtypes.int32, (), 1) is not make_uop(Ops.CONST, dtypes.int32, (), True)
+
 def test_different_content_different_object():
   a = Variable("a", 0, 10)
   assert Variable("a", 0, 11) is not a and Variable("b", 0, 10) is not a and Variable("a", 0, 10, dtypes.int64) is not a

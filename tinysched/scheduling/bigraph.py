@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 from tinysched.dtype import DType, dtypes
 from tinysched.ops import Ops
-from tinysched.uop import UOp
+from tinysched.uop import UOp, make_uop
 from tinysched.shape import ShapeTracker
 from tinysched.lazy import LazyBuffer, Metadata
 from tinysched.device import Buffer
@@ -25,10 +25,10 @@ _NO_ARG = (Ops.CAST, Ops.BITCAST)  # ops whose node takes no arg from the lazy b
 
 def view_of(st: ShapeTracker) -> UOp:
   """A source-free VIEW: a ShapeTracker as a node (the form loads, stores and VALID take)."""
-  return UOp(_VIEW, dtypes.void, (), st)
+  return make_uop(_VIEW, dtypes.void, (), st)
 
 def buffer_node(device: str, size: int, dtype: DType, number: int) -> UOp:
-  return UOp(_BUFFER, dtype.ptr(), (), (number, (device, size, dtype)))
+  return make_uop(_BUFFER, dtype.ptr(), (), (number, (device, size, dtype)))
 
 def computed(u: UOp) -> bool:
   """VIEW(BUFFER, op): a buffer whose value this schedule computes."""
@@ -103,24 +103,24 @@ class _Builder:
 
   def constant(self, lb: LazyBuffer) -> UOp:
     if isinstance(lb.arg, UOp): self.graph.var_vals.update([lb.arg.unbind()])
-    valid = UOp(Ops.VALID, dtypes.bool, (view_of(lb.st),))
+    valid = make_uop(Ops.VALID, dtypes.bool, (view_of(lb.st),))
     return valid.where(UOp.const(lb.dtype, lb.arg), UOp.const(lb.dtype, 0))
 
   def computed_op(self, lb: LazyBuffer) -> tuple[UOp, UOp]:
     """(BUFFER, op) of a buffer to compute; an ASSIGN writes into its target's BUFFER instead of a new one."""
     srcs = tuple(self.node[id(s)] for s in lb.srcs)
-    if (op := lb.op) is _ASSIGN: return srcs[0].buf_uop, UOp(_ASSIGN, lb.dtype, (srcs[0].buf_uop, srcs[1]), lb.arg)
-    return self.new_buffer(lb), UOp(op, lb.dtype, srcs, None if op in _NO_ARG else lb.arg)
+    if (op := lb.op) is _ASSIGN: return srcs[0].buf_uop, make_uop(_ASSIGN, lb.dtype, (srcs[0].buf_uop, srcs[1]), lb.arg)
+    return self.new_buffer(lb), make_uop(op, lb.dtype, srcs, None if op in _NO_ARG else lb.arg)
 
   def add(self, lb: LazyBuffer) -> None:
     if lb.base is not lb: self.node[id(lb)] = self.node[id(lb.base)].view(lb.st); return
     if lb.realized is None and lb.op is _CONST: self.node[id(lb)] = self.constant(lb); return
     if lb.realized is not None:
-      self.node[id(lb)] = UOp(_VIEW, lb.dtype, (self.new_buffer(lb),), lb.st)
+      self.node[id(lb)] = make_uop(_VIEW, lb.dtype, (self.new_buffer(lb),), lb.st)
       return
     b, op = self.computed_op(lb)
-    if lb.forced_realize: op = UOp(_CONTIGUOUS, lb.dtype, (op,))
-    self.node[id(lb)] = UOp(_VIEW, lb.dtype, (b, op), lb.st)
+    if lb.forced_realize: op = make_uop(_CONTIGUOUS, lb.dtype, (op,))
+    self.node[id(lb)] = make_uop(_VIEW, lb.dtype, (b, op), lb.st)
     if lb.metadata is not None: self.graph.metadata[b] = lb.metadata
     self.graph.lazy_of[lb.buffer] = lb
 

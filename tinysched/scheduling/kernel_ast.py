@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools, operator
 from dataclasses import dataclass
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, resolve
+from tinysched.uop import UOp, make_uop, resolve
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.helpers import prod, all_same
@@ -38,7 +38,7 @@ def _read_own_store(ctx: dict[UOp, UOp], b: UOp) -> UOp | None: return ctx.get(b
 
 inline_rules = PatternMatcher([
   (UPat(Ops.VIEW, src=(UPat(), UPat.var("op"))), lambda op: op, "inline_computed"),
-  (UPat(Ops.VIEW, src=(UPat(Ops.BUFFER, name="b"),), name="v"), lambda b, v: UOp(Ops.PRELOAD, v.dtype, (b, view_of(v.st))), "read_data_buffer"),
+  (UPat(Ops.VIEW, src=(UPat(Ops.BUFFER, name="b"),), name="v"), lambda b, v: make_uop(Ops.PRELOAD, v.dtype, (b, view_of(v.st))), "read_data_buffer"),
   (UPat(Ops.CONTIGUOUS, src=(UPat.var("x"),)), lambda x: x, "drop_contiguous"),
 ], name="inline_rules")
 own_store_rules = PatternMatcher([(UPat(Ops.LOAD, src=(UPat.var("b"), UPat())), _read_own_store, "read_own_store")], name="own_store_rules")
@@ -172,7 +172,7 @@ def _preload(ctx: KernelParts, x: UOp, b: UOp) -> UOp:
   # from here on every read is a LOAD; the targets read before their assign are what ordering needs to know
   if b.op is Ops.DEFINE_GLOBAL: b = ctx.bufs[b.arg]  # numbered already (finish_and_number): the BUFFER it stands for
   if b in ctx.assigned: ctx.early.setdefault(b)
-  return UOp(Ops.LOAD, x.dtype, x.src, x.arg)
+  return make_uop(Ops.LOAD, x.dtype, x.src, x.arg)
 
 finish_rules = PatternMatcher([
   (UPat(Ops.VIEW, name="x"), _unbind, "unbind_view"),
@@ -184,7 +184,7 @@ finish_rules = PatternMatcher([
 
 def _global(ctx: KernelParts, x: UOp) -> UOp:
   number = ctx.numbers.setdefault(x, len(ctx.numbers))
-  return UOp(Ops.DEFINE_GLOBAL, x.dtype, (), number)
+  return make_uop(Ops.DEFINE_GLOBAL, x.dtype, (), number)
 number_rules = PatternMatcher([(UPat(Ops.BUFFER, name="x"), _global, "define_global")], name="number_rules")
 
 _combined: dict[tuple[PatternMatcher, PatternMatcher], PatternMatcher] = {}
@@ -276,11 +276,11 @@ def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
   `pre` (FUSE_ARANGE's check and the kernel's rewrite both ask); the list is shared, read it only."""
   if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
   order = first_use_buffers(topo := topo_of(pre))
-  new: dict[UOp, UOp] = {u: UOp(_BUFFER, u.dtype, (), (i, u.arg[1])) for i, u in enumerate(order)}
+  new: dict[UOp, UOp] = {u: make_uop(_BUFFER, u.dtype, (), (i, u.arg[1])) for i, u in enumerate(order)}
   renamed = new.__getitem__
   for u in topo:
     if u in new: continue
-    if (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = UOp(u.op, u.dtype, s, u.arg)
+    if (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = make_uop(u.op, u.dtype, s, u.arg)
     else: new[u] = u
   canon = new[pre]
   # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free

@@ -15,7 +15,7 @@ fused under it. `cut_at_stores` then rewrites the graph once more, turning each 
 from __future__ import annotations
 from dataclasses import dataclass, field
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, resolve
+from tinysched.uop import UOp, make_uop, resolve
 from tinysched.rewrite import UPat, PatternMatcher
 from tinysched.shape import ShapeTracker
 from tinysched.helpers import prod, all_int
@@ -51,7 +51,7 @@ def _buffer(*ops: Ops, name: str = "value") -> UPat:
 
 def store_and_load(ctx: dict[UOp, UOp], b: UOp, value: UOp, node: UOp) -> UOp:
   """Record `b` as stored in `ctx` (contiguously, in its own shape) and return the node that reads it back."""
-  reader = UOp(Ops.LOAD, node.dtype, (b, view_of(node.st)))
+  reader = make_uop(Ops.LOAD, node.dtype, (b, view_of(node.st)))
   ctx[b] = UOp.store(b, view_of(ShapeTracker.from_shape(node.st.shape)), value)
   return reader
 
