@@ -19,6 +19,8 @@ _MISSING = object()
 # read once for the per-node properties (st, buf_uop): on Python 3.11 every `Ops.X` read goes through EnumType's
 # __getattr__ hook (~60 ns)
 _VIEW, _BUFFERS, _READS_BUFFER = Ops.VIEW, (Ops.BUFFER, Ops.DEFINE_GLOBAL), (Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.ASSIGN)
+_REDUCE_AXIS, _NO_SHAPE = Ops.REDUCE_AXIS, (Ops.SINK, Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.BIND)  # (st: ops whose sources' shape is not theirs)
+_CONST, _SINK, _STORE, _WHERE = Ops.CONST, Ops.SINK, Ops.STORE, Ops.WHERE  # (the construction helpers')
 
 def _intern_arg(arg: Any) -> Any:
   # floats: 0.0 == -0.0 and nan != nan would merge or split nodes wrongly, so intern by bit pattern;
@@ -192,7 +194,7 @@ class UOp(metaclass=_UOpMeta):
   def const(dtype: DType, b: ConstType | UOp) -> UOp:
     if isinstance(b, UOp): return b.unbind()[0] if b.op is Ops.BIND else b
     if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar(), b),)*dtype.count)
-    return make_uop(Ops.CONST, dtype, (), dtypes.as_const(b, dtype))
+    return make_uop(_CONST, dtype, (), dtypes.as_const(b, dtype))
   def const_like(self, b: ConstType) -> UOp: return UOp.const(self.dtype, b)
   def cast(self, dtype: DType) -> UOp:
     if self.dtype == dtype: return self
@@ -205,12 +207,12 @@ class UOp(metaclass=_UOpMeta):
   def alu(self, op: Ops, *src: UOp) -> UOp:
     srcs = (self,) + src
     out_dtype = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
-    if op is Ops.WHERE: out_dtype = srcs[1].dtype
+    if op is _WHERE: out_dtype = srcs[1].dtype
     # an integer compared with itself is decided (not for floats: NaN != NaN); symbolic shapes compare this way
     if op in GroupOp.Comparison and len(srcs) == 2 and srcs[0] is srcs[1] and not dtypes.is_float(srcs[0].dtype):
       return UOp.const(dtypes.bool, False)
     # fold constants eagerly: keeps symbolic shapes small and identical wherever they are built
-    if all(s.op is Ops.CONST for s in srcs) and op in _PY_ALU:
+    if all(s.op is _CONST for s in srcs) and op in _PY_ALU:
       try: return UOp.const(out_dtype, exec_alu(op, out_dtype, [s.arg for s in srcs]))
       except (ZeroDivisionError, ValueError, OverflowError): pass
     return make_uop(op, out_dtype, srcs)
@@ -221,32 +223,32 @@ class UOp(metaclass=_UOpMeta):
     return self.alu(Ops.WHERE, xx, yy)
   def sink(self, *srcs: UOp) -> UOp: return UOp.sink_of(self, *srcs)
   @staticmethod
-  def sink_of(*srcs: UOp) -> UOp: return make_uop(Ops.SINK, dtypes.void, srcs)
+  def sink_of(*srcs: UOp) -> UOp: return make_uop(_SINK, dtypes.void, srcs)
   @staticmethod
-  def store(*srcs: UOp) -> UOp: return make_uop(Ops.STORE, dtypes.void, srcs)
-  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp: return self._only_src(Ops.REDUCE_AXIS, (op, tuple(axis)))
+  def store(*srcs: UOp) -> UOp: return make_uop(_STORE, dtypes.void, srcs)
+  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp: return self._only_src(_REDUCE_AXIS, (op, tuple(axis)))
   @property
   def axis_arg(self) -> tuple[int, ...]:
-    if self.op is not Ops.REDUCE_AXIS: raise ValueError(f"axis_arg of {self.op}")
+    if self.op is not _REDUCE_AXIS: raise ValueError(f"axis_arg of {self.op}")
     return self.arg[1]
   def view(self, st) -> UOp:
     """Wrap in a VIEW carrying ShapeTracker `st`."""
-    return self._only_src(Ops.VIEW, st)
+    return self._only_src(_VIEW, st)
   @property
   def st(self):
     """The ShapeTracker a node's value has: a VIEW's own, a buffer op's VIEW source, an elementwise
     op's first source with one, a reduce's input reduced; None for nodes without a shape."""
+    if (op := self.op) is _VIEW: return self.arg  # (most asks: nothing to cache, and no __dict__ made for it)
     if (ret := self.__dict__.get("_st", _MISSING)) is not _MISSING: return ret
     ret = None
-    if (op := self.op) is _VIEW: ret = self.arg
-    elif op in GroupOp.Buffer:
+    if op in GroupOp.Buffer:
       for s in self.src:
         if s.op is _VIEW:
           ret = s.arg
           break
-    elif op is Ops.REDUCE_AXIS:
+    elif op is _REDUCE_AXIS:
       if (sst := self.src[0].st) is not None: ret = type(sst).from_shape(sst.reduce(self.axis_arg))
-    elif self.src and self.op not in (Ops.SINK, Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.BIND):
+    elif self.src and op not in _NO_SHAPE:
       for s in self.src:
         if (ret := s.st) is not None: break
     self.__dict__["_st"] = ret

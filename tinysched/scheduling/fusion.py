@@ -26,6 +26,10 @@ from tinysched.rewrite import Decisions
 from tinysched.scheduling.bigraph import under_views, value_of, read_buffers, forced_only, computed
 from tinysched.scheduling.stores import GraphFacts, zero_preserving
 
+# read once for the per-node code below (an `Ops.X` read costs ~70 ns on 3.11, see scheduling/bigraph.py)
+_REDUCE_AXIS, _ASSIGN, _VIEW, _CAST = Ops.REDUCE_AXIS, Ops.ASSIGN, Ops.VIEW, Ops.CAST
+_COPY, _BUFFER_VIEW, _ADD, _WHERE = Ops.COPY, Ops.BUFFER_VIEW, Ops.ADD, Ops.WHERE
+
 # every grouping choice, named so that replay coverage can count the captures that exercise it
 grouping = Decisions("grouping", {
   "fused_into_readers": "a reduce computed inside the kernels of the stores its readers reach",
@@ -76,7 +80,7 @@ class _Fusion:
       return
     for reader in self.facts.readers.get(at, {}):
       op = under_views(self.op_of(reader))
-      if op.op is Ops.REDUCE_AXIS:
+      if op.op is _REDUCE_AXIS:
         grouping.note("alone_reduce_reader")
         group[r] = None
         return
@@ -92,7 +96,7 @@ class _Fusion:
     while todo:
       if (op := self.op_of(todo.pop())) in seen: continue
       seen.add(op)
-      if op.op is Ops.REDUCE_AXIS: return True
+      if op.op is _REDUCE_AXIS: return True
       todo.extend(buf for _, buf in read_buffers(op) if buf is not r)
     return False
 
@@ -115,9 +119,9 @@ class _Fusion:
       if (b := todo.pop()) in seen or (node := self.facts.writer.get(b)) is None: continue
       seen.add(b)
       op = value_of(node)
-      if op.op is Ops.ASSIGN and b not in group: return True
+      if op.op is _ASSIGN and b not in group: return True
       if b in self.stores: continue
-      todo.extend(u.src[0] for s in op.src if (u := under_views(s)).op is Ops.VIEW and u.src)
+      todo.extend(u.src[0] for s in op.src if (u := under_views(s)).op is _VIEW and u.src)
     return False
 
   def chase(self, r: UOp, path: ShapeTracker) -> UOp:
@@ -129,10 +133,10 @@ class _Fusion:
       views = self.views_of(op, at)
       if len(views) != 1 or path.size != views[0].size: break
       path = path + views[0]
-      if not path.contiguous or op.op is Ops.REDUCE_AXIS: break
+      if not path.contiguous or op.op is _REDUCE_AXIS: break
       at = nxt
     if at is not r: grouping.note("chased_down")
-    if (op := self.op_of(at)).op is Ops.CAST and op.dtype.itemsize > op.src[0].dtype.itemsize:
+    if (op := self.op_of(at)).op is _CAST and op.dtype.itemsize > op.src[0].dtype.itemsize:
       grouping.note("before_widening_cast")
       at = under_views(op.src[0]).buf_uop
     return at
@@ -159,7 +163,7 @@ class _Fusion:
     Kept: an arange that is an output, and one only COPY/BUFFER_VIEW read."""
     mine = [b for b, owner in self.kernel_of.items() if owner is r]
     readers = [rd for b in mine for rd in self.facts.readers.get(b, {})]
-    if any(forced_only(self.facts.writer[b].src[1]) for b in mine) or all(self.op_of(rd).op in (Ops.COPY, Ops.BUFFER_VIEW) for rd in readers):
+    if any(forced_only(self.facts.writer[b].src[1]) for b in mine) or all(self.op_of(rd).op in (_COPY, _BUFFER_VIEW) for rd in readers):
       grouping.note("arange_kept")
       return
     grouping.note("arange_inlined")
@@ -189,14 +193,14 @@ class _Fusion:
 def reads_reduce_through_view(op: UOp) -> UOp | None:
   """The BUFFER of the reduce that reduce `op` reads through a movement view, if it does (the seed's double reduce: a
   keepdim reduce read directly is not one)."""
-  if op.op is not Ops.REDUCE_AXIS: return None
+  if op.op is not _REDUCE_AXIS: return None
   s = op.src[0]
-  if s.op is not Ops.VIEW or len(s.src) != 1 or not computed(b := under_views(s)): return None
-  return b.src[0] if value_of(b).op is Ops.REDUCE_AXIS else None
+  if s.op is not _VIEW or len(s.src) != 1 or not computed(b := under_views(s)): return None
+  return b.src[0] if value_of(b).op is _REDUCE_AXIS else None
 
 def is_arange(op: UOp) -> bool:
   """A sum of masked constants (arange, cumsum of a constant): the reduce FUSE_ARANGE recomputes in its readers."""
-  return op.op is Ops.REDUCE_AXIS and op.arg[0] is Ops.ADD and under_views(op.src[0]).op is Ops.WHERE
+  return op.op is _REDUCE_AXIS and op.arg[0] is _ADD and under_views(op.src[0]).op is _WHERE
 
 def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool, keep_stored: frozenset = frozenset(),
                  fuse_conv_bw: bool = False) -> list[list[UOp]]:
@@ -206,12 +210,12 @@ def group_stores(facts: GraphFacts, stores: dict[UOp, UOp], fuse_arange: bool, k
   f = _Fusion(facts, stores)
   aranges: list[UOp] = []
   for r, node in facts.writer.items():
-    if (r_op := value_of(node)).op is not Ops.REDUCE_AXIS or r in stores: continue
+    if (r_op := value_of(node)).op is not _REDUCE_AXIS or r in stores: continue
     f.group_reduce(r, r_op)
     if fuse_arange and is_arange(r_op) and r not in keep_stored: aranges.append(r)
   if fuse_conv_bw:  # every reduce now stored, in the big graph's order
     for r, node in facts.writer.items():
-      if r in stores and value_of(node).op is Ops.REDUCE_AXIS: f.unstore_reduce_of_reduce(r)
+      if r in stores and value_of(node).op is _REDUCE_AXIS: f.unstore_reduce_of_reduce(r)
   for r in aranges: f.inline_arange(r)
   kernels: dict[UOp, list[UOp]] = {}
   for b in stores: kernels.setdefault(f.kernel_of.get(b, b), []).append(b)
