@@ -40,7 +40,7 @@ _STORE, _VIEW = Ops.STORE, Ops.VIEW
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))  # fusion walks chains of buffers recursively
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ScheduleItem:
   """One kernel. From `schedule_graph`, `bufs`/`assign_preloads` are BUFFER nodes of the big graph; from
   `create_schedule`, the device Buffers behind them. `bufs` is in DEFINE_GLOBAL order, outputs first."""
@@ -49,6 +49,9 @@ class ScheduleItem:
   metadata: tuple[Metadata, ...] = ()
   assign_preloads: tuple = ()        # assign targets this kernel reads before the assign writes them
   computes: tuple[UOp, ...] = ()     # BUFFER nodes of every op computed here (outputs and fused intermediates)
+  def __init__(self, ast: UOp, bufs: tuple, metadata: tuple[Metadata, ...] = (), assign_preloads: tuple = (), computes: tuple[UOp, ...] = ()):
+    # the fields in one step: a frozen dataclass's own __init__ sets each through object.__setattr__ (two items a kernel)
+    self.__dict__.update(ast=ast, bufs=bufs, metadata=metadata, assign_preloads=assign_preloads, computes=computes)
   @property
   def output_idxs(self) -> tuple[int, ...]:
     """DEFINE_GLOBAL numbers written: each STORE's, or buffer 0 of a meta-op kernel (COPY, BUFFER_VIEW, EMPTY)."""

@@ -6,10 +6,12 @@ import tinysched.schedule as S
 from tinysched.scheduling import kernel_ast as KA, fusion, bigraph
 from tinysched.codegen import lowerer
 from tinysched.scheduling.kernel_ast import rules_fingerprint, same_rules
+from tinysched import rewrite as rewrite_mod
+from tinysched.uop import UOp
 
 def _slow_fingerprint() -> tuple:
   # the fingerprint read afresh, without the memo: what rules_fingerprint must always equal
-  KA._last_fingerprint[:] = [(), ()]
+  KA._last_fingerprint[:] = [(), (), ()]
   return rules_fingerprint()
 
 def test_the_fingerprint_is_kept_while_nothing_changes():
@@ -28,6 +30,7 @@ def test_the_fingerprint_is_every_rule_of_the_namespaces():
   lambda mp: mp.setattr(KA, "views_down", KA.views_down + KA.compose_rules),             # a matcher of a pass module
   lambda mp: mp.setattr(fusion._Fusion, "group_reduce", lambda self, *a, **k: None),     # a method (class namespace)
   lambda mp: mp.setattr(lowerer, "LOWERING_PASSES", tuple(list(lowerer.LOWERING_PASSES))),  # an equal tuple, a new object
+  lambda mp: mp.setattr(rewrite_mod, "make_uop", type(rewrite_mod.make_uop)(rewrite_mod.make_uop.__func__, UOp)),  # an equal bound method
   lambda mp: mp.setattr(bigraph, "a_new_rule", lambda u: u, raising=False),              # a new name
   lambda mp: mp.delattr(bigraph, "under_views"),                                         # a name gone
   lambda mp: mp.setattr(bigraph, "under_views", 0),                                      # a rule replaced by no rule
@@ -40,6 +43,14 @@ def test_the_fingerprint_sees_every_patch(monkeypatch, patch):
   monkeypatch.undo()
   back = rules_fingerprint()
   assert not same_rules(back, after) and same_rules(back, _slow_fingerprint())
+
+def test_the_fingerprint_survives_a_value_whose_equality_cannot_answer(monkeypatch):
+  # comparing a namespace's values runs their ==: a replaced numpy array answers with an array, which has no truth value
+  import numpy as np
+  monkeypatch.setattr(bigraph, "_some_table", np.arange(4), raising=False)
+  fp = rules_fingerprint()
+  monkeypatch.setattr(bigraph, "_some_table", np.arange(4) + 1)  # no rule: the same rules
+  assert rules_fingerprint() is fp
 
 def test_the_fingerprint_reads_a_replaced_class(monkeypatch):
   # the namespaces' modules are found once, their classes on every call: a method patched on a class that itself

@@ -312,9 +312,10 @@ def _namespaces_of(me, bigraph, stores, fusion, order, facade, rewrite, shape, k
           vars(rewrite), vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel),
           vars(lowerer), vars(folds)]
 
-# the last fingerprint and the namespace values it was read from: [values, fingerprint]. Updated in place: this list is
-# itself a value of a namespace read, and must stay the same object
-_last_fingerprint: list = [(), ()]
+# the last fingerprint and what it was read from: [the namespaces' values (a tuple each), fingerprint, per namespace the
+# positions of the rules whose == is not identity]. Updated in place: this list is itself a value of a namespace read,
+# and must stay the same object
+_last_fingerprint: list = [(), (), ()]
 
 def _is_rule(o) -> bool: return callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple))
 
@@ -323,27 +324,31 @@ def rules_fingerprint() -> tuple:
   of one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
   (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
   Asked on every schedule: the filtered tuple is rebuilt only when a rule among the namespace values is another object
-  than at the last call (the identity comparison runs in C; the filter does not). State that is no rule (the tensor
-  memo of schedule.py, replaced when it is reset) may change without a rebuild."""
-  values = tuple(itertools.chain.from_iterable([ns.values() for ns in _rule_namespaces()]))
-  last, fp = _last_fingerprint
-  # identity, not ==: a patch may put an equal but new object in place (a copied tuple of passes)
-  if len(last) == len(values):
-    same, i = list(map(operator.is_, last, values)), -1
-    try:
-      while True:
-        i = same.index(False, i + 1)  # a value replaced since the last call: a rule, or a rule now?
-        if _is_rule(last[i]) or _is_rule(values[i]): break
-    except ValueError:  # none of the replaced values is a rule: the same rules, in the same order
-      _last_fingerprint[:] = [values, fp]  # (the pair in one step)
-      return fp
+  than at the last call (`_same_rules_in`, mostly in C). State that is no rule (the tensor memo of schedule.py, replaced
+  when it is reset) may change without a rebuild."""
+  now = tuple([tuple(ns.values()) for ns in _rule_namespaces()])
+  last, fp, eq_rules = _last_fingerprint
+  if len(last) == len(now) and all(map(_same_rules_in, last, now, eq_rules)):
+    _last_fingerprint[:] = [now, fp, eq_rules]  # (in one step)
+    return fp
+  values = tuple(itertools.chain.from_iterable(now))
   # whether a value is a rule depends on its type alone (callable() asks the type, and so does isinstance here): asked
   # once per type present, then the values are picked in C (a Python call per value was ~1 ms per fingerprint)
   types = list(map(type, values))
   rule_type = {t: _is_rule(o) for t, o in dict(zip(types, values)).items()}
   fp = tuple(itertools.compress(values, map(rule_type.__getitem__, types)))
-  _last_fingerprint[:] = [values, fp]
+  eq_rules = tuple(tuple(i for i, o in enumerate(ns) if rule_type[type(o)] and type(o).__eq__ is not object.__eq__) for ns in now)
+  _last_fingerprint[:] = [now, fp, eq_rules]
   return fp
+
+def _same_rules_in(last: tuple, now: tuple, eq_rules: tuple[int, ...]) -> bool:
+  """One namespace's values at the last read and now: the same rules, as the same objects, in the same places?"""
+  try: equal = last == now  # in C, identity first: an element that is another object is compared by its ==
+  except Exception: equal = False  # (a replaced value whose == cannot answer, a numpy array: look closer)
+  # equal: only a rule whose == is not identity (a copied tuple of passes, a bound method) can be another object
+  if equal: return all(last[i] is now[i] for i in eq_rules)
+  # some value replaced: a rule, or a rule now? (the tensor memo is replaced when it is reset, and is no rule)
+  return len(last) == len(now) and not any(x is not y and (_is_rule(x) or _is_rule(y)) for x, y in zip(last, now))
 
 def same_rules(a: tuple, b: tuple) -> bool:
   # (the same tuple: rules_fingerprint hands out its last one again while nothing changed)
