@@ -249,3 +249,47 @@ def test_a_reused_memo_keeps_as_many_schedules_as_its_caller_asks():
   again = KA.KernelMemo.kept(made, max_schedules=0)  # (replay's per-check memo keeps none)
   again.keep_schedule(("a graph",), ([], {}))
   assert again is made and not again.schedules
+
+
+# *** the big graph's walk of the lazy graph recurses, and walks on a stack past the recursion limit: one order ***
+
+from hypothesis import given, settings, strategies as st
+
+@st.composite
+def _lazy_graphs(draw) -> list:
+  pool = [Tensor.ones(2, 3).contiguous(), Tensor.full((2, 3), 2.0), Tensor.ones(3, 2).contiguous().T]
+  for _ in range(draw(st.integers(1, 20))):
+    a, b = (pool[draw(st.integers(0, len(pool) - 1))] for _ in range(2))
+    pool.append(draw(st.sampled_from([lambda: a + b, lambda: a * b, lambda: a.exp(), lambda: a.sum(1, keepdim=True).expand(2, 3),
+                                      lambda: a.reshape(3, 2).T, lambda: (a + b).contiguous()]))())
+  return [t.lazydata for t in pool[-draw(st.integers(1, min(3, len(pool)))):]]
+
+@settings(max_examples=100, deadline=None)
+@given(_lazy_graphs())
+def test_lazy_post_order_is_the_same_on_the_stack(outs):
+  assert [id(lb) for lb in bigraph._post_order(outs)] == [id(lb) for lb in bigraph._post_order_on_a_stack(outs)]
+
+def test_lazy_post_order_past_the_recursion_limit():
+  import sys
+  x = Tensor.ones(4).contiguous()
+  for _ in range(sys.getrecursionlimit() + 100): x = x + 1
+  order = bigraph._post_order([x.lazydata])
+  assert order[-1] is x.lazydata and [id(lb) for lb in order] == [id(lb) for lb in bigraph._post_order_on_a_stack([x.lazydata])]
+
+def test_a_scheduled_lazy_graph_frees_by_refcount():
+  # scheduling makes no cycle that holds the lazy graph (a self-calling closure in the walk did: the lazy cache then
+  # handed the scheduled buffers of a dropped graph to the next equal expression, until a cycle collection)
+  import weakref
+  gc.disable()
+  try:
+    t = (Tensor.ones(3, 5).contiguous() * 7 + 2).sum(1)
+    lbs, todo = [], [t.lazydata]
+    while todo:
+      lb = todo.pop()
+      lbs.append(weakref.ref(lb))
+      todo.extend([lb.base] if lb.base is not lb else getattr(lb, "srcs", ()))
+    sched = t.schedule()
+    assert len(sched) >= 1 and len(lbs) > 4
+    del t, sched, lb, todo
+    assert [r for r in lbs if r() is not None] == []
+  finally: gc.enable()

@@ -68,13 +68,31 @@ class BigGraph:
   metadata: dict[UOp, Metadata] = field(default_factory=dict)      # BUFFER node -> the Tensor call that made it
 
 def _dependencies(lb: LazyBuffer) -> tuple[LazyBuffer, ...]:
-  if lb.base is not lb: return (lb.base,)
+  if (base := lb.base) is not lb: return (base,)
   return () if lb.realized is not None or lb.op is _CONST else tuple(lb.srcs)
 
 def _post_order(outs: list[LazyBuffer]) -> list[LazyBuffer]:
   """Every LazyBuffer the outputs depend on, each after its dependencies (depth first, sources left to right).
-  Iterative: a training step's graph is far deeper than Python's recursion limit. Membership by id(): the
-  LazyBuffers live for the whole call, and the order comes from the walk, never from the set."""
+  Recursive, which is twice as fast (on 3.11 a Python call takes no C stack); a graph deeper than the recursion limit
+  (a long training step) walks again on an explicit stack, in the same order. Membership by id(): the LazyBuffers
+  live for the whole call, and the order comes from the walk, never from the set."""
+  order: list[LazyBuffer] = []
+  finished: set[int] = set()
+  try:
+    for out in outs:
+      if id(out) not in finished: _visit(out, finished, order)
+    return order
+  except RecursionError: return _post_order_on_a_stack(outs)
+
+def _visit(lb: LazyBuffer, finished: set[int], order: list[LazyBuffer]) -> None:
+  # (a module function, not a closure: a closure calling itself is a cycle, which would keep the whole lazy graph alive
+  # until the next cycle collection, and the lazy cache would hand its scheduled buffers out again)
+  finished.add(id(lb))
+  for d in _dependencies(lb):
+    if id(d) not in finished: _visit(d, finished, order)
+  order.append(lb)
+
+def _post_order_on_a_stack(outs: list[LazyBuffer]) -> list[LazyBuffer]:
   order: list[LazyBuffer] = []
   finished: set[int] = set()
   # a node comes back (expanded) after its dependencies; one reached again on a deeper path is walked there first
@@ -113,9 +131,9 @@ class _Builder:
     return self.new_buffer(lb), make_uop(op, lb.dtype, srcs, None if op in _NO_ARG else lb.arg)
 
   def add(self, lb: LazyBuffer) -> None:
-    if lb.base is not lb: self.node[id(lb)] = self.node[id(lb.base)].view(lb.st); return
-    if lb.realized is None and lb.op is _CONST: self.node[id(lb)] = self.constant(lb); return
-    if lb.realized is not None:
+    if (base := lb.base) is not lb: self.node[id(lb)] = self.node[id(base)].view(lb.st); return
+    if (realized := lb.realized) is None and lb.op is _CONST: self.node[id(lb)] = self.constant(lb); return
+    if realized is not None:
       self.node[id(lb)] = make_uop(_VIEW, lb.dtype, (self.new_buffer(lb),), lb.st)
       return
     b, op = self.computed_op(lb)
