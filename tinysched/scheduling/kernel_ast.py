@@ -337,7 +337,9 @@ def rules_fingerprint() -> tuple:
   types = list(map(type, values))
   rule_type = {t: _is_rule(o) for t, o in dict(zip(types, values)).items()}
   fp = tuple(itertools.compress(values, map(rule_type.__getitem__, types)))
-  eq_rules = tuple(tuple(i for i, o in enumerate(ns) if rule_type[type(o)] and type(o).__eq__ is not object.__eq__) for ns in now)
+  # the rules whose == is not identity, by position in their namespace (picked in C too)
+  eq_rule = {t: is_rule and t.__eq__ is not object.__eq__ for t, is_rule in rule_type.items()}
+  eq_rules = tuple(tuple(itertools.compress(range(len(ns)), map(eq_rule.__getitem__, map(type, ns)))) for ns in now)
   _last_fingerprint[:] = [now, fp, eq_rules]
   return fp
 
