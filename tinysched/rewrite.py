@@ -84,12 +84,13 @@ class UPat:
       if (b := store.get(self.name)) is not None:
         if b is not u: return []
       else: store = {**store, self.name: u}
-    if self.src is None: return [store] if not self.early_reject or self.early_reject.issubset({s.op for s in u.src}) else []
+    # (the ops the sources must hold: a tuple src's own, or src_ops; an every-source pattern has none)
+    if self.early_reject and not self.early_reject.issubset({s.op for s in u.src}): return []
+    if self.src is None: return [store]
     if self._all is not None:
       res = [store]
       for s in u.src: res = [b2 for b in res for b2 in self._all.match(s, b)]
       return res
-    if self.early_reject and not self.early_reject.issubset({s.op for s in u.src}): return []
     out: list[dict[str, UOp]] = []
     for perm in self._perms:  # type: ignore[union-attr]
       if len(perm) != len(u.src) and not (self.allow_any_len and len(perm) <= len(u.src)): continue
@@ -316,6 +317,12 @@ def _rewrite_along(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[st
     done[n] = done[r[0]] if r[0] in done else _settle(r[0], pm, ctx, track, done)
   return done[root]
 
+# the two ways a rule loops, said the same way by _settle and _rewrite
+def _reentered(pm: PatternMatcher, n: UOp) -> RewriteLoop:
+  return RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
+def _too_deep(pm: PatternMatcher, rule: str, n: UOp) -> RewriteLoop:
+  return RewriteLoop(f"{pm.name}: {REWRITE_DEPTH_LIMIT} nested rewrites without reaching a fixed point (last rule {rule!r} on {n.op}); a rule loops")
+
 def _settle(x: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UOp]] | None, done: dict[UOp, UOp]) -> UOp:
   """What a rule returned (`x`, not done), rewritten to its fixed point, as _rewrite would: most results are one new
   node over sources that are done already (a rule rebuilt a node), and those are rewritten here in a chain, without
@@ -336,10 +343,8 @@ def _settle(x: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp, UO
         if track is not None: track.append((r[1], nn, r[0]))
         chain[x] = None
         if (x := r[0]) in done: final = done[x]
-        elif x in chain: raise RewriteLoop(f"{pm.name}: rewriting {x.op} produced a graph containing itself; a rule loops")
-        elif (depth := depth + 1) > REWRITE_DEPTH_LIMIT:
-          raise RewriteLoop(f"{pm.name}: {REWRITE_DEPTH_LIMIT} nested rewrites without reaching a fixed point "
-                            f"(last rule {r[1]!r} on {nn.op}); a rule loops")
+        elif x in chain: raise _reentered(pm, x)
+        elif (depth := depth + 1) > REWRITE_DEPTH_LIMIT: raise _too_deep(pm, r[1], nn)
         else: continue
       break
     final = _rewrite(x, pm, ctx, track, done, depth)
@@ -363,7 +368,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp
     n, stage, other, depth = pop()
     if stage == 0:
       if n in done: continue
-      if n in entered: raise RewriteLoop(f"{pm.name}: rewriting {n.op} produced a graph containing itself; a rule loops")
+      if n in entered: raise _reentered(pm, n)
       entered.add(n)
       kids: list[UOp] | None = None
       for s in reversed(n.src):
@@ -389,9 +394,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp
       if r[0] in done:
         done[n] = done[r[0]]
         continue
-      if depth >= REWRITE_DEPTH_LIMIT:
-        raise RewriteLoop(f"{pm.name}: {REWRITE_DEPTH_LIMIT} nested rewrites without reaching a fixed point "
-                          f"(last rule {r[1]!r} on {n.op}); a rule loops")
+      if depth >= REWRITE_DEPTH_LIMIT: raise _too_deep(pm, r[1], n)
       push((n, 2, r[0], depth))
       push((r[0], 0, None, depth + 1))
     else: done[n] = done[other]  # type: ignore[index]

@@ -281,3 +281,13 @@ def test_a_reduce_stored_alone_is_stored_before_a_widening_cast():
   assert len(ks) == 2
   assert [s.src[0].dtype.base for s in ks[0].ast.src] == [dtypes.float32]
   assert np.allclose(build().numpy(), x.numpy().sum(1).astype(np.float64).reshape(2, 2).sum(1))
+
+def test_a_kernel_names_the_tensor_calls_it_computes():
+  # ScheduleItem.metadata comes from the kernel's computed buffers (computes): every fused op's Tensor call, in graph
+  # order, and a kernel only its own (the reduce stored alone and the elementwise kernel reading it)
+  from tinysched.schedule import create_schedule_with_vars
+  a = Tensor.ones(4, 4).contiguous().realize()
+  s = (a * 2 + 1).exp().sum(1)
+  out = s.reshape(4, 1).expand(4, 4) - a
+  sched, _ = create_schedule_with_vars([out.lazydata])
+  assert [[m.name for m in si.metadata] for si in sched] == [["mul", "add", "exp", "sum"], ["sub"]]

@@ -31,7 +31,7 @@ from tinysched.helpers import prod, all_same
 from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views, topo_of
 
 # read once for the rules' per-node code (an `Ops.X` read costs ~70 ns on 3.11, see scheduling/bigraph.py)
-_VIEW, _STORE, _LOAD, _DEFINE_GLOBAL = Ops.VIEW, Ops.STORE, Ops.LOAD, Ops.DEFINE_GLOBAL
+_VIEW, _STORE, _LOAD, _DEFINE_GLOBAL, _BUFFER = Ops.VIEW, Ops.STORE, Ops.LOAD, Ops.DEFINE_GLOBAL, Ops.BUFFER
 
 CONTIGUOUS_HINT = "help: consider using .contiguous():\n   - a += a.T\n   + a += a.T.contiguous()"
 
@@ -266,8 +266,6 @@ def well_formed(ast: UOp) -> bool:
 # what the passes keep on a pre-sink's __dict__ (bigraph.topo_of's toposort, canonical_form's result): each holds the
 # pre-sink itself, a cycle, so whoever made one drops it again (schedule.py)
 KEPT_WALKS = ("_topo", "_canon")
-
-_BUFFER = Ops.BUFFER  # (Ops.X read once: see scheduling/bigraph.py)
 
 def first_use_buffers(topo: dict[UOp, None]) -> list[UOp]:
   """A kernel's BUFFERs in first-use order: the canonical numbering (canonical_form, KernelMemo)."""
