@@ -79,28 +79,37 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
   try:
     out: list[Result] = []
     memo: dict[tuple, Result] = {}
-    for row in rows:
-      # with --reoptimize a program row's outcome also depends on the host facts it recorded (two hosts, one input)
-      k: tuple = (row["level"], row["input_key"]) + ((json.dumps(row_host(row), sort_keys=True), opts_given(row))
-                                                     if reoptimize and row["level"] == "program" else ())
-      if (m := memo.get(k)) is not None and m.stored_key == row["output_key"]:
-        # the same input replayed once: copy the verdict for this row
-        out.append(Result(**{**m.to_dict(), "run_id": row["run_id"], "seq": row["seq"], "label": row["label"] or "",
-                             "metadata": row.get("metadata")}))
-        continue
-      full: dict | None = {} if exec_mode else None
-      # no cycle collection inside one row: decoding and scheduling make tens of thousands of acyclic nodes, freed by
-      # refcount, and young-generation passes over them were ~20% of a schedule-level replay; the row's own cycles
-      # (a traceback kept with an error) are collected after it
-      with cycle_gc_paused(): r = replay_row(store, row, detail, full, kernels, reoptimize)
-      if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
-        # the execution check's job, from the output just computed; exec_report takes it (never in a report)
-        from replay.execcheck import prebuild
-        r.exec_job = prebuild(store, row, {"output": full.pop("output"), **full, "identical": r.outcome == "identical"})  # type: ignore[attr-defined]
-      memo[k] = r
-      out.append(r)
+    # no cycle collection while a chunk replays: decoding and scheduling build acyclic graphs, freed by refcount (the one
+    # cycle scheduling makes, the walks kept on pre-sinks, is broken explicitly), so collections between rows found
+    # nothing and only scanned the kernel memo's ASTs again as they aged (one second-generation pass 29 ms, ~5% of a
+    # schedule-level check). Every COLLECT_EVERY rows the young generation is collected: whatever cycles those rows
+    # made after all (code under test may make some) are freed within the chunk, and the memo is not scanned again
+    with cycle_gc_paused(): _replay_rows(store, rows, detail, exec_mode, reoptimize, kernels, out, memo)
     return out
   finally: store.close()
+
+COLLECT_EVERY = 256
+
+def _replay_rows(store: Store, rows: list[dict], detail: bool, exec_mode: str | None, reoptimize: bool, kernels: Any,
+                 out: list[Result], memo: dict[tuple, Result]) -> None:
+  for n, row in enumerate(rows, 1):
+    if n % COLLECT_EVERY == 0 and not gc.isenabled(): gc.collect(0)
+    # with --reoptimize a program row's outcome also depends on the host facts it recorded (two hosts, one input)
+    k: tuple = (row["level"], row["input_key"]) + ((json.dumps(row_host(row), sort_keys=True), opts_given(row))
+                                                   if reoptimize and row["level"] == "program" else ())
+    if (m := memo.get(k)) is not None and m.stored_key == row["output_key"]:
+      # the same input replayed once: copy the verdict for this row
+      out.append(Result(**{**m.to_dict(), "run_id": row["run_id"], "seq": row["seq"], "label": row["label"] or "",
+                           "metadata": row.get("metadata")}))
+      continue
+    full: dict | None = {} if exec_mode else None
+    r = replay_row(store, row, detail, full, kernels, reoptimize)
+    if full and (r.outcome == "changed" or (exec_mode == "all" and r.outcome == "identical")):
+      # the execution check's job, from the output just computed; exec_report takes it (never in a report)
+      from replay.execcheck import prebuild
+      r.exec_job = prebuild(store, row, {"output": full.pop("output"), **full, "identical": r.outcome == "identical"})  # type: ignore[attr-defined]
+    memo[k] = r
+    out.append(r)
 
 def check(paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None, jobs: int | None = None,
           shard: tuple[int, int] | None = None, detail: bool = True, progress: Callable[[int, int], None] | None = None,

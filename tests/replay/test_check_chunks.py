@@ -1,7 +1,7 @@
 """How `replay check` cuts its rows into chunks for the workers, and the kernel memo the chunks of one check() share:
 chunks never split one input, balance two workers on the committed captures, and do not change a verdict; the memo
 is one per check() and process, never kept for the next call; the collector is unfrozen after the workers fork."""
-import gc, glob
+import gc, glob, weakref
 from pathlib import Path
 import pytest
 import replay.check as C
@@ -137,3 +137,26 @@ def test_replaying_makes_no_sqlite_utils_database(db, monkeypatch):
   s = Store(db, readonly=True)
   try: assert s.db.table_names()  # (still there when asked for)
   finally: s.close()
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_cycles_rows_make_are_freed_within_a_chunk(monkeypatch, planted):
+  """Collection is paused for a whole chunk, not only per row; whatever cycles rows make after all (code under test
+  may make some) are collected every COLLECT_EVERY rows, so a long chunk does not keep them all. Planted: the in-chunk
+  collection left out, and every row's cycle is still alive at the chunk's end."""
+  class Cycle:
+    def __init__(self): self.me = self
+  alive = weakref.WeakSet()
+  def row_making_a_cycle(store, row, *a, **k):
+    assert not gc.isenabled()
+    alive.add(Cycle())
+    return C.Result("x.db", row["run_id"], row["seq"], row["level"], "", row["input_key"], "o")
+  monkeypatch.setattr(C, "replay_row", row_making_a_cycle)
+  monkeypatch.setattr(C, "COLLECT_EVERY", 4)
+  if planted: monkeypatch.setattr(C.gc, "collect", lambda generation=2: 0)
+  rows = [{**r, "output_key": "o"} for r in _rows([(f"{i:064x}", 10) for i in range(20)])]
+  out: list = []
+  gc.disable()
+  try: C._replay_rows(None, rows, True, None, False, None, out, {})
+  finally: gc.enable()
+  assert len(out) == 20
+  assert (len(alive) > 4) is planted  # at most the rows since the last collection
