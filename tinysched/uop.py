@@ -60,6 +60,12 @@ _PLAIN_ARGS: set[type] = {type(None), str, Ops, DType, PtrDType}  # (dtypes and 
 
 def intern_plainly(t: type) -> None: _PLAIN_ARGS.add(t)
 
+def arg_identity(arg: Any) -> Any:
+  """What two node arguments must share for the nodes to intern as one (with op, dtype and sources): the interning key's
+  argument part, for whoever compares graphs without building nodes (KernelMemo's structural key). The same rule as
+  `_UOpMeta.__call__`, which inlines it."""
+  return arg if type(arg) in _PLAIN_ARGS else _intern_arg(arg)
+
 _KEYING = threading.local()  # .active: computing a key (per thread)
 
 def stable_repr(x: Any) -> str:
@@ -319,8 +325,17 @@ class UOp(metaclass=_UOpMeta):
     from tinysched.rewrite import graph_rewrite
     return graph_rewrite(self, symbolic)
   def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
-    from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
-    return graph_rewrite(self, PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute"), dvars)
+    from tinysched.rewrite import graph_rewrite
+    return graph_rewrite(self, _substitute_rules(), dvars)
+
+_SUBSTITUTE: list = []  # the one matcher of UOp.substitute, built at its first use (rewrite.py builds on this module)
+
+def _substitute_rules():
+  # (one matcher for every call: building one per call cost ~0.15 ms, 67 times in a process's first schedule-level replay)
+  if not _SUBSTITUTE:
+    from tinysched.rewrite import PatternMatcher, UPat
+    _SUBSTITUTE.append(PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute"))
+  return _SUBSTITUTE[0]
 
 # the field slots' setters, for _UOpMeta.__call__
 _set_op, _set_dtype, _set_src, _set_arg = (UOp.__dict__[f].__set__ for f in _FIELDS)

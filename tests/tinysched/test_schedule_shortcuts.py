@@ -189,7 +189,7 @@ def test_a_kernel_rewritten_outside_a_schedule_frees_by_refcount(monkeypatch, pl
   pre, var_vals, assigned = next(p for p in pres if p[0].src[0].src[2].op is not S.Ops.CONST)
   del pres
   S.full_ast_rewrite(pre, var_vals, assigned, KA.KernelMemo())
-  left = [k for k in ("_topo", "_canon") if k in pre.__dict__]
+  left = [k for k in ("_topo",) if k in pre.__dict__]
   ref = weakref.ref(pre)
   gc.disable()
   try:
@@ -200,9 +200,9 @@ def test_a_kernel_rewritten_outside_a_schedule_frees_by_refcount(monkeypatch, pl
 
 @pytest.mark.parametrize("planted", [False, True])
 def test_a_memo_keeps_pre_sinks_without_cycles(monkeypatch, planted):
-  """A memo keeps the pre-sinks it rewrote without their canonical form (KernelMemo.pending), and puts them in canonical
-  form when another of their signature comes: neither leaves a walk on them, so dropping the memo frees them by
-  refcount (planted: the canonical form's walks left on the kept pre-sink)."""
+  """A memo keeps the pre-sinks it rewrote without their structural key (KernelMemo.pending), and keys them by structure
+  when another of their signature comes: neither leaves a walk on them, so dropping the memo frees them by refcount
+  (planted: the keying's walk left on the kept pre-sink)."""
   import weakref
   if planted: monkeypatch.setattr(KA.KernelMemo, "_canonical_entry", _keep_walks(KA.KernelMemo._canonical_entry))
   pres = _pre_sinks()
@@ -211,12 +211,12 @@ def test_a_memo_keeps_pre_sinks_without_cycles(monkeypatch, planted):
   memo = KA.KernelMemo()
   S.full_ast_rewrite(pre, var_vals, assigned, memo)
   assert memo.size() == 1 and [p for ps in memo.pending.values() for p, _ in ps] == [pre]
-  # another pre-sink of the same signature (a copy with other buffer numbers): both go to canonical form
+  # another pre-sink of the same signature (a copy with other buffer numbers): both are keyed by structure
   twin = _renumbered(pre)
   assert twin is not pre
   ast, _ = S.full_ast_rewrite(twin, var_vals, {}, memo)
   assert not memo.pending and len(memo.entries) == 1 and ast is S.full_ast_rewrite(pre, var_vals, assigned)[0]
-  left = [k for k in ("_topo", "_canon") if k in pre.__dict__]
+  left = [k for k in ("_topo",) if k in pre.__dict__]
   ref = weakref.ref(pre)
   gc.disable()
   try:
@@ -235,7 +235,7 @@ def _keep_walks(f):
   return g
 
 def _renumbered(pre):
-  """`pre` with every BUFFER's number moved up by 1000: another kernel of the same canonical form."""
+  """`pre` with every BUFFER's number moved up by 1000: the same kernel on other buffers (one structural key)."""
   from tinysched.uop import UOp
   new = {}
   for u in pre.toposort():
@@ -293,3 +293,88 @@ def test_a_scheduled_lazy_graph_frees_by_refcount():
     del t, sched, lb, todo
     assert [r for r in lbs if r() is not None] == []
   finally: gc.enable()
+
+
+# *** the memo's structural key: two pre-sinks share one exactly when renumbering their buffers makes them one graph ***
+
+def _renumbered_graph(pre):
+  """The reference the key stands for, built the long way: `pre` with its BUFFERs renumbered 0.. in first-use order,
+  as interned nodes (two pre-sinks are one kernel up to buffers exactly when these are the same object)."""
+  from tinysched.uop import UOp
+  new, n = {}, 0
+  for u in pre.toposort():
+    if u.op is S.Ops.BUFFER: new[u], n = UOp(u.op, u.dtype, (), (n, u.arg[1])), n + 1
+    else: new[u] = UOp(u.op, u.dtype, tuple(new[s] for s in u.src), u.arg)
+  return new[pre]
+
+def _key(pre): return KA.structural_key(pre.toposort())
+
+_LOOK_ALIKE = [1, 1.0, True, 0.0, -0.0]  # constants that are == (or print alike) but are not one node
+
+def _build(prog: list, sizes: list[int], outs: list[int]):
+  """A pre-sink-shaped graph (STOREs of elementwise trees over LOADs) from a little program: ("load", buffer, view),
+  ("const", value), ("alu", op, i, j) over earlier entries; the STOREs write buffers `outs` with the last entries."""
+  from tinysched.dtype import dtypes
+  from tinysched.shape import ShapeTracker
+  views = [UOp(S.Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(s)) for s in ((4,), (2, 2))]
+  def buf(i): return UOp(S.Ops.BUFFER, dtypes.float.ptr(), (), (i, ("OPENCL", sizes[i], dtypes.float)))
+  made: list = []
+  for ins in prog:
+    if ins[0] == "load": made.append(UOp(S.Ops.LOAD, dtypes.float, (buf(ins[1]), views[ins[2]])))
+    elif ins[0] == "const": made.append(UOp(S.Ops.CONST, dtypes.float, (), ins[1]))
+    else: made.append(UOp(ins[1], dtypes.float, (made[ins[2]], made[ins[3]])))
+  return UOp(S.Ops.SINK, dtypes.void, tuple(UOp(S.Ops.STORE, dtypes.void, (buf(o), views[0], made[-1 - i])) for i, o in enumerate(outs)))
+
+@st.composite
+def _programs(draw):
+  prog: list = [("load", draw(st.integers(0, 3)), draw(st.integers(0, 1)))]
+  for _ in range(draw(st.integers(0, 7))):
+    kind = draw(st.sampled_from(["load", "const", "alu", "alu"]))
+    if kind == "load": prog.append(("load", draw(st.integers(0, 3)), draw(st.integers(0, 1))))
+    elif kind == "const": prog.append(("const", draw(st.sampled_from(_LOOK_ALIKE))))
+    else: prog.append(("alu", draw(st.sampled_from([S.Ops.ADD, S.Ops.MUL])), draw(st.integers(0, len(prog) - 1)), draw(st.integers(0, len(prog) - 1))))
+  sizes = draw(st.lists(st.sampled_from([4, 8]), min_size=6, max_size=6))
+  outs = draw(st.lists(st.integers(4, 5), min_size=1, max_size=min(2, len(prog)), unique=True))
+  return prog, sizes, outs
+
+@st.composite
+def _mutated(draw, program):
+  """The program with one small change that may or may not make another kernel: a source rewired to another earlier
+  entry, a constant swapped for a look-alike, another buffer read, or a buffer's size changed."""
+  prog, sizes, outs = [list(x) for x in program]
+  i = draw(st.integers(0, len(prog) - 1))
+  ins = list(prog[i])
+  if ins[0] == "alu" and i > 0: ins[draw(st.sampled_from([2, 3]))] = draw(st.integers(0, i - 1))
+  elif ins[0] == "const": ins[1] = draw(st.sampled_from(_LOOK_ALIKE))
+  elif ins[0] == "load": ins[1] = draw(st.integers(0, 3))
+  prog[i] = tuple(ins)
+  if draw(st.booleans()): sizes[draw(st.integers(0, 5))] = draw(st.sampled_from([4, 8]))
+  return prog, sizes, outs
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_structural_key_is_exact(data):
+  """Against the reference (the renumbered graph, built the long way): the same key exactly when one kernel. Planted
+  keys (sources by count instead of position, arguments by ==, buffer numbers kept) each fail this."""
+  program = data.draw(_programs())
+  a, b = _build(*program), _build(*data.draw(_mutated(program)))
+  assert (_key(a) == _key(b)) == (_renumbered_graph(a) is _renumbered_graph(b))
+  assert _key(a) == _key(_renumbered(a))  # the same kernel on other buffers
+
+def test_the_structural_key_tells_apart_what_interning_tells_apart(monkeypatch):
+  """Real pre-sinks: each shares its key with itself on other buffers and with no other kernel; constants that are ==
+  but not one node (1, 1.0, True; 0.0, -0.0) give other keys. Planted: a key taking arguments by == (1 == 1.0 ==
+  True), which would serve one kernel the AST of another."""
+  from tinysched.dtype import dtypes
+  pres = [p for p, _, _ in _pre_sinks()]
+  keys = [_key(p) for p in pres]
+  canon = [_renumbered_graph(p) for p in pres]
+  for i in range(len(pres)):
+    assert _key(_renumbered(pres[i])) == keys[i]
+    for j in range(len(pres)): assert (keys[i] == keys[j]) == (canon[i] is canon[j])
+  def store_of(c): return UOp(S.Ops.SINK, dtypes.void, (UOp(S.Ops.STORE, dtypes.void, (pres[0].src[0].src[0], pres[0].src[0].src[1],
+                                                                                         UOp(S.Ops.CONST, dtypes.float, (), c))),))
+  looks_alike = [store_of(c) for c in (1, 1.0, True, 0.0, -0.0)]
+  assert len({_key(p) for p in looks_alike}) == 5
+  monkeypatch.setattr(KA, "arg_identity", lambda arg: arg)
+  assert len({_key(p) for p in looks_alike}) < 5

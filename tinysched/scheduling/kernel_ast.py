@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools, operator
 from dataclasses import dataclass
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, make_uop, resolve
+from tinysched.uop import UOp, make_uop, resolve, arg_identity
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.helpers import prod, all_same
@@ -263,31 +263,28 @@ def well_formed(ast: UOp) -> bool:
 
 # *** a memo for schedules with repeated layers ***
 
-# what the passes keep on a pre-sink's __dict__ (bigraph.topo_of's toposort, canonical_form's result): each holds the
-# pre-sink itself, a cycle, so whoever made one drops it again (schedule.py)
-KEPT_WALKS = ("_topo", "_canon")
+# what the passes keep on a pre-sink's __dict__ (bigraph.topo_of's toposort): it holds the pre-sink itself, a cycle, so
+# whoever made one drops it again (schedule.py)
+KEPT_WALKS = ("_topo",)
 
 def first_use_buffers(topo: dict[UOp, None]) -> list[UOp]:
-  """A kernel's BUFFERs in first-use order: the canonical numbering (canonical_form, KernelMemo)."""
+  """A kernel's BUFFERs in first-use order: the canonical numbering (KernelMemo, structural_key)."""
   return [u for u in topo if u.op is _BUFFER]
 
-def canonical_form(pre: UOp) -> tuple[UOp, list[UOp]]:
-  """`pre` with its BUFFERs renumbered 0.. in first-use order, and the original BUFFERs in that order: the kernels
-  of a model's repeated layers differ only in which buffers they touch, so they share one canonical form. Kept on
-  `pre` (FUSE_ARANGE's check and the kernel's rewrite both ask); the list is shared, read it only."""
-  if (hit := pre.__dict__.get("_canon")) is not None: return (pre if hit[0] is None else hit[0]), hit[1]
-  order = first_use_buffers(topo := topo_of(pre))
-  new: dict[UOp, UOp] = {u: make_uop(_BUFFER, u.dtype, (), (i, u.arg[1])) for i, u in enumerate(order)}
-  renamed = new.__getitem__
-  for u in topo:
-    if u in new: continue
-    if (src := u.src) and (s := tuple(map(renamed, src))) != src: new[u] = make_uop(u.op, u.dtype, s, u.arg)
-    else: new[u] = u
-  canon = new[pre]
-  # renumbering is one-to-one, so the canonical graph walks in the same order: its toposort comes for free
-  if "_topo" not in canon.__dict__: canon.__dict__["_topo"] = dict.fromkeys(map(renamed, topo))
-  pre.__dict__["_canon"] = (None if canon is pre else canon, order)  # (no cycle through its own __dict__)
-  return canon, order
+def structural_key(topo: dict[UOp, None]) -> tuple:
+  """A kernel's pre-sink up to which buffers it touches: per node of its toposort, (op, dtype, positions of its sources,
+  argument), a BUFFER as (dtype, device/size/dtype) alone, its number left out. The kernels of a model's repeated layers
+  differ only in their buffers and share one key. Exact: two pre-sinks have the same key exactly when renumbering
+  their buffers 0.. in first-use order (the order they come in the toposort) makes them one graph, node for node, as
+  interning compares nodes (`arg_identity`), so no rule can tell them apart (none reads a buffer's number). Cheaper than
+  building that renumbered graph: tuples, no nodes, nothing interned."""
+  pos: dict[UOp, int] = {}
+  out = []
+  for i, u in enumerate(topo):
+    pos[u] = i
+    if (op := u.op) is _BUFFER: out.append((u.dtype, u.arg[1]))
+    else: out.append((op, u.dtype, tuple([pos[s] for s in u.src]), arg_identity(u.arg)))
+  return tuple(out)
 
 _MODULES: list = []  # the modules _rule_namespaces reads, found once (import statements cost ~10 us a call)
 
@@ -355,27 +352,27 @@ def same_rules(a: tuple, b: tuple) -> bool:
   return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 class KernelMemo:
-  """Kernel ASTs already rewritten, by canonical pre-sink. Owned by whoever schedules: `schedule_graph` makes a fresh
+  """Kernel ASTs already rewritten, by the structure of their pre-sink (`structural_key`). Owned by whoever schedules: `schedule_graph` makes a fresh
   one per call unless given one, and a memo kept across calls goes through `KernelMemo.kept` before each use, so a rule
   patched between two schedules is never answered from an old entry. `max_schedules`: how many whole schedules it keeps
   (each holds its big graph alive; 0: none, for a caller whose every graph is new).
 
-  The canonical form is a copy of the pre-sink, and most kernels never meet another of their form: a kernel is first
-  rewritten as it is and kept under a cheap signature (`_signature`); only when a second pre-sink of the same
-  signature comes are both put in canonical form (the rewrite is the same either way: no rule reads a buffer's number)."""
+  The structural key walks the whole pre-sink, and most kernels never meet another of their structure: a kernel is
+  first rewritten as it is and kept under a cheap signature (`_signature`); only when a second pre-sink of the same
+  signature comes are both keyed by structure (the rewrite is the same either way: no rule reads a buffer's number)."""
   MAX_ENTRIES = 8192  # kernels; a training loop or a decode loop schedules the same few hundred again and again
   MAX_SCHEDULES = 256  # the default of max_schedules
   def __init__(self, fingerprint: tuple[int, ...] = (), max_schedules: int = MAX_SCHEDULES) -> None:
     self.fingerprint, self.max_schedules = fingerprint, max_schedules
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
-    # signature -> [(pre-sink, entry)]: kernels kept without their canonical form (the only ones of their signature)
+    # signature -> [(pre-sink, entry)]: kernels kept without their structural key (the only ones of their signature)
     self.pending: dict[tuple, list[tuple[UOp, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]]]] = {}
     self.canonical: set[tuple] = set()  # signatures of the entries (membership only)
     self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
     self.runnable: dict[UOp, bool] = {}  # FUSE_ARANGE: may codegen lower this kernel (schedule.py _runnable)
 
   def size(self) -> int:
-    """Kernels kept, with or without their canonical form."""
+    """Kernels kept, with or without their structural key."""
     return len(self.entries) + sum(map(len, self.pending.values()))
 
   @staticmethod
@@ -400,36 +397,35 @@ class KernelMemo:
     hit = None
     if (waiting := self.pending.get(sig)) is not None:
       hit = next((e for p, e in waiting if p is pre), None)  # this very pre-sink again (FUSE_ARANGE asked first)
-      if hit is None:  # another of its signature: from now on these go by canonical form
+      if hit is None:  # another of its signature: from now on these go by structural key
         for p, e in waiting: self._canonical_entry(p, sig, e)
         del self.pending[sig]
     if hit is None and sig in self.canonical:
       hit = self._canonical_entry(pre, sig)
     if hit is None:  # the first of its signature: rewritten as it is
-      ast, parts = rewrite_kernel(pre, {order[i]: None for i in targets})
-      pos = {b: i for i, b in enumerate(order)}
-      hit = (ast, tuple(pos[b] for b in parts.bufs), tuple(pos[b] for b in parts.preloads), parts.var_vals)
+      hit = _entry(pre, order, targets)
       self.pending.setdefault(sig, []).append((pre, hit))
     ast, bufs, preloads, var_vals = hit
     return ast, KernelParts(assigned, dict(var_vals), {order[i]: n for n, i in enumerate(bufs)}, {order[i]: None for i in preloads}, set())
 
   def _canonical_entry(self, pre: UOp, sig: tuple, entry: tuple | None = None) -> tuple:
-    """The entry of `pre`'s canonical form: `entry` stored under it (a pending kernel's), or found, or rewritten now."""
+    """The entry of `pre`'s structural key: `entry` stored under it (a pending kernel's), or found, or rewritten now."""
     self.canonical.add(sig)
     targets = sig[2]
     kept = [k for k in KEPT_WALKS if k not in pre.__dict__]  # (a memo may keep `pre`: no cycle left on it)
-    canon, _ = canonical_form(pre)
-    key = (canon, targets)
+    key = (structural_key(topo := topo_of(pre)), targets)
     if entry is not None: self.entries.setdefault(key, entry)
-    elif (entry := self.entries.get(key)) is None:
-      canon_bufs = {u: None for u in topo_of(canon) if u.op is Ops.BUFFER and u.arg[0] in targets} if targets else {}
-      ast, parts = rewrite_kernel(canon, canon_bufs)
-      entry = self.entries[key] = (ast, tuple(b.arg[0] for b in parts.bufs), tuple(b.arg[0] for b in parts.preloads), parts.var_vals)
-    canon.__dict__.pop("_topo", None)  # canonical_form's, used up: the memo keeps `canon` (its key) for long
+    elif (entry := self.entries.get(key)) is None: entry = self.entries[key] = _entry(pre, first_use_buffers(topo), targets)
     for k in kept: pre.__dict__.pop(k, None)
     return entry
 
+def _entry(pre: UOp, order: list[UOp], targets: tuple[int, ...]) -> tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]:
+  """A memo entry: `pre` rewritten, its buffers (DEFINE_GLOBAL order) and preloads by position in `order`, its var_vals."""
+  ast, parts = rewrite_kernel(pre, {order[i]: None for i in targets})
+  pos = {b: i for i, b in enumerate(order)}
+  return ast, tuple(pos[b] for b in parts.bufs), tuple(pos[b] for b in parts.preloads), parts.var_vals
+
 def _signature(topo: dict[UOp, None], order: list[UOp], targets: tuple[int, ...]) -> tuple:
-  """What two pre-sinks of one canonical form share, cheaply: the number of nodes and of buffers, and which buffers
-  are assign targets. (Only a filter: equal signatures are compared by canonical form.)"""
+  """What two pre-sinks of one structure share, cheaply: the number of nodes and of buffers, and which buffers are
+  assign targets. (Only a filter: equal signatures are compared by structural key.)"""
   return (len(topo), len(order), targets)
