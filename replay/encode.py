@@ -17,7 +17,7 @@ import hashlib, json, os, reprlib
 from typing import Any
 from tinysched.dtype import DType, PtrDType, dtypes, ALL as ALL_DTYPES
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, _SYM_OPS
+from tinysched.uop import UOp, make_uop, _SYM_OPS
 from tinysched.shape import View, ShapeTracker
 
 FORMAT, VERSION = "tinysched-uop", 1
@@ -329,14 +329,15 @@ class _Decoder:
       name, dt, srcs, a = n  # (a ValueError or TypeError for anything but 4 things)
       if type(n) is not list or type(srcs) is not list: raise _Slow
       op = _OPS[name]  # a KeyError, or a TypeError for an unhashable name: the slow path says which
-      dtype = _fast_dtype(dt)
+      # (most nodes: a plain dtype {"dt": name} decoded before, looked up here without a call)
+      if type(dt) is not dict or len(dt) != 1 or (dtype := _DTYPE_DEC.get((dt.get("dt"), None, None))) is None: dtype = _fast_dtype(dt)
       uops = self.uops
       for s in srcs:
         if type(s) is not int or s < 0: raise _Slow  # (bools too: a reference is a plain int)
       src = tuple([uops[s] for s in srcs])  # an IndexError for a reference to a later node
       arg = a if a is None else self._fast_arg(a, 0)
       _check_node(op, dtype, src, arg, "")
-      return UOp(op, dtype, src, arg)
+      return make_uop(op, dtype, src, arg)  # (UOp(...) itself, without the class call's slower path)
     except _HAND_OVER: return self._node(i, n)
 
   def _fast_arg(self, x: Any, depth: int) -> Any:
@@ -351,7 +352,9 @@ class _Decoder:
     if t is not dict or depth >= 8: raise _Slow  # deeper nesting is rare: `arg` counts it against MAX_ARG_DEPTH
     if len(x) == 1:
       (tag, v), = x.items()
-      if tag == "t" and type(v) is list and len(v) <= MAX_TUPLE: return tuple([self._fast_arg(e, depth + 1) for e in v])
+      if tag == "t" and type(v) is list and len(v) <= MAX_TUPLE:
+        # (plain ints, most elements, taken here: a call per element was a third of the time of decoding an argument)
+        return tuple([e if type(e) is int and INT_LO <= e <= INT_HI else self._fast_arg(e, depth + 1) for e in v])
       if tag == "st" and type(v) is list and 1 <= len(v) <= MAX_DIMS:
         views = tuple([_fast_view(w) for w in v])
         return _shape_tracker(views)
