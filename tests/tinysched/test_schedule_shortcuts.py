@@ -11,7 +11,7 @@ from tinysched.uop import UOp
 
 def _slow_fingerprint() -> tuple:
   # the fingerprint read afresh, without the memo: what rules_fingerprint must always equal
-  KA._last_fingerprint[:] = [(), (), ()]
+  KA._last_fingerprint[:] = [(), (), (), ()]
   return rules_fingerprint()
 
 def test_the_fingerprint_is_kept_while_nothing_changes():

@@ -307,10 +307,10 @@ def _namespaces_of(me, bigraph, stores, fusion, order, facade, rewrite, shape, k
           vars(rewrite), vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel),
           vars(lowerer), vars(folds)]
 
-# the last fingerprint and what it was read from: [the namespaces' values (a tuple each), fingerprint, per namespace the
-# positions of the rules whose == is not identity]. Updated in place: this list is itself a value of a namespace read,
-# and must stay the same object
-_last_fingerprint: list = [(), (), ()]
+# the last fingerprint and what it was read from: [each namespace's length, all their values in one tuple, fingerprint,
+# the positions (in that tuple) of the rules whose == is not identity]. Updated in place: this list is itself a value of
+# a namespace read, and must stay the same object
+_last_fingerprint: list = [(), (), (), ()]
 
 def _is_rule(o) -> bool: return callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple))
 
@@ -319,31 +319,33 @@ def rules_fingerprint() -> tuple:
   of one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
   (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
   Asked on every schedule: the filtered tuple is rebuilt only when a rule among the namespace values is another object
-  than at the last call (`_same_rules_in`, mostly in C). State that is no rule (the tensor memo of schedule.py, replaced
-  when it is reset) may change without a rebuild."""
-  now = tuple([tuple(ns.values()) for ns in _rule_namespaces()])
-  last, fp, eq_rules = _last_fingerprint
-  if len(last) == len(now) and all(map(_same_rules_in, last, now, eq_rules)):
-    _last_fingerprint[:] = [now, fp, eq_rules]  # (in one step)
+  than at the last call (`_same_rules`). State that is no rule (the tensor memo of schedule.py, replaced when it is
+  reset) may change without a rebuild."""
+  spaces = _rule_namespaces()
+  # (all values in one tuple, each namespace's length beside them: one comparison in C instead of one call per namespace)
+  lens, now = tuple(map(len, spaces)), tuple(itertools.chain.from_iterable([ns.values() for ns in spaces]))
+  last_lens, last, fp, eq_rules = _last_fingerprint
+  if lens == last_lens and _same_rules(last, now, eq_rules):
+    _last_fingerprint[:] = [lens, now, fp, eq_rules]  # (in one step)
     return fp
-  values = tuple(itertools.chain.from_iterable(now))
   # whether a value is a rule depends on its type alone (callable() asks the type, and so does isinstance here): asked
   # once per type present, then the values are picked in C (a Python call per value was ~1 ms per fingerprint)
-  types = list(map(type, values))
-  rule_type = {t: _is_rule(o) for t, o in dict(zip(types, values)).items()}
-  fp = tuple(itertools.compress(values, map(rule_type.__getitem__, types)))
-  # the rules whose == is not identity, by position in their namespace (picked in C too)
+  types = list(map(type, now))
+  rule_type = {t: _is_rule(o) for t, o in dict(zip(types, now)).items()}
+  fp = tuple(itertools.compress(now, map(rule_type.__getitem__, types)))
+  # the rules whose == is not identity, by position (picked in C too)
   eq_rule = {t: is_rule and t.__eq__ is not object.__eq__ for t, is_rule in rule_type.items()}
-  eq_rules = tuple(tuple(itertools.compress(range(len(ns)), map(eq_rule.__getitem__, map(type, ns)))) for ns in now)
-  _last_fingerprint[:] = [now, fp, eq_rules]
+  eq_rules = tuple(itertools.compress(range(len(now)), map(eq_rule.__getitem__, types)))
+  _last_fingerprint[:] = [lens, now, fp, eq_rules]
   return fp
 
-def _same_rules_in(last: tuple, now: tuple, eq_rules: tuple[int, ...]) -> bool:
-  """One namespace's values at the last read and now: the same rules, as the same objects, in the same places?"""
+def _same_rules(last: tuple, now: tuple, eq_rules: tuple[int, ...]) -> bool:
+  """The namespaces' values at the last read and now (each namespace of the same length): the same rules, as the same
+  objects, in the same places?"""
   try: equal = last == now  # in C, identity first: an element that is another object is compared by its ==
   except Exception: equal = False  # (a replaced value whose == cannot answer, a numpy array: look closer)
   # equal: only a rule whose == is not identity (a copied tuple of passes, a bound method) can be another object
-  if equal: return all(last[i] is now[i] for i in eq_rules)
+  if equal: return all([last[i] is now[i] for i in eq_rules])
   # some value replaced: a rule, or a rule now? (the tensor memo is replaced when it is reset, and is no rule)
   return len(last) == len(now) and not any(x is not y and (_is_rule(x) or _is_rule(y)) for x, y in zip(last, now))
 
