@@ -35,6 +35,8 @@ def _enc_dtype(d: DType) -> dict:
   if isinstance(d, PtrDType): out["ptr"] = 1
   return _DTYPE_ENC.setdefault(d, out)
 
+_OP_NAMES = {o: o.name for o in Ops}
+
 def _has_uop(x: Any) -> bool:
   if isinstance(x, UOp): return True
   if isinstance(x, tuple): return any(_has_uop(a) for a in x)
@@ -60,10 +62,11 @@ class _Encoder:
     raise TypeError(f"cannot encode an argument of type {type(x).__name__}: {x!r}")
   def node(self, root: UOp) -> int:
     if (i := self.index.get(root)) is not None: return i
+    index, nodes, dtype_enc = self.index, self.nodes, _DTYPE_ENC
     for u in root.toposort():
-      if u in self.index: continue
+      if u in index: continue
       arg = u.arg
-      if u.op is Ops.BUFFER and self.canonical_buffers:
+      if (op := u.op) is _BUFFER and self.canonical_buffers:
         # renumber by first appearance: buffer numbers depend on the whole program, not on this graph
         arg = (self.buf_nums.setdefault(arg[0], len(self.buf_nums)), arg[1])
       if arg is u.arg and (enc_arg := u.__dict__.get("_enc_arg")) is not None: pass
@@ -71,9 +74,10 @@ class _Encoder:
         enc_arg = self.arg(arg)  # may add symbolic nodes first
         # an argument without nodes inside encodes the same in every document: keep it on the (immutable) node
         if arg is u.arg and not _has_uop(arg): u.__dict__["_enc_arg"] = enc_arg
-      self.index[u] = len(self.nodes)
-      self.nodes.append([u.op.name, _enc_dtype(u.dtype), [self.index[s] for s in u.src], enc_arg])
-    return self.index[root]
+      index[u] = len(nodes)
+      # (names and dtypes from tables: an Enum's .name is a Python-level property, ~1 us a read)
+      nodes.append([_OP_NAMES[op], dtype_enc.get(u.dtype) or _enc_dtype(u.dtype), [index[s] for s in u.src], enc_arg])
+    return index[root]
 
 def canonical_bytes(doc: dict) -> bytes:
   return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
