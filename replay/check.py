@@ -152,8 +152,10 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
         if freeze: gc.unfreeze()
     else:
       # the memo made here (its fingerprint imports the scheduler's and codegen's modules) is inherited by the workers:
-      # each would otherwise import (compile, without .pyc files) those modules again
-      _memo()
+      # each would otherwise import (compile, without .pyc files) those modules again. Without cycle collection: an
+      # import allocates enough to set off a full collection of everything the CLI has loaded (~25 ms, a tenth of a
+      # schedule-level check), which finds nothing; what is alive is frozen for the workers right after
+      with cycle_gc_paused(): _memo()
       # the workers are forked: objects the collector never moves stay shared with this process, instead of being
       # copied page by page into each worker when its first collections touch them
       if freeze: gc.freeze()

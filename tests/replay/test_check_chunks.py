@@ -160,3 +160,16 @@ def test_cycles_rows_make_are_freed_within_a_chunk(monkeypatch, planted):
   finally: gc.enable()
   assert len(out) == 20
   assert (len(alive) > 4) is planted  # at most the rows since the last collection
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_the_workers_memo_is_made_without_cycle_collection(db, monkeypatch, planted):
+  """-j2: the memo the workers inherit is made in the parent with cycle collection paused (its imports would set off a
+  full collection of everything loaded, ~25 ms, a tenth of a schedule-level check). Planted: the pause left out."""
+  import os
+  parent, seen = os.getpid(), []
+  real = C._memo
+  monkeypatch.setattr(C, "_memo", lambda: (seen.append(gc.isenabled()) if os.getpid() == parent else None) or real())
+  if planted: monkeypatch.setattr(C, "cycle_gc_paused", __import__("contextlib").nullcontext)
+  rep = check([str(db)], jobs=2)
+  assert rep.workers == 2 and rep.counts()["identical"] == len(rep.results)
+  assert seen == [planted] and gc.isenabled()
