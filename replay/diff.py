@@ -11,7 +11,6 @@
 from __future__ import annotations
 import difflib, re
 from typing import Any
-from deepdiff import DeepDiff
 from tinysched.ops import Ops
 from tinysched.uop import UOp, stable_repr
 
@@ -41,6 +40,7 @@ def structural_diff(old: UOp, new: UOp, limit: int = 50) -> list[dict[str, Any]]
   """Changes from old to new as [{"kind", "path", "old", "new"}], at most `limit` (the count is kept by the caller)."""
   try: t_old, t_new = ast_tree(old), ast_tree(new)
   except OverflowError: return [{"kind": "too_large", "path": "", "old": None, "new": None}]
+  from deepdiff import DeepDiff  # (here: importing deepdiff takes ~0.1 s, and only a changed output is diffed)
   dd = DeepDiff(t_old, t_new, verbose_level=2, cache_size=0)
   out: list[dict[str, Any]] = []
   for kind in ("values_changed", "type_changes", "dictionary_item_added", "dictionary_item_removed", "iterable_item_added",
