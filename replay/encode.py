@@ -209,8 +209,24 @@ def _fast_view(w: Any) -> View:
             ms.append((be[0], be[1]))
           mask = tuple(ms)
         else: raise _Slow
-        if (v := _VIEW_CACHE.get((tuple(shape), tuple(strides), off, mask))) is not None: return v
+        k = (tuple(shape), tuple(strides), off, mask)
+        if (v := _VIEW_CACHE.get(k)) is not None: return v
+        # first seen: made here if it is in range (else the checking path says why), not by decoding the node again
+        if _int_view_fits(*k): return _int_view(k)
   raise _Slow
+
+def _int_view_fits(shape: tuple, strides: tuple, offset: int, mask: tuple | None) -> bool:
+  """Whether an int-only view passes the range checks of `_Decoder._view` (which says what is wrong when not)."""
+  if len(shape) != len(strides) or len(shape) > MAX_DIMS or not -2**62 <= offset <= 2**62: return False
+  if shape and not (0 <= min(shape) and max(shape) <= MAX_DIM and -MAX_DIM <= min(strides) and max(strides) <= MAX_DIM): return False
+  return mask is None or (len(mask) == len(shape) and all(0 <= b <= e <= s and e <= MAX_DIM for (b, e), s in zip(mask, shape)))
+
+def _int_view(k: tuple) -> View:
+  """The View of an int-only (shape, strides, offset, mask) that passed the checks, made once (both decoding paths)."""
+  if (cv := _VIEW_CACHE.get(k)) is None:
+    if len(_VIEW_CACHE) > 65536: _VIEW_CACHE.clear()
+    cv = _VIEW_CACHE[k] = View(*k)
+  return cv
 
 def _is_scalar(d: DType) -> bool: return not isinstance(d, PtrDType) and d.count == 1 and d is not dtypes.void
 
@@ -291,11 +307,7 @@ class _Decoder:
         if type(b) is int and type(e) is int and (b > e or (type(s) is int and e > s)):
           raise IncompatibleCapture(f"{where}: view mask {_brief(mask)} does not fit shape {_brief(shape)}")
     if all(type(a) is int for a in shape + strides + (offset,)) and (mask is None or all(type(a) is int for m in mask for a in m)):
-      k = (shape, strides, offset, mask)
-      if (cv := _VIEW_CACHE.get(k)) is None:
-        if len(_VIEW_CACHE) > 65536: _VIEW_CACHE.clear()
-        cv = _VIEW_CACHE[k] = View(shape, strides, offset, mask)
-      return cv
+      return _int_view((shape, strides, offset, mask))
     return View(shape, strides, offset, mask)
 
   def _sint(self, x: Any, lo: int, hi: int, where: str, what: str) -> None:

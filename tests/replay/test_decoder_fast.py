@@ -112,6 +112,16 @@ NEAR_MISSES = {
                        {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, {"t": [{"t": [False, 2]}, {"t": [0, True]}, {"t": [True, 4]}]}]}]}]],
   "mask_past_shape": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
                              {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, {"t": [{"t": [0, 2]}, {"t": [0, 1]}, {"t": [1, 5]}]}]}]}]],
+  # int-only views out of range, never seen before: the fast path makes first-seen views itself (_int_view_fits)
+  "view_dim_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, E.MAX_DIM + 1]}, {"t": [1, 0]}, 0, None]}]}]],
+  "view_dim_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, -2]}, {"t": [1, 0]}, 0, None]}]}]],
+  "view_stride_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [-E.MAX_DIM - 1, 0]}, 0, None]}]}]],
+  "view_offset_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 2**62 + 1, None]}]}]],
+  "view_ranks_differ": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1, 1]}, 0, None]}]}]],
+  "view_too_many_dims": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [1] * (E.MAX_DIMS + 1)}, {"t": [0] * (E.MAX_DIMS + 1)}, 0, None]}]}]],
+  "mask_reversed": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [2, 1]}, {"t": [0, 2]}]}]}]}]],
+  "mask_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [-1, 1]}, {"t": [0, 2]}]}]}]}]],
+  "mask_rank_differs": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [0, 1]}]}]}]}]],
   "view_extra_field": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, None], "x": 1}]}]],
   "no_views": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": []}]],
   "buffer_number_true": [["BUFFER", {"dt": "float", "ptr": 1}, [], {"t": [True, {"t": ["CPU", 12, {"dt": "float"}]}]}]],
@@ -227,6 +237,13 @@ def _loose_view(w):
 def test_plant_loose_type_checks_go_red(plant, case):
   with mock.patch.object(E, *plant):
     assert_agree(_doc(NEAR_MISSES["valid"])); assert_agree(_doc(NEAR_MISSES["valid_masked"]))
+    with pytest.raises(AssertionError, match="fast"): assert_agree(_doc(NEAR_MISSES[case]))
+
+@pytest.mark.parametrize("case", ["view_dim_too_big", "view_stride_too_big", "view_offset_too_big", "mask_reversed"])
+def test_plant_a_loose_range_check_of_first_seen_views_goes_red(case):
+  # the fast path makes a view it has not seen when it passes the checking path's range checks: one that lets any
+  # int-only view through accepts what the checking path refuses
+  with mock.patch.object(E, "_int_view_fits", lambda *a: True):
     with pytest.raises(AssertionError, match="fast"): assert_agree(_doc(NEAR_MISSES[case]))
 
 def test_plant_an_exception_not_handed_over_goes_red():
