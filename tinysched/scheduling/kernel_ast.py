@@ -354,10 +354,11 @@ def same_rules(a: tuple, b: tuple) -> bool:
   return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 class KernelMemo:
-  """Kernel ASTs already rewritten, by the structure of their pre-sink (`structural_key`). Owned by whoever schedules: `schedule_graph` makes a fresh
-  one per call unless given one, and a memo kept across calls goes through `KernelMemo.kept` before each use, so a rule
-  patched between two schedules is never answered from an old entry. `max_schedules`: how many whole schedules it keeps
-  (each holds its big graph alive; 0: none, for a caller whose every graph is new).
+  """Kernel ASTs already rewritten, by the structure of their pre-sink (`structural_key`). Owned by whoever schedules:
+  `schedule_graph` makes a fresh one per call unless given one, and a memo kept across calls goes through
+  `KernelMemo.kept` before each use, so a rule patched between two schedules is never answered from an old entry.
+  `max_schedules`: how many whole schedules it keeps (each holds its big graph alive; 0: none, for a caller whose every
+  graph is new).
 
   The structural key walks the whole pre-sink, and most kernels never meet another of their structure: a kernel is
   first rewritten as it is and kept under a cheap signature (`_signature`); only when a second pre-sink of the same
