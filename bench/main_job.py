@@ -14,6 +14,8 @@ import argparse, os, platform, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trees import side_by_side  # noqa: E402
 
 def _script_args(tree: Path) -> list[str]:
   """The `replay ...` arguments of that tree's scripts/replay.sh (its last line: `exec replay check ... "$@"`)."""
@@ -52,18 +54,9 @@ def main() -> None:
   ap.add_argument("--runs", type=int, default=3)
   ap.add_argument("--no-cold", action="store_true")
   a = ap.parse_args()
-  trees = {"current": ROOT}
-  wt = None
-  if a.baseline:
-    wt = Path(tempfile.mkdtemp(prefix="bench-main-")) / "base"
-    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(wt), a.baseline], cwd=ROOT, check=True)
-    trees[f"baseline {a.baseline}"] = wt
-  try:
+  with side_by_side(ROOT, a.baseline) as trees:
     res: dict[str, dict] = {n: {"warm": [], "loads": [], "rc": set()} for n in trees}
-    for n, t in trees.items():
-      # what set-up does (scripts/setup.sh): bytecode written, for both trees alike (PYTHONDONTWRITEBYTECODE may be set)
-      subprocess.run([sys.executable, "-m", "compileall", "-q", "tinysched", "replay"], cwd=t, capture_output=True)
-      one(t, False)  # warm-up: set-up done, caches filled
+    for t in trees.values(): one(t, False)  # warm-up: set-up done, caches filled
     for _ in range(a.runs):
       for n, t in trees.items():  # interleaved: a slowdown of the machine hits both alike
         dt, load, rc = one(t, False)
@@ -73,8 +66,6 @@ def main() -> None:
         dt, load, rc = one(t, True)
         res[n]["cold"], res[n]["cold_load"] = dt, load
         res[n]["rc"].add(rc)
-  finally:
-    if wt is not None: subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT)
   t0 = time.perf_counter()
   subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, capture_output=True, env={**os.environ, "SETUP_BROWSER": "0"})
   setup_s = time.perf_counter() - t0

@@ -11,10 +11,12 @@ runs with its bytecode compiled first, as scripts/setup.sh does. This 2-core VM'
 minutes: the median and the range of the runs are printed, with the load before and after.
 """
 from __future__ import annotations
-import argparse, glob, os, platform, re, statistics, subprocess, sys, tempfile, time
+import argparse, glob, os, platform, re, statistics, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trees import side_by_side  # noqa: E402
 _LINE = re.compile(r"replayed (\d+) captures from \d+ store\(s\) in ([0-9.]+)s")
 
 def one(tree: Path, level: str, jobs: int) -> tuple[int, float, int]:
@@ -34,24 +36,14 @@ def main() -> None:
   ap.add_argument("--jobs", type=int, default=2)
   ap.add_argument("--runs", type=int, default=9)
   a = ap.parse_args()
-  trees = {"current": ROOT}
-  wt = None
-  if a.baseline:
-    wt = Path(tempfile.mkdtemp(prefix="bench-replay-")) / "base"
-    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(wt), a.baseline], cwd=ROOT, check=True)
-    trees[f"baseline {a.baseline}"] = wt
-  res: dict[str, dict] = {n: {"s": [], "rows": set(), "rc": set()} for n in trees}
   loads = [os.getloadavg()[0]]
-  try:
-    for t in trees.values():
-      subprocess.run([sys.executable, "-m", "compileall", "-q", "tinysched", "replay"], cwd=t, capture_output=True)
-      one(t, a.level, a.jobs)  # warm-up (file caches)
+  with side_by_side(ROOT, a.baseline) as trees:
+    res: dict[str, dict] = {n: {"s": [], "rows": set(), "rc": set()} for n in trees}
+    for t in trees.values(): one(t, a.level, a.jobs)  # warm-up (file caches)
     for _ in range(a.runs):
       for n, t in trees.items():
         rows, s, rc = one(t, a.level, a.jobs)
         res[n]["s"].append(s); res[n]["rows"].add(rows); res[n]["rc"].add(rc)
-  finally:
-    if wt is not None: subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT)
   loads.append(os.getloadavg()[0])
   print(f"# `replay check --level {a.level} -j {a.jobs}` on captures/ — {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}, load {loads[0]:.2f}->{loads[1]:.2f}\n")
