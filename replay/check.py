@@ -77,21 +77,19 @@ def _work(args: tuple[str, list[dict], bool, str | None, bool]) -> list[Result]:
   kernels = _memo()
   store = Store(path, readonly=True)
   try:
-    out: list[Result] = []
-    memo: dict[tuple, Result] = {}
     # no cycle collection while a chunk replays: decoding and scheduling build acyclic graphs, freed by refcount (the one
     # cycle scheduling makes, the walks kept on pre-sinks, is broken explicitly), so collections between rows found
     # nothing and only scanned the kernel memo's ASTs again as they aged (one second-generation pass 29 ms, ~5% of a
     # schedule-level check). Every COLLECT_EVERY rows the young generation is collected: whatever cycles those rows
     # made after all (code under test may make some) are freed within the chunk, and the memo is not scanned again
-    with cycle_gc_paused(): _replay_rows(store, rows, detail, exec_mode, reoptimize, kernels, out, memo)
-    return out
+    with cycle_gc_paused(): return _replay_rows(store, rows, detail, exec_mode, reoptimize, kernels)
   finally: store.close()
 
 COLLECT_EVERY = 256
 
-def _replay_rows(store: Store, rows: list[dict], detail: bool, exec_mode: str | None, reoptimize: bool, kernels: Any,
-                 out: list[Result], memo: dict[tuple, Result]) -> None:
+def _replay_rows(store: Store, rows: list[dict], detail: bool, exec_mode: str | None, reoptimize: bool, kernels: Any) -> list[Result]:
+  out: list[Result] = []
+  memo: dict[tuple, Result] = {}
   for n, row in enumerate(rows, 1):
     if n % COLLECT_EVERY == 0 and not gc.isenabled(): gc.collect(0)
     # with --reoptimize a program row's outcome also depends on the host facts it recorded (two hosts, one input)
@@ -110,6 +108,7 @@ def _replay_rows(store: Store, rows: list[dict], detail: bool, exec_mode: str | 
       r.exec_job = prebuild(store, row, {"output": full.pop("output"), **full, "identical": r.outcome == "identical"})  # type: ignore[attr-defined]
     memo[k] = r
     out.append(r)
+  return out
 
 def check(paths: list[str], level: str | None = None, label: str | None = None, key: str | None = None, jobs: int | None = None,
           shard: tuple[int, int] | None = None, detail: bool = True, progress: Callable[[int, int], None] | None = None,

@@ -154,9 +154,8 @@ def test_cycles_rows_make_are_freed_within_a_chunk(monkeypatch, planted):
   monkeypatch.setattr(C, "COLLECT_EVERY", 4)
   if planted: monkeypatch.setattr(C.gc, "collect", lambda generation=2: 0)
   rows = [{**r, "output_key": "o"} for r in _rows([(f"{i:064x}", 10) for i in range(20)])]
-  out: list = []
   gc.disable()
-  try: C._replay_rows(None, rows, True, None, False, None, out, {})
+  try: out = C._replay_rows(None, rows, True, None, False, None)
   finally: gc.enable()
   assert len(out) == 20
   assert (len(alive) > 4) is planted  # at most the rows since the last collection

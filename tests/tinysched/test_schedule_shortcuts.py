@@ -204,7 +204,7 @@ def test_a_memo_keeps_pre_sinks_without_cycles(monkeypatch, planted):
   when another of their signature comes: neither leaves a walk on them, so dropping the memo frees them by refcount
   (planted: the keying's walk left on the kept pre-sink)."""
   import weakref
-  if planted: monkeypatch.setattr(KA.KernelMemo, "_canonical_entry", _keep_walks(KA.KernelMemo._canonical_entry))
+  if planted: monkeypatch.setattr(KA.KernelMemo, "_keyed_entry", _keep_walks(KA.KernelMemo._keyed_entry))
   pres = _pre_sinks()
   pre, var_vals, assigned = next(p for p in pres if p[0].src[0].src[2].op is not S.Ops.CONST)
   del pres
@@ -226,7 +226,7 @@ def test_a_memo_keeps_pre_sinks_without_cycles(monkeypatch, planted):
   assert (bool(left), freed) == ((True, False) if planted else (False, True))
 
 def _keep_walks(f):
-  # the planted bug: _canonical_entry leaves a walk (the toposort, which holds the pre-sink itself) on a kept pre-sink
+  # the planted bug: _keyed_entry leaves a walk (the toposort, which holds the pre-sink itself) on a kept pre-sink
   from tinysched.scheduling.bigraph import topo_of
   def g(self, pre, sig, entry=None):
     r = f(self, pre, sig, entry)

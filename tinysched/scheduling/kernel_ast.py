@@ -340,14 +340,14 @@ def rules_fingerprint() -> tuple:
   return fp
 
 def _same_rules(last: tuple, now: tuple, eq_rules: tuple[int, ...]) -> bool:
-  """The namespaces' values at the last read and now (each namespace of the same length): the same rules, as the same
-  objects, in the same places?"""
+  """The namespaces' values at the last read and now (the caller has seen each namespace keep its length): the same
+  rules, as the same objects, in the same places?"""
   try: equal = last == now  # in C, identity first: an element that is another object is compared by its ==
   except Exception: equal = False  # (a replaced value whose == cannot answer, a numpy array: look closer)
   # equal: only a rule whose == is not identity (a copied tuple of passes, a bound method) can be another object
   if equal: return all([last[i] is now[i] for i in eq_rules])
   # some value replaced: a rule, or a rule now? (the tensor memo is replaced when it is reset, and is no rule)
-  return len(last) == len(now) and not any(x is not y and (_is_rule(x) or _is_rule(y)) for x, y in zip(last, now))
+  return not any(x is not y and (_is_rule(x) or _is_rule(y)) for x, y in zip(last, now))
 
 def same_rules(a: tuple, b: tuple) -> bool:
   # (the same tuple: rules_fingerprint hands out its last one again while nothing changed)
@@ -370,7 +370,7 @@ class KernelMemo:
     self.entries: dict[tuple, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]] = {}
     # signature -> [(pre-sink, entry)]: kernels kept without their structural key (the only ones of their signature)
     self.pending: dict[tuple, list[tuple[UOp, tuple[UOp, tuple[int, ...], tuple[int, ...], dict[UOp, int]]]]] = {}
-    self.canonical: set[tuple] = set()  # signatures of the entries (membership only)
+    self.keyed: set[tuple] = set()  # signatures whose kernels go by structural key (membership only)
     self.schedules: dict[tuple, tuple[list, dict[UOp, int]]] = {}  # whole schedules, see schedule.py schedule_graph
     self.runnable: dict[UOp, bool] = {}  # FUSE_ARANGE: may codegen lower this kernel (schedule.py _runnable)
 
@@ -401,19 +401,19 @@ class KernelMemo:
     if (waiting := self.pending.get(sig)) is not None:
       hit = next((e for p, e in waiting if p is pre), None)  # this very pre-sink again (FUSE_ARANGE asked first)
       if hit is None:  # another of its signature: from now on these go by structural key
-        for p, e in waiting: self._canonical_entry(p, sig, e)
+        for p, e in waiting: self._keyed_entry(p, sig, e)
         del self.pending[sig]
-    if hit is None and sig in self.canonical:
-      hit = self._canonical_entry(pre, sig)
+    if hit is None and sig in self.keyed:
+      hit = self._keyed_entry(pre, sig)
     if hit is None:  # the first of its signature: rewritten as it is
       hit = _entry(pre, order, targets)
       self.pending.setdefault(sig, []).append((pre, hit))
     ast, bufs, preloads, var_vals = hit
     return ast, KernelParts(assigned, dict(var_vals), {order[i]: n for n, i in enumerate(bufs)}, {order[i]: None for i in preloads}, set())
 
-  def _canonical_entry(self, pre: UOp, sig: tuple, entry: tuple | None = None) -> tuple:
+  def _keyed_entry(self, pre: UOp, sig: tuple, entry: tuple | None = None) -> tuple:
     """The entry of `pre`'s structural key: `entry` stored under it (a pending kernel's), or found, or rewritten now."""
-    self.canonical.add(sig)
+    self.keyed.add(sig)
     targets = sig[2]
     kept = [k for k in KEPT_WALKS if k not in pre.__dict__]  # (a memo may keep `pre`: no cycle left on it)
     key = (structural_key(topo := topo_of(pre)), targets)
