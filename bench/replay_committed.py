@@ -1,14 +1,19 @@
 """Replay throughput on the committed captures (captures/*.db), as a user runs it: `replay check --level L -j N` in a
-fresh process, the rows/s the command itself reports (from opening the stores to the last verdict; process start and
-imports are not in it, the time to the first worker is), side by side with a baseline commit in the same run.
+fresh process, the rows/s of the span the command reports (from opening the stores to the last verdict: replay.check's
+check(); process start and imports are not in it, the time to the first worker is), side by side with a baseline
+commit in the same run. Each tree replays its own captures/ with its own code.
 
   python bench/replay_committed.py                              # this checkout, schedule level, -j2, 9 runs
   python bench/replay_committed.py --baseline 1f7566d --runs 9  # also that commit, from a temporary worktree, alternating
+  python bench/replay_committed.py --baseline 68599fc           # the commit issue 21 was measured at: calibrates the box
   python bench/replay_committed.py --level kernel --jobs 1
 
-Runs alternate (this checkout, baseline, this checkout, ...) so a slow minute of the box falls on both; each tree's code
-runs with its bytecode compiled first, as scripts/setup.sh does. This 2-core VM's speed drifts by up to 2x within
-minutes: the median and the range of the runs are printed, with the load before and after.
+The span is timed by a small driver around that tree's `check()` (the CLI's own "replayed N captures ... in Ss" line
+reports the same span, but older commits do not print it), so any commit since check() took (paths, level, jobs) can
+be the baseline. Runs alternate (this checkout, baseline, this checkout, ...) so a slow minute of the box falls on
+both; each tree's code runs with its bytecode compiled first, as scripts/setup.sh does. This 2-core VM's speed drifts
+by up to 2x within minutes and differs between VMs: the median and the range of the runs are printed, with the load
+before and after, and a baseline commit measured in the same run is what makes numbers of two days comparable.
 """
 from __future__ import annotations
 import argparse, glob, os, platform, re, statistics, subprocess, sys, time
@@ -17,17 +22,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trees import side_by_side  # noqa: E402
-_LINE = re.compile(r"replayed (\d+) captures from \d+ store\(s\) in ([0-9.]+)s")
+_LINE = re.compile(r"^result (\d+) ([0-9.]+) (\d+)$", re.M)
+
+# run in a fresh process with the tree's code first on sys.path: what `replay check --level L -j N DBS...` runs, timed as
+# the CLI times it (check() stamps its own start and end: Report.elapsed), and the exit code the CLI would return
+DRIVER = """
+import sys
+from replay.check import check
+level, jobs, dbs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+rep = check(dbs, level=level, jobs=jobs)
+print(f"result {len(rep.results)} {rep.elapsed:.6f} {rep.exit_code()}")
+"""
 
 def one(tree: Path, level: str, jobs: int) -> tuple[int, float, int]:
-  """(rows, seconds the command reports, exit code) of one fresh `replay check` of captures/ with that tree's code."""
+  """(rows, seconds check() took, the CLI's exit code) of one fresh replay of captures/ with that tree's code."""
   env = {**os.environ, "PYTHONPATH": str(tree)}
   dbs = sorted(glob.glob(str(tree / "captures" / "*.db")))
-  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", "--level", level, "-j", str(jobs), *dbs], cwd=tree, env=env,
-                     capture_output=True, text=True)
-  m = _LINE.search(r.stdout + r.stderr)
-  if m is None: sys.exit(f"{tree}: no 'replayed N captures ... in Ss' line (exit {r.returncode}):\n{(r.stdout + r.stderr)[-2000:]}")
-  return int(m.group(1)), float(m.group(2)), r.returncode
+  r = subprocess.run([sys.executable, "-c", DRIVER, level, str(jobs), *dbs], cwd=tree, env=env, capture_output=True, text=True)
+  m = _LINE.search(r.stdout)
+  if m is None: sys.exit(f"{tree}: the replay driver printed no result (exit {r.returncode}):\n{(r.stdout + r.stderr)[-2000:]}")
+  return int(m.group(1)), float(m.group(2)), int(m.group(3))
 
 def main() -> None:
   ap = argparse.ArgumentParser()
