@@ -1,5 +1,5 @@
-"""Replay throughput on the committed captures (captures/*.db), as a user runs it: `replay check --level L -j N` in a
-fresh process, the rows/s of the span the command reports (from opening the stores to the last verdict: replay.check's
+"""Replay throughput on the committed captures (captures/*.db): what `replay check --level L -j N` runs, in a fresh
+process, and the rows/s of the span the command reports (from opening the stores to the last verdict: replay.check's
 check(); process start and imports are not in it, the time to the first worker is), side by side with a baseline
 commit in the same run. Each tree replays its own captures/ with its own code.
 
@@ -22,25 +22,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trees import side_by_side  # noqa: E402
-_LINE = re.compile(r"^result (\d+) ([0-9.]+) (\d+)$", re.M)
+_LINE = re.compile(r"^result (\d+) ([0-9.]+) (\d+) (.+)$", re.M)
 
 # run in a fresh process with the tree's code first on sys.path: what `replay check --level L -j N DBS...` runs, timed as
 # the CLI times it (check() stamps its own start and end: Report.elapsed), and the exit code the CLI would return
 DRIVER = """
 import sys
+import replay.check, tinysched
 from replay.check import check
 level, jobs, dbs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rep = check(dbs, level=level, jobs=jobs)
-print(f"result {len(rep.results)} {rep.elapsed:.6f} {rep.exit_code()}")
+print(f"result {len(rep.results)} {rep.elapsed:.6f} {rep.exit_code()} {replay.check.__file__}|{tinysched.__file__}")
 """
 
 def one(tree: Path, level: str, jobs: int) -> tuple[int, float, int]:
   """(rows, seconds check() took, the CLI's exit code) of one fresh replay of captures/ with that tree's code."""
   env = {**os.environ, "PYTHONPATH": str(tree)}
   dbs = sorted(glob.glob(str(tree / "captures" / "*.db")))
+  if not dbs: sys.exit(f"{tree}: no captures/*.db to replay")  # (check([]) would report 0 rows in no time)
   r = subprocess.run([sys.executable, "-c", DRIVER, level, str(jobs), *dbs], cwd=tree, env=env, capture_output=True, text=True)
   m = _LINE.search(r.stdout)
   if m is None: sys.exit(f"{tree}: the replay driver printed no result (exit {r.returncode}):\n{(r.stdout + r.stderr)[-2000:]}")
+  # the code that ran must be the tree's (an editable install elsewhere would answer an import the tree cannot)
+  if not all(Path(f).resolve().is_relative_to(tree.resolve()) for f in m.group(4).split("|")):
+    sys.exit(f"{tree}: the replay ran code from outside the tree ({m.group(4)})")
   return int(m.group(1)), float(m.group(2)), int(m.group(3))
 
 def main() -> None:
