@@ -12,7 +12,7 @@ numbers taken at a load above ~1.5 on this 2-core machine are not comparable.
 CPU seconds (user + system of the job and every process it waited for: replay and exec workers, compile processes,
 the linker PoCL runs) are printed beside the times. Cold minus warm CPU is the work only a cold run does (rendering
 and compiling every distinct kernel, PoCL's work-group functions); divided by the cores it is a floor under the cold
-run's extra wall time that no change to our Python code can lower.
+run's extra wall time (most of it PoCL's compiler: README, issue 21's bars).
 """
 from __future__ import annotations
 import argparse, os, platform, resource, statistics, subprocess, sys, tempfile, time
