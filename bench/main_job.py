@@ -9,8 +9,9 @@ Warm: OpenCL binaries in the disk caches (tinysched's and PoCL's), the venv set 
 caches empty (a fresh machine's first run after set-up). The load average before and after each run is printed:
 numbers taken at a load above ~1.5 on this 2-core machine are not comparable.
 
-CPU seconds (user + system of the job and every process it waited for: replay and exec workers, compile processes,
-the linker PoCL runs) are printed beside the times. Cold minus warm CPU is the work only a cold run does (rendering
+CPU seconds (user + system of the job and of every descendant that was waited for: replay and exec workers, compile
+processes, the linker PoCL runs; getrusage(RUSAGE_CHILDREN), so a process nobody waits for would not count) are printed
+beside the times. Cold minus warm CPU is the work only a cold run does (rendering
 and compiling every distinct kernel, PoCL's work-group functions); divided by the cores it is a floor under the cold
 run's extra wall time (most of it PoCL's compiler: README, issue 21's bars).
 """
