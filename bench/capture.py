@@ -23,7 +23,7 @@ def main() -> None:
   a = ap.parse_args()
   from tinysched import Tensor
   from tinysched.nn.optim import Adam
-  from replay import recorder
+  from replay.record import recorder
   from bench.models import MODELS
   levels = tuple(a.levels.split(","))
   tmp = tempfile.TemporaryDirectory()

@@ -108,7 +108,8 @@ def torch_gpt2(torch, sd: dict, c, dev: str):
       att = F.softmax(q @ k.transpose(-1, -2) / (d // H) ** 0.5 + mask, dim=-1) @ v
       x = x + att.transpose(1, 2).reshape(1, T, d) @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
       h = F.layer_norm(x, (d,), W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)
-      x = x + F.gelu(h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"], approximate="tanh") @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
+      h = F.gelu(h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"], approximate="tanh")
+      x = x + h @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
     return F.layer_norm(x, (d,), W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps) @ W["transformer.wte.weight"].T
   return fwd
 

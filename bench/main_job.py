@@ -81,17 +81,19 @@ def main() -> None:
   t0 = time.perf_counter()
   subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, capture_output=True, env={**os.environ, "SETUP_BROWSER": "0"})
   setup_s = time.perf_counter() - t0
-  print(f"# main job (scripts/replay.sh = set-up + {' '.join(['replay'] + _script_args(ROOT))}) — {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}\n")
+  print(f"# main job (scripts/replay.sh = set-up + {' '.join(['replay'] + _script_args(ROOT))}) — {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}\n")
   cores = os.cpu_count() or 1
-  print("| code | warm s (median) | warm runs | warm CPU s | load (1-min avg, before->after) | cold s | cold CPU s | cold-only CPU s / cores | exit codes |")
+  print("| code | warm s (median) | warm runs | warm CPU s | load (1-min avg, before->after) | cold s | cold CPU s | cold-only CPU s / cores "
+        "| exit codes |")
   print("|---|---:|---|---:|---|---:|---:|---:|---|")
   nan = float("nan")
   for n, r in res.items():
     warm_cpu = statistics.median(r["cpu"])
     extra = r.get("cold_cpu", nan) - warm_cpu
     print(f"| {n} | {statistics.median(r['warm']):.1f} | {', '.join(f'{x:.1f}' for x in r['warm'])} | {warm_cpu:.1f} | {'; '.join(r['loads'])} | "
-          f"{r.get('cold', nan):.1f} ({r.get('cold_load', '-')}) | {r.get('cold_cpu', nan):.1f} | {extra:.1f} / {cores} = {extra / cores:.1f} | {sorted(r['rc'])} |")
+          f"{r.get('cold', nan):.1f} ({r.get('cold_load', '-')}) | {r.get('cold_cpu', nan):.1f} | {extra:.1f} / {cores} = {extra / cores:.1f} | "
+          f"{sorted(r['rc'])} |")
   print(f"\nset-up (scripts/setup.sh, everything installed): {setup_s:.2f} s, on top of the times above")
 
 if __name__ == "__main__": main()

@@ -55,7 +55,8 @@ def candidates(m_ax: int, n_ax: int, stage: list) -> list[list]:
                [Opt(O.LOCAL, n_ax, ln), Opt(O.UNROLL, 0, ur)])
   # an n axis nothing divides (the 50257-wide head): tiles along m only, the reduce split over the work-group
   for um, lm, g, ur in itertools.product((4, 8, 16), (1, 2, 4), (16, 32, 64), (1, 4)):
-    out.append([Opt(O.UPCAST, m_ax, um)] + ([Opt(O.LOCAL, m_ax, lm)] if lm > 1 else []) + [Opt(O.GROUP, 0, g)] + ([Opt(O.UNROLL, 0, ur)] if ur > 1 else []))
+    out.append([Opt(O.UPCAST, m_ax, um)] + ([Opt(O.LOCAL, m_ax, lm)] if lm > 1 else []) + [Opt(O.GROUP, 0, g)]
+               + ([Opt(O.UNROLL, 0, ur)] if ur > 1 else []))
   return [[o for o in c if o.amount != 1] for c in out]
 
 def main() -> None:

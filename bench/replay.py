@@ -48,8 +48,8 @@ def main() -> None:
   ap.add_argument("--db", help="reuse or create this capture store (default: a temporary file)")
   ap.add_argument("--repeats", type=int, default=2, help="capture each model this many times (separate runs add rows)")
   a = ap.parse_args()
-  from replay.check import check
-  from replay.store import Store
+  from replay import check
+  from replay.store.sqlite import Store
   tmp = tempfile.TemporaryDirectory()
   db = Path(a.db) if a.db else Path(tmp.name) / "bench.db"
   if not db.exists(): make_captures(db, a.models.split(","), a.repeats)
@@ -66,7 +66,7 @@ def main() -> None:
   for level in ("kernel", "schedule"):
     for jobs in (1, 2):
       t0 = time.perf_counter()
-      rep = check([str(db)], level=level, jobs=jobs)
+      rep = check.run(check.Selection((str(db),), level=level), check.Options(jobs=jobs))
       dt = time.perf_counter() - t0
       c = rep.counts()
       print(f"| {level} | {jobs} | {len(rep.results)} | {dt:.2f} | {len(rep.results)/dt:.0f} | "

@@ -1,5 +1,5 @@
 """Replay throughput on the committed captures (captures/*.db): what `replay check --level L -j N` runs, in a fresh
-process, and the rows/s of the span the command reports (from opening the stores to the last verdict: replay.check's
+process, and the rows/s of the span the command reports (from opening the stores to the last verdict: replay.check.pool's
 check(); process start and imports are not in it, the time to the first worker is), side by side with a baseline
 commit in the same run. Each tree replays its own captures/ with its own code.
 
@@ -28,11 +28,12 @@ _LINE = re.compile(r"^result (\d+) ([0-9.]+) (\d+) (.+)$", re.M)
 # the CLI times it (check() stamps its own start and end: Report.elapsed), and the exit code the CLI would return
 DRIVER = """
 import sys
-import replay.check, tinysched
-from replay.check import check
+import tinysched
+try: import replay.check.pool as M  # the replay step since replay/ has packages
+except ImportError: import replay.check as M  # older trees: one flat module
 level, jobs, dbs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-rep = check(dbs, level=level, jobs=jobs)
-print(f"result {len(rep.results)} {rep.elapsed:.6f} {rep.exit_code()} {replay.check.__file__}|{tinysched.__file__}")
+rep = M.check(dbs, level=level, jobs=jobs)
+print(f"result {len(rep.results)} {rep.elapsed:.6f} {rep.exit_code()} {M.__file__}|{tinysched.__file__}")
 """
 
 def one(tree: Path, level: str, jobs: int) -> tuple[int, float, int]:

@@ -32,7 +32,8 @@ def build_helper(folder: Path) -> Path:
   src, lib = folder / "count.c", folder / "libcount.so"
   src.write_text(HELPER_C)
   r = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
-  if r.returncode != 0: sys.exit(f"cannot build the callgrind helper (needs gcc and valgrind's headers: apt-get install gcc valgrind):\n{r.stderr[-2000:]}")
+  if r.returncode != 0:
+    sys.exit(f"cannot build the callgrind helper (needs gcc and valgrind's headers: apt-get install gcc valgrind):\n{r.stderr[-2000:]}")
   return lib
 
 def worker(lib: str, models: list[str], runs: int, helper: str, tree: str | None) -> None:
@@ -75,7 +76,8 @@ def run_counted(py: str, lib: str, models: list[str], runs: int, helper: Path, o
   out.mkdir()
   env = {**os.environ, "PYTHONHASHSEED": "0", "TINYSCHED_DEVICE": os.environ.get("TINYSCHED_DEVICE", "NUMPY")}
   cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", f"--callgrind-out-file={out}/cg",
-         py, __file__, "--worker", lib, "--models", ",".join(models), "--runs", str(runs), "--helper", str(helper), *(["--tree", tree] if tree else [])]
+         py, __file__, "--worker", lib, "--models", ",".join(models), "--runs", str(runs), "--helper", str(helper),
+         *(["--tree", tree] if tree else [])]
   r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE.parent)
   if r.returncode != 0: sys.exit(f"{lib} worker failed under valgrind:\n{r.stderr[-3000:]}")
   res: dict[str, dict[str, list[int]]] = {}

@@ -1,5 +1,5 @@
 """The error type every replay command raises for a failure the user can act on: the message, and what to do next
-(`hint`), which the CLI prints under it and exits 2 (replay/cli_common.py `_fail`)."""
+(`hint`), which the CLI prints under it and exits 2 (replay/cli/common.py `_fail`)."""
 from __future__ import annotations
 
 class HintedError(RuntimeError):

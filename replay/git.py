@@ -12,8 +12,12 @@ temporary worktrees of `replay commits`.
 from __future__ import annotations
 import subprocess
 from pathlib import Path
+import tinysched
 
 Where = Path | str | None  # the folder git runs in (None: the current directory)
+# the checkout this replay package runs from (the folder holding replay/ and tinysched/): the "new" side of blame and
+# minimize, and the code a `git bisect run` step runs its replay with
+THIS_CHECKOUT = Path(__file__).resolve().parent.parent
 QUERY_TIMEOUT = 10.0       # seconds: a metadata query slower than this is treated as failed
 
 class GitError(RuntimeError):
@@ -110,7 +114,8 @@ def bisect_candidates(output: str) -> list[str]:
   lines = output.splitlines()
   for i, line in enumerate(lines):
     if "first bad commit could be any of" in line:
-      return [ln.split()[0] for ln in lines[i + 1:] if ln.split() and len(ln.split()[0]) == 40 and all(c in "0123456789abcdef" for c in ln.split()[0])]
+      return [ln.split()[0] for ln in lines[i + 1:]
+              if ln.split() and len(ln.split()[0]) == 40 and all(c in "0123456789abcdef" for c in ln.split()[0])]
   return []
 
 def bisect_reset(tree: Path) -> None:
@@ -119,7 +124,6 @@ def bisect_reset(tree: Path) -> None:
 
 def code_commit() -> tuple[str | None, int | None]:
   """The commit of the tinysched checkout this process imported, and whether it is dirty (None: not a git checkout)."""
-  import tinysched
   src = Path(tinysched.__file__).resolve().parent.parent
   sha = query(["rev-parse", "HEAD"], src)
   status = query(["status", "--porcelain", "--untracked-files=no"], src)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set up, then
+#   0. lint and type checks: `ruff check .` and `mypy` (configured in pyproject.toml), failing on any finding,
 #   1. the whole suite on the NUMPY reference interpreter (the default of tests/conftest.py),
 #   2. the Tensor and scheduler tests again on OpenCL (PoCL here), where an OpenCL platform exists,
 #   3. the CI gate on the committed captures: replay them all, run every captured kernel old vs new on the
@@ -10,6 +11,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # the packages are in the active venv, or in .venv that setup made: use its python and its `replay`
 export PATH="${VIRTUAL_ENV:-$PWD/.venv}/bin:$PATH"
+echo "test.sh: 0/4 lint (ruff) and types (mypy)" >&2
+# both configured in pyproject.toml ([tool.ruff], [tool.mypy]), the venv's pinned versions (the dev extra); any finding
+# fails the run (set -e)
+"${VIRTUAL_ENV:-$PWD/.venv}/bin/ruff" check .
+"${VIRTUAL_ENV:-$PWD/.venv}/bin/mypy"
 echo "test.sh: 1/4 the whole suite on the NUMPY reference interpreter" >&2
 python -m pytest tests -q -n 2 -p no:cacheprovider "$@"
 if python -c "from tinysched.runtime.opencl import opencl_available as a; raise SystemExit(0 if a() else 1)"; then

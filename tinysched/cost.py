@@ -1,5 +1,5 @@
 """The cost model of one kernel AST: FLOPs and bytes moved. The one home of this semantic: GlobalCounters
-(tinysched/helpers.py, counted in tinysched/realize.py) and the execution check's timings (replay/execinputs.py)
+(tinysched/helpers.py, counted in tinysched/realize.py) and the execution check's timings (replay/execute/inputs.py)
 both use it.
 
 Definition (from the AST alone, before codegen):

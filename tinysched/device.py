@@ -2,7 +2,8 @@
 
 A device name is `NUMPY` (the reference interpreter) or `OPENCL[:n]`. `Device.DEFAULT` comes from the
 environment variable TINYSCHED_DEVICE, else OPENCL where an OpenCL platform exists, else NUMPY.
-Backends register themselves lazily so importing tinysched never needs pyopencl.
+The backends register themselves (tinysched/runtime/__init__.py, imported by realize.py): this module never imports one,
+and OpenCL's loads at its first use, so importing tinysched never needs pyopencl.
 """
 from __future__ import annotations
 import os, sys
@@ -47,10 +48,13 @@ class Backend:
     return 0
 
 _FACTORIES: dict[str, Callable[[str], Backend]] = {}
-def register_backend(prefix: str, factory: Callable[[str], Backend]) -> None: _FACTORIES[prefix] = factory
+_AVAILABLE: dict[str, Callable[[], bool]] = {}  # whether a device of the kind exists here (for Device.DEFAULT)
+def register_backend(prefix: str, factory: Callable[[str], Backend], available: Callable[[], bool] | None = None) -> None:
+  _FACTORIES[prefix] = factory
+  if available is not None: _AVAILABLE[prefix] = available
 
 class _Device:
-  def __init__(self): self._opened: dict[str, Backend] = {}
+  def __init__(self) -> None: self._opened: dict[str, Backend] = {}
   @staticmethod
   def canonicalize(name: str | None) -> str:
     if name is None: return Device.DEFAULT
@@ -64,7 +68,6 @@ class _Device:
   def __getitem__(self, name: str) -> Backend:
     name = self.canonicalize(name)
     if (b := self._opened.get(name)) is None:
-      _load_backends()
       prefix = name.split(":")[0]
       if prefix not in _FACTORIES: raise DeviceError(f"device {name} is not available in this build")
       b = self._opened[name] = _FACTORIES[prefix](name)
@@ -79,23 +82,10 @@ class _Device:
   @DEFAULT.setter
   def DEFAULT(self, name: str) -> None: self._default = self.canonicalize(name)
 
-def _load_backends() -> None:
-  if "NUMPY" not in _FACTORIES:
-    from tinysched.runtime.interpreter import NumpyBackend
-    register_backend("NUMPY", NumpyBackend)
-  if "OPENCL" not in _FACTORIES:
-    try:
-      from tinysched.runtime.opencl import OpenCLBackend  # noqa: F401 (registers itself)
-      register_backend("OPENCL", OpenCLBackend)
-    except ImportError: pass
-
 _warned = False
 def _auto_default() -> str:
   global _warned
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    if opencl_available(): return "OPENCL"
-  except ImportError: pass
+  if (available := _AVAILABLE.get("OPENCL")) is not None and available(): return "OPENCL"
   if not _warned:
     _warned = True
     print("tinysched: no OpenCL platform found, using the NUMPY interpreter "
@@ -138,7 +128,7 @@ class Buffer:
     """A host copy of the contents (flat)."""
     if self._base is not None:
       raw = self._base.numpy().view(np.uint8)[self.offset:self.offset + self.nbytes]
-      return raw.view(self.dtype.np).copy()
+      return raw.view(self.dtype.np).copy()  # type: ignore[arg-type]  # a buffer's dtype has a numpy type (only void has none)
     return Device[self.device].copyout(self.handle, self.size, self.dtype)
   def __repr__(self): return f"<Buffer {self.device} {self.size} {self.dtype!r}{' view' if self._base else ''}>"
   def __del__(self):

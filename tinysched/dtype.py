@@ -1,6 +1,6 @@
 """Data types: the scalar types of the IR, their numpy mapping and tinygrad's promotion lattice."""
 from __future__ import annotations
-import functools, math, operator
+import builtins, functools, math, operator
 from dataclasses import dataclass, fields
 from typing import Union
 import numpy as np
@@ -29,7 +29,8 @@ class DType:
     return self if n == 1 else DType(self.priority, self.itemsize*n, f"{self.name}{n}", None, n)
   def scalar(self) -> DType: return self if self.count == 1 else _SCALARS[self.name[:-len(str(self.count))]]  # name = scalar's + lanes
   @functools.lru_cache(None)  # noqa: B019
-  def ptr(self) -> PtrDType: return PtrDType(*_layout(self), _base=self)  # a pointer shares its target's layout fields
+  def ptr(self) -> PtrDType:  # a pointer shares its target's layout fields (_layout gives them all, _base comes after them)
+    return PtrDType(*_layout(self), _base=self)  # type: ignore[misc]
   @property
   def base(self) -> DType: return self
   @property
@@ -70,13 +71,13 @@ class dtypes:
   default_int = int32
 
   @staticmethod
-  def is_float(x: DType) -> bool: return x.scalar() in FLOATS
+  def is_float(x: DType) -> builtins.bool: return x.scalar() in FLOATS
   @staticmethod
-  def is_int(x: DType) -> bool: return x.scalar() in INTS
+  def is_int(x: DType) -> builtins.bool: return x.scalar() in INTS
   @staticmethod
-  def is_unsigned(x: DType) -> bool: return x.scalar() in UINTS
+  def is_unsigned(x: DType) -> builtins.bool: return x.scalar() in UINTS
   @staticmethod
-  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+  def is_bool(x: DType) -> builtins.bool: return x.scalar() == dtypes.bool
   @staticmethod
   def from_py(x) -> DType:
     """The dtype a Python scalar (or nested list of them) gets."""
@@ -100,7 +101,7 @@ class dtypes:
   @staticmethod
   def max(d: DType) -> ConstType: return _value_range(d)[1]
   @staticmethod
-  def finfo(d: DType) -> tuple[int, int]:
+  def finfo(d: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     return _FLOAT_BITS[d.scalar()]
   @staticmethod

@@ -24,6 +24,12 @@ def _any_needs_grad(flags: list[bool | None]) -> bool | None:
   if any(flags): return True
   return None if None in flags else False
 
+# the Tensor class that wraps a Function's result: tensor.py builds on this module, so it registers the class at its import
+_Tensor: Any = None
+def register_tensor(cls: type) -> None:
+  global _Tensor
+  _Tensor = cls
+
 class Function:
   """One recorded op: `forward` builds the result, `backward` maps the result's gradient to the inputs' gradients."""
   differentiable = True  # False for comparisons and integer/bitwise ops: their outputs never require grad (like torch)
@@ -41,10 +47,9 @@ class Function:
     return fn._result(fn.forward(*[t.lazydata for t in x], **kwargs))
   def _result(self, lb: LazyBuffer):
     """The output Tensor; it records this Function as its context while grad mode is on and a gradient can flow."""
-    from tinysched.tensor import Tensor
-    out = Tensor.__new__(Tensor)
+    out = _Tensor.__new__(_Tensor)
     out.lazydata, out.grad, out.requires_grad = lb, None, self.requires_grad
-    out._ctx = None if Tensor.no_grad or not self.requires_grad else self
+    out._ctx = None if _Tensor.no_grad or not self.requires_grad else self
     return out
   def _per_input(self, *grads: Callable[[], LazyBuffer | None]) -> tuple[LazyBuffer | None, ...]:
     """The gradient of each input, built only for the inputs that need one (the others get None)."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import contextlib, contextvars, functools, itertools, math, os, tempfile
 from pathlib import Path
-from typing import Iterable, TypeVar, Any
+from typing import Callable, Iterable, TypeVar, Any
 
 T = TypeVar("T")
 
@@ -157,6 +157,7 @@ class _Deferred:
   the older ones are summed, all but the newest `keep` (those may still be running): bounded memory."""
   MAX = 4096
   __slots__ = ("total", "pending", "keep")
+  pending: list[Callable[[], Any]]
   def __init__(self, total: Any = 0, keep: int = 0): self.total, self.pending, self.keep = total, [], keep
   def add(self, x: Any) -> None:
     if not callable(x):
@@ -211,7 +212,7 @@ class GlobalCounters(metaclass=_Counters):
     cls.time_sum_s = 0.0
 
   @classmethod
-  def count(cls, ops: int, mem: int, t: Any = None) -> None:
+  def count(cls, ops: int | Callable[[], int], mem: int, t: Any = None) -> None:
     """Add one item that ran: its FLOPs (a number, or a callable computing it when global_ops is read), its bytes, its
     time (None: not reported; a float: seconds; a callable: a device's later report, called when time_sum_s is read)."""
     cls.kernel_count += 1

@@ -22,7 +22,8 @@ semantics; our code).
 - Outputs: the returned Tensors (a Tensor, or tuples / lists / dicts of them) are realized in the recorded call. A
   replay returns new Tensor objects over the *recorded output buffers*: each call writes the same memory, so a
   Tensor returned by one call is overwritten by the next call; copy it to keep it (`.numpy()`, or `Tensor(out.numpy())`;
-  not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place assign) is this call's input.
+  not `out + 0` or `out.contiguous()`, which fold back to the same buffer). An output that is an input's memory (an in-place
+  assign) is this call's input.
   A returned Tensor passed back as an input (`y = f(f(x))`) is read as it was before the call: the replay reads it from
   a copy (made on the device, `Backend.copy`; an output that is that input's memory is then over the copy), and a
   single launch whose input is memory it writes works on a copy. Such an input that the function also assigns in place
@@ -143,7 +144,7 @@ class TinyJit(Generic[R]):
     try: params = list(inspect.signature(fxn).parameters.values())
     except (TypeError, ValueError): params = []
     self._positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+    functools.update_wrapper(self, fxn)
     self.reset()
 
   def reset(self) -> None:
@@ -191,7 +192,8 @@ class TinyJit(Generic[R]):
 
   # *** calls ***
   def __call__(self, *args, **kwargs) -> R:
-    if realize.RECORDER is not None: raise JitError(f"TinyJit {self.name} was called while another TinyJit records a call: nested jits are not supported")
+    if realize.RECORDER is not None:
+      raise JitError(f"TinyJit {self.name} was called while another TinyJit records a call: nested jits are not supported")
     named = self._arguments(args, kwargs)
     tensors, var_vals = self._inputs(named)
     if self.recording is not None: return self._replay(named, tensors, var_vals)
@@ -209,7 +211,8 @@ class TinyJit(Generic[R]):
     own: dict[int, int] = {}
     for i, (name, t) in enumerate(tensors):
       b = t.lazydata.base.realized
-      if (j := own.get(id(b))) is not None: raise JitError(f"TinyJit {self.name}: {tensors[j][0]} and {name} are the same buffer: pass distinct tensors")
+      if (j := own.get(id(b))) is not None:
+        raise JitError(f"TinyJit {self.name}: {tensors[j][0]} and {name} are the same buffer: pass distinct tensors")
       own[id(b)] = i
     return own
 
@@ -224,7 +227,7 @@ class TinyJit(Generic[R]):
     finally: realize.RECORDER = None
     in_bufs = [t.lazydata.base.realized for _, t in tensors]
     bases: dict[int, int] = {}     # id(base of an input's memory) -> input index (lookup only)
-    for i, b in enumerate(in_bufs): bases.setdefault(id(b.base), i)
+    for k, b in enumerate(in_bufs): bases.setdefault(id(b.base), k)
     launches: list[Launch] = []
     for si, kv in items:
       if si.ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): continue  # nothing runs (a view's memory is its source's)
@@ -307,7 +310,7 @@ class TinyJit(Generic[R]):
                          "return the assigned tensor itself")
       inputs = [_copy(b) if id(b.base) in c.written else b for b in inputs]
     for ln in c.launches:
-      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost, ln.prepared)  # type: ignore[arg-type]
+      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost, ln.prepared)
     return _map_tensors(c.ret, lambda o: _out_tensor(o, inputs), leaf=_Out)
 
 def _tensors_in(ret: Any) -> list[Tensor]:
@@ -329,7 +332,8 @@ def _map_tensors(x: Any, fn: Callable[[Any], Any], leaf: type = Tensor) -> Any:
 def _out_spec(t: Tensor, own: dict[int, int]) -> _Out:
   lb = t.lazydata
   buf = lb.base.realized
-  if buf is not None and (i := own.get(id(buf))) is not None: return _Out(None, i, lb.base.shape, lb.st)
+  if buf is not None and (i := own.get(id(buf))) is not None:
+    return _Out(None, i, lb.base.shape, lb.st)  # type: ignore[arg-type]  # a realized base has an int shape
   return _Out(lb)
 
 def _copy(b: Buffer) -> Buffer:

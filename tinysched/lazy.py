@@ -193,7 +193,7 @@ class LazyBuffer:
 
   def _fold(self, op: Ops, srcs: tuple[LazyBuffer, ...], out_dtype: DType) -> LazyBuffer | None:
     """Constant folding at creation: x+0, x*1, integer x*0, x//1 and ops whose every source is a constant."""
-    consts = [s.base.arg if s.is_unrealized_unmasked_const else None for s in srcs]
+    consts: list[Any] = [s.base.arg if s.is_unrealized_unmasked_const else None for s in srcs]
     if all(c is not None for c in consts) and op in GroupOp.ALU:
       try: return srcs[0].cast(out_dtype).const_like(exec_alu(op, out_dtype, consts)) if out_dtype == srcs[0].dtype else \
         self.const_with_shape(0, self.shape).cast(out_dtype).const_like(exec_alu(op, out_dtype, consts))
@@ -282,7 +282,7 @@ class LazyBuffer:
     st = ShapeTracker.from_shape(self.shape if shape is None else shape)
     return create_lazybuffer(self.device, st, self.dtype if dtype is None else dtype, op, arg, (self,))
 
-def _upper(x: sint) -> sint:
+def _upper(x: sint) -> ConstType:
   """The largest value of a size: itself, or for a symbolic one the most its Variables allow."""
   return x if isinstance(x, int) else x.vmax
 def _sees_nothing(src: ShapeTracker, new: ShapeTracker) -> bool:

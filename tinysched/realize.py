@@ -15,6 +15,8 @@ from tinysched.device import Backend, Buffer, Device
 from tinysched.schedule import ScheduleItem
 from tinysched.helpers import GlobalCounters
 from tinysched.cost import kernel_flops, buffers_bytes
+from tinysched import memory
+from tinysched import runtime as _runtime  # noqa: F401  (registers the backends Device opens: device.py cannot import them)
 
 def kernel_vars(ast: UOp) -> list[UOp]:
   """The Variables a kernel AST uses (in its views and as values), first-use order."""
@@ -31,8 +33,8 @@ PLAN_MEMORY = os.environ.get("TINYSCHED_MEMORY_PLANNER", "1") not in ("0", "")
 # runs, after its buffers are allocated and before it runs. None (the default) costs one global lookup per item.
 RECORDER: Callable[[ScheduleItem, dict[UOp, int]], None] | None = None
 
-def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backend: Backend, cost: tuple[int, int] | None = None,
-              prepared: Callable | None = None) -> None:
+def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backend: Backend,
+              cost: tuple[int | Callable[[], int], int] | None = None, prepared: Callable | None = None) -> None:
   """Run one item's work on its (allocated) buffers: a kernel on `backend`, a COPY, nothing for EMPTY / BUFFER_VIEW
   (a view's memory is its source's from the start). The one way an item runs: run_schedule and the jit's replay; so
   it is where GlobalCounters counts (a kernel: its cost from tinysched/cost.py and the time the backend reports; a
@@ -42,7 +44,7 @@ def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backen
   if ast.op is Ops.COPY:
     dst, src = bufs
     if dst.device == src.device: Device[dst.device].exec_ast(ast, list(bufs), {})
-    else: dst.copyin(src.numpy().view(dst.dtype.np)[:dst.size])
+    else: dst.copyin(src.numpy().view(dst.dtype.np)[:dst.size])  # type: ignore[arg-type]  # a buffer's dtype has a numpy type
     GlobalCounters.count(0, dst.nbytes)
     return
   if ast.op in (Ops.EMPTY, Ops.BUFFER_VIEW): return
@@ -56,8 +58,7 @@ def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backen
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:
   var_vals = var_vals or {}
   if PLAN_MEMORY if plan_memory is None else plan_memory:
-    from tinysched.memory import plan_memory as _plan
-    _plan(schedule)
+    memory.plan_memory(schedule)
   for si in schedule:
     for b in si.bufs: b.allocate()
     kv = {v: var_vals[v] for v in kernel_vars(si.ast)} if si.ast.op is Ops.SINK else {}

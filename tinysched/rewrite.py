@@ -11,7 +11,7 @@ import contextlib, hashlib, inspect, itertools, os, threading
 from typing import Any, Callable, Iterable, Iterator, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, make_uop, _intern_arg
+from tinysched.uop import UOp, make_uop, _intern_arg, REWRITES
 
 class _Any:
   def __repr__(self): return "ANY"
@@ -37,7 +37,7 @@ class UPat:
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = ANY, name: str | None = None,
                allow_any_len: bool = False, src_ops: Iterable[Ops] = ()):
-    self.op: tuple[Ops, ...] | None = tuple(sorted(_as_tuple(op))) if op is not None else None  # type: ignore[type-var]
+    self.op: tuple[Ops, ...] | None = tuple(sorted(_as_tuple(op))) if op is not None else None  # type: ignore[arg-type]  # a tuple: op is not None
     self.dtype = _as_tuple(dtype)
     # sets for the membership tests on the hot path; the tuples keep a deterministic order for everything else
     self._opset = frozenset(self.op) if self.op is not None else None
@@ -58,7 +58,7 @@ class UPat:
         if p.op is not None and len(p.op) == 1: req.add(p.op[0])
     self.early_reject = frozenset(req)
     # at most one binding can match (no any-order sources anywhere below): match_one applies
-    self._single = self._all._single if self._all is not None else \
+    self._single: bool = self._all._single if self._all is not None else \
       self._perms is None or (len(self._perms) == 1 and all(p._single for p in self._perms[0]))
 
   @staticmethod
@@ -147,7 +147,7 @@ Rule = Union[tuple[UPat, Callable], tuple[UPat, Callable, str]]
 def _rule_name(fn: Callable) -> str:
   name = getattr(fn, "__name__", "rule")
   if name != "<lambda>": return name
-  code = fn.__code__  # type: ignore[attr-defined]
+  code = fn.__code__
   return f"{os.path.basename(code.co_filename).removesuffix('.py')}:{code.co_firstlineno}"
 
 class PatternMatcher:
@@ -161,7 +161,7 @@ class PatternMatcher:
     self.rules: list[tuple[UPat, Callable, str, bool]] = []
     for r in rules:
       pat, fn = r[0], r[1]
-      rname = r[2] if len(r) == 3 else _rule_name(fn)  # type: ignore[misc]
+      rname = r[2] if len(r) == 3 else _rule_name(fn)
       self.rules.append((pat, fn, rname, "ctx" in inspect.signature(fn).parameters))
     # index rules by op for early rejection, keeping the global order inside every bucket
     self.pdict: dict[Ops, list[tuple[UPat, Callable, str, bool]]] = {op: [] for op in Ops}
@@ -212,7 +212,8 @@ class RewriteLimit:
   the last admitted application (rule name, node, result), so a bisection can name the n-th, and a digest of all
   of them (rule names and content keys, in order), so two code versions can tell where their rewriting parts."""
   def __init__(self, n: int) -> None:
-    self.n, self.spent, self.last = n, 0, None
+    self.n, self.spent = n, 0
+    self.last: tuple[str, UOp, UOp] | None = None
     self._h = hashlib.sha256()
   def admit(self, name: str, u: UOp, ret: UOp) -> bool:
     if self.spent >= self.n: return False
@@ -240,7 +241,7 @@ class Decisions:
   def note(self, choice: str) -> None:
     if FIRED is not None:
       if choice not in self.choices: raise KeyError(f"{self.name}: undeclared decision {choice!r}")
-      FIRED.append((choice, self))  # type: ignore[arg-type]
+      FIRED.append((choice, self))
   def __repr__(self): return f"Decisions({self.name}, {len(self.choices)} choices)"
 
 @contextlib.contextmanager
@@ -399,3 +400,9 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, track: list[tuple[str, UOp
       push((r[0], 0, None, depth + 1))
     else: done[n] = done[other]  # type: ignore[index]
   return done[root]
+
+# UOp.substitute (uop.py cannot import this module, which builds on it): one matcher for every call, each with its own
+# mapping (building one per call cost ~0.15 ms, 67 times in a process's first schedule-level replay)
+_SUBSTITUTE = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute")
+def substitute(u: UOp, dvars: dict[UOp, UOp]) -> UOp: return graph_rewrite(u, _SUBSTITUTE, dvars)
+REWRITES.substitute = substitute

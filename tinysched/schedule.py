@@ -138,7 +138,7 @@ def _schedule_graph(big_graph: UOp, var_vals: dict[UOp, int], flags: dict[str, A
       while True:
         stores = dict(planned)
         # (keep_stored and fuse_conv_bw only when set: a patched group_stores with the 3-argument signature keeps working)
-        extra = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
+        extra: dict[str, Any] = {**({"keep_stored": keep} if keep else {}), **({"fuse_conv_bw": True} if fuse_conv_bw else {})}
         groups = group_stores(facts, stores, fuse_arange, **extra)
         graph_rewrite(big_graph, cut_rules, stores, topo=facts.topo)                       # cut_at_stores: the STOREs of every kernel
         pres = [UOp.sink_of(*(stores[b] for b in group)) for group in groups]
@@ -165,12 +165,11 @@ def _runnable(ast: UOp) -> bool:
   form (codegen gives an inner reduce no loop of its own). Asks the code generator's first passes, the ones that
   decide this; schedules are built for it, so the scheduler may ask what it accepts."""
   if not well_formed(ast): return False
-  from tinysched.codegen.kernel import Kernel, KernelError
-  from tinysched.codegen.lowerer import LOWERING_PASSES, run_passes
-  from tinysched.codegen.target import GENERIC_GPU
-  upto = [p.name for p in LOWERING_PASSES].index("closed_form_reduces") + 1
-  try: run_passes(Kernel(ast), GENERIC_GPU, LOWERING_PASSES[:upto])
-  except KernelError: return False  # anything else is a codegen bug: let it show, never hide it behind another schedule
+  # deferred to keep import tinysched fast: the code generator (~9 ms) loads at the first schedule, not at import
+  from tinysched.codegen import kernel, lowerer, target
+  upto = [p.name for p in lowerer.LOWERING_PASSES].index("closed_form_reduces") + 1
+  try: lowerer.run_passes(kernel.Kernel(ast), target.GENERIC_GPU, lowerer.LOWERING_PASSES[:upto])
+  except kernel.KernelError: return False  # anything else is a codegen bug: let it show, never hide it behind another schedule
   return True
 
 def _misfused_aranges(pres: list[UOp], facts, memo: KernelMemo) -> frozenset:

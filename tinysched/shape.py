@@ -13,12 +13,13 @@ to_indexed_uops.
 from __future__ import annotations
 import functools, math, operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast, overload
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, stable_repr, ssimplify, resolve, sym_infer, smax, smin, intern_plainly
 from tinysched.helpers import dedup
 from tinysched.errors import ShapeError
+from tinysched import symbolic as _symbolic  # noqa: F401  (sets UOp.simplify's rules, which the index math needs: uop.py cannot import them)
 
 Mask = Optional[tuple[tuple[sint, sint], ...]]
 _IDX = dtypes.int32  # dtype of index expressions (and of Variables by default)
@@ -87,7 +88,7 @@ def _le(a: sint, b: sint) -> bool:
 
 def _vars_of(x: sint) -> list[UOp]:
   if type(x) is int: return []
-  return [v.src[0] if v.op is Ops.BIND else v for v in x.vars()]
+  return [v.src[0] if v.op is Ops.BIND else v for v in x.vars()]  # type: ignore[union-attr]  # not an int: a UOp
 
 def _sample_points(vs: list[UOp]) -> list[dict[UOp, int]]:
   # deterministic probe values for an equality the simplifier cannot decide structurally
@@ -108,6 +109,10 @@ def _same_value(a: sint, b: sint) -> bool:
   ub = b.substitute({x: x.src[0] for x in b.vars() if x.op is Ops.BIND}) if isinstance(b, UOp) else b
   return all(sym_infer(ua, p) == sym_infer(ub, p) for p in _sample_points(vs))
 
+@overload
+def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]: ...
+@overload
+def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]: ...
 def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   """C-contiguous strides of `shape`, with stride 0 on size-1 dims (they never move the index)."""
   return _strides_for_shape(tuple(shape))
@@ -188,7 +193,7 @@ class View:
       if (type(sh) is int and sh == 1) or (type(st) is int and st == 0): continue
       term = i if type(st) is int and st == 1 else i * st
       iexpr = term if iexpr is None else iexpr + term
-    if iexpr is None: iexpr = UOp.const(idt, self.offset) if type(self.offset) is int else self.offset
+    if iexpr is None: iexpr = UOp.const(idt, self.offset) if type(self.offset) is int else cast(UOp, self.offset)
     elif not (type(self.offset) is int and self.offset == 0): iexpr = iexpr + self.offset
     valid = vexpr
     if self.mask is not None:
@@ -300,7 +305,7 @@ class View:
       if m < 0: offset = _add(offset, _mul(_sub(s, 1), st))  # start at the last element
       new_shape.append(s if a == 1 else (s + a - 1) // a)
       strides.append(_mul(st, m))
-      if m > 0: mask.append((b, e) if a == 1 else (_cdiv_ceil(b, a), _cdiv_ceil(e, a)))
+      if m > 0: mask.append((b, e) if a == 1 else (_cdiv_ceil(b, a), _cdiv_ceil(e, a)))  # type: ignore[arg-type]  # ints: checked above
       elif a == 1: mask.append((_sub(s, e), _sub(s, b)))
       else: mask.append(((s - 1 - e) // a + 1, (s - 1 - b) // a + 1))  # b <= s-1-k*a < e
     keep_mask = self.mask is not None or any(abs(m) != 1 for m in muls)  # create() drops it again when it covers everything
@@ -322,7 +327,7 @@ class View:
     dims = [(s, st, b, e) for s, st, (b, e) in zip(self.shape, self.strides, self.mask or tuple((0, s) for s in self.shape))
             if not (type(s) is int and s == 1)]
     if not dims or not self._ints or self.all_masked: return self
-    new_shape: list[int] = []
+    new_shape: list[sint] = []
     cur = dims[-1]
     for d in reversed(dims[:-1]):
       m = _merge(d, cur)
@@ -351,14 +356,14 @@ class View:
     var_vals: dict[UOp, int] = {}
     for x in xs:
       if type(x) is int: continue
-      for b in x.vars():
+      for b in x.vars():  # type: ignore[union-attr]  # not an int: a UOp
         if b.op is not Ops.BIND: continue
         v, val = b.unbind()
         if var_vals.get(v, val) != val: raise ValueError(f"Variable {v.arg[0]!r} is bound to both {var_vals[v]} and {val} in {self}")
         var_vals[v] = val
     if not var_vals: return self, {}
     sub = {v.bind(val): v for v, val in var_vals.items()}
-    def ub(x: sint) -> sint: return x if type(x) is int else _norm(x.substitute(sub))
+    def ub(x: sint) -> sint: return x if type(x) is int else _norm(x.substitute(sub))  # type: ignore[union-attr]  # not an int: a UOp
     return View.create(tuple(ub(s) for s in self.shape), tuple(ub(s) for s in self.strides), ub(self.offset),
                        None if self.mask is None else tuple((ub(b), ub(e)) for b, e in self.mask)), var_vals
 
@@ -468,7 +473,7 @@ def _reshape_view(v: View, new_shape: tuple[sint, ...]) -> View | None:
       cur, doff = r
       offset = _add(offset, doff)
     for jj in reversed(gj[1:]):
-      if (sp := _split(cur, new_shape[new_pos[jj]])) is None: return None
+      if (sp := _split(cur, new_shape[new_pos[jj]])) is None: return None  # type: ignore[arg-type]  # a group's dims are ints
       cur, new_dims[jj] = sp
     new_dims[gj[0]] = cur
   if i != len(old) or j != len(new_pos): return None  # symbolic counts that only match as a product
@@ -502,15 +507,15 @@ def _compose(vm2: View, vm1: View) -> View | None:
   if not 0 <= vm1.offset < total: return None
   cs = [math.prod(S[j+1:]) for j in range(len(S))]  # row-major strides of v2's index space (nonzero on size-1 dims)
   def unravel(x: int) -> list[int]: return [(x // c) % s for c, s in zip(cs, S)]
-  origin = unravel(vm1.offset)
+  origin = unravel(vm1.offset)  # type: ignore[arg-type]  # int-only views (_ints) from here on
   lo, hi = list(origin), list(origin)
   deltas: list[list[int] | None] = []
   for n, s in zip(vm1.shape, vm1.strides):
     if n == 1 or s == 0:
       deltas.append(None)
       continue
-    if abs(s) >= total: return None
-    d = unravel(abs(s))
+    if abs(s) >= total: return None  # type: ignore[arg-type]  # an int stride (_ints)
+    d = unravel(abs(s))  # type: ignore[arg-type]
     if s < 0: d = [-x for x in d]
     for jj, x in enumerate(d):
       if x > 0: hi[jj] += (n - 1)*x

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops, GroupOp
-from tinysched.uop import UOp, exec_alu, _PY_ALU
-from tinysched.rewrite import UPat, PatternMatcher
+from tinysched.uop import UOp, exec_alu, _PY_ALU, REWRITES
+from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 
 def decompose_sum(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
   """x == sum(coeff*term) + const, flattening nested ADDs; terms keep first-appearance order."""
@@ -185,3 +185,7 @@ symbolic = PatternMatcher([
   # comparisons against constants: move constant terms across
   (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), lt_move_const),
 ], name="symbolic")
+
+# UOp.simplify (uop.py cannot import this module, which builds on it); `symbolic` is read at each call, so a patch of it is seen
+def simplify(u: UOp) -> UOp: return graph_rewrite(u, symbolic)
+REWRITES.simplify = simplify

@@ -5,7 +5,7 @@ whole grid of loop indices at once: every RANGE/SPECIAL/DEFINE_VAR takes an arra
 `env` and every op is one numpy call over int64 arrays. IDIV/MOD follow C (truncation) like the IR.
 """
 from __future__ import annotations
-from typing import Callable, Union
+from typing import Callable, TypeGuard, Union
 import numpy as np
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
@@ -23,7 +23,7 @@ def _as_val(v) -> Value:
   if not np.issubdtype(a.dtype, np.integer): raise TypeError(f"eval_np needs integer or bool values, got an array of {a.dtype}")
   return a.astype(np.int64, copy=False)
 
-def _scalar(x) -> bool: return not isinstance(x, np.ndarray)
+def _scalar(x) -> TypeGuard[int]: return not isinstance(x, np.ndarray)  # a Value that is no array: an int or a bool
 
 def _idiv(a: Value, b: Value) -> Value:
   if _scalar(a) and _scalar(b): return cdiv(a, b) if b != 0 else 0

@@ -3,8 +3,8 @@
 Nothing runs until realize()/numpy(): every method builds LazyBuffers through autograd Functions.
 """
 from __future__ import annotations
-import contextlib, functools, math, numbers
-from typing import Any, Callable, Sequence, Union
+import builtins, contextlib, functools, math, numbers
+from typing import Any, Callable, Sequence, Union, cast
 import numpy as np
 from tinysched.dtype import DType, dtypes, least_upper_dtype, least_upper_float, ConstType, bf16_bits, bf16_float
 from tinysched.ops import Ops
@@ -14,6 +14,7 @@ from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
+from tinysched import schedule as S, realize as R
 from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError, MaskShapeError
 
 DTypeLike = Union[DType, str]
@@ -141,16 +142,13 @@ class Tensor:
   # *** realization ***
   def schedule_with_vars(self, *lst: Tensor):
     """The kernels that would realize this tensor (and `lst`), and the values of bound Variables."""
-    from tinysched.schedule import create_schedule_with_vars
-    return create_schedule_with_vars([x.lazydata for x in (self,) + lst])
+    return S.create_schedule_with_vars([x.lazydata for x in (self,) + lst])
   def schedule(self, *lst: Tensor):
-    from tinysched.schedule import ScheduleError
     schedule, var_vals = self.schedule_with_vars(*lst)
-    if var_vals: raise ScheduleError(f"schedule has bound Variables {[v.arg[0] for v in var_vals]}: use schedule_with_vars")
+    if var_vals: raise S.ScheduleError(f"schedule has bound Variables {[v.arg[0] for v in var_vals]}: use schedule_with_vars")
     return schedule
   def realize(self, *lst: Tensor) -> Tensor:
-    from tinysched.realize import run_schedule
-    run_schedule(*self.schedule_with_vars(*lst))
+    R.run_schedule(*self.schedule_with_vars(*lst))
     return self
   def replace(self, x: Tensor) -> Tensor:
     if self.shape != x.shape: raise ShapeError(f"replace shape mismatch {self.shape} != {x.shape}")
@@ -169,7 +167,7 @@ class Tensor:
     return self
   def detach(self) -> Tensor: return Tensor(self.lazydata, requires_grad=False)
   def _data(self) -> np.ndarray:
-    if 0 in self.shape: return np.zeros(self.shape, dtype=self.dtype.np)
+    if 0 in self.shape: return np.zeros(self.shape, dtype=self.dtype.np)  # type: ignore[arg-type]  # numpy's stubs: no sint, no dtype None
     t = self.cast(self.dtype.base).contiguous().realize()
     buf = t.lazydata.base.realized
     assert buf is not None
@@ -179,12 +177,12 @@ class Tensor:
     bfloat16 is a float32), as in tinygrad 0.10.0. Its raw bits: `.bitcast(dtypes.uint16).numpy()`."""
     if not all_int(self.shape): raise ValueError(f"numpy() needs a concrete shape, got {self.shape}")
     data = self._data()
-    return (bf16_float(data) if self.dtype == dtypes.bfloat16 else data).reshape(self.shape)
+    return (bf16_float(data) if self.dtype == dtypes.bfloat16 else data).reshape(self.shape)  # type: ignore[arg-type]  # all_int: checked above
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> ConstType:
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
-  def data(self) -> memoryview: return memoryview(self.numpy())
+  def data(self) -> memoryview: return memoryview(self.numpy())  # type: ignore[arg-type]  # numpy's stubs: __buffer__ only on Python >= 3.12
   def to(self, device: str | None) -> Tensor:
     device = Device.canonicalize(device)
     if device == self.device: return self
@@ -323,7 +321,8 @@ class Tensor:
     n is limited by Tensor.SORT_LIMIT). Zero weights are never drawn while a positive one is left (torch too).
     Checks that need the data (negative or nan weights, an all-zero row) are left out: the graph stays lazy."""
     if self.ndim not in (1, 2): raise ShapeError(f"multinomial needs 1-D or 2-D weights, got shape {self.shape}")
-    if not isinstance(num_samples, int) or num_samples < 1: raise ArgumentError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+      raise ArgumentError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
     w = (self.reshape(1, -1) if self.ndim == 1 else self).detach()._to_float()
     rows, n = w.shape
     if not replacement and num_samples > n:
@@ -377,7 +376,8 @@ class Tensor:
       ctx = node._ctx
       if not retain_graph: node._ctx = None
       # no grad: reached only through non-differentiable uses (a where's condition), nothing to propagate
-      if node.grad is not None: _add_to_parent_grads(ctx, _input_grads(ctx, node.grad), self.device)
+      # (a node on the tape has a _ctx)
+      if node.grad is not None: _add_to_parent_grads(ctx, _input_grads(ctx, node.grad), self.device)  # type: ignore[arg-type]
     return self
 
   # *** movement ***
@@ -460,7 +460,7 @@ class Tensor:
     only the last 1 to 3."""
     if not all_int(flatten(pads)): raise ShapeError(f"pad mode {mode!r} needs int pads, got {pads}")
     x = self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, self.shape)))
-    for d, (b, a) in enumerate(pads):
+    for d, (b, a) in enumerate(cast("tuple[tuple[int, int], ...]", pads)):  # int pads: checked above
       b, a, n = max(b, 0), max(a, 0), x.shape[d]
       if b == 0 and a == 0: continue
       if not isinstance(n, int): raise ShapeError(f"pad mode {mode!r} needs a concrete size for padded dim {d}, got {n}")
@@ -541,8 +541,10 @@ class Tensor:
         sub = self._sequence_index(e) if isinstance(e, (list, tuple)) else np.array(e)
         return sub if isinstance(sub, Tensor) else self._index_tensor(sub)  # a nested list of Tensors is stacked already
       parts = [part(e) for e in seq]
-      if len({p.shape for p in parts}) > 1: raise IndexError(f"a list of index Tensors needs them all of the same shape, got {[p.shape for p in parts]}")
-      if not all(dtypes.is_int(p.dtype) for p in parts): raise IndexError("index Tensors in a list must be int tensors (boolean masks are not supported)")
+      if len({p.shape for p in parts}) > 1:
+        raise IndexError(f"a list of index Tensors needs them all of the same shape, got {[p.shape for p in parts]}")
+      if not all(dtypes.is_int(p.dtype) for p in parts):
+        raise IndexError("index Tensors in a list must be int tensors (boolean masks are not supported)")
       dt = least_upper_dtype(*(p.dtype for p in parts))
       return Tensor.stack(*[p.cast(dt) for p in parts])
     try: arr = np.array(seq)
@@ -552,10 +554,13 @@ class Tensor:
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer): return self._index_tensor(arr)  # raises: not ints
     # a Python list keeps the dtype Tensor(list) gives it (the default int where the values fit), as before
     info = np.iinfo(dtypes.default_int.np)
-    if not isinstance(seq, np.ndarray) and (not arr.size or (info.min <= arr.min() and arr.max() <= info.max)): arr = arr.astype(dtypes.default_int.np)
+    if not isinstance(seq, np.ndarray) and (not arr.size or (info.min <= arr.min() and arr.max() <= info.max)):
+      arr = arr.astype(dtypes.default_int.np)
     return arr
   def _index_tensor(self, arr: np.ndarray) -> Tensor:
-    if arr.dtype == np.bool_: raise IndexError("boolean mask indices inside a list or tuple are not supported: index with the bool Tensor or ndarray alone (x[mask]), or use masked_select / where")
+    if arr.dtype == np.bool_:
+      raise IndexError("boolean mask indices inside a list or tuple are not supported: index with the bool Tensor or ndarray alone "
+                       "(x[mask]), or use masked_select / where")
     if not np.issubdtype(arr.dtype, np.integer): raise IndexError(f"an index must hold ints (or be an int Tensor), got {arr.dtype}")
     return Tensor(arr.astype(np.int64) if arr.dtype == np.uint64 else arr, device=self.device, requires_grad=False)
   def __getitem__(self, indices) -> Tensor:
@@ -587,7 +592,8 @@ class Tensor:
         it = self._index_tensor(it)
       if isinstance(it, Tensor):
         if not (dtypes.is_int(it.dtype)):
-          raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} (a boolean mask works alone, x[mask], or through masked_select)")
+          raise IndexError(f"tensors used as indices must be int tensors, got {it.dtype} "
+                           "(a boolean mask works alone, x[mask], or through masked_select)")
         tensor_idx.append((len(out_shape), it))
         shrinks.append((0, size)); steps.append(1); out_shape.append(size)
       elif isinstance(it, UOp):  # a bound Variable as an int index (e.g. a KV cache position)
@@ -705,7 +711,7 @@ class Tensor:
     sizes = [t.numel() for t in tensors]
     where = list(range(len(tensors)))
     if indexing == "xy" and len(tensors) > 1: where[0], where[1] = 1, 0
-    out_shape = [0] * len(tensors)
+    out_shape: list[sint] = [0] * len(tensors)
     for k, d in enumerate(where): out_shape[d] = sizes[k]
     def laid(t: Tensor, d: int) -> Tensor: return t.reshape(*[-1 if i == d else 1 for i in range(len(tensors))]).expand(*out_shape)
     return tuple(laid(t, d) for t, d in zip(tensors, where))
@@ -728,7 +734,7 @@ class Tensor:
     n = self.shape[d]
     if isinstance(sizes, int):
       if sizes <= 0: raise ValueError(f"split size must be positive, got {sizes}")
-      sizes = [min(sizes, n - i) for i in range(0, max(1, n), sizes)]
+      sizes = [min(sizes, n - i) for i in range(0, max(1, n), sizes)]  # type: ignore[arg-type]  # a concrete dim (range raises on a UOp)
     if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} sum to {sum(sizes)}, but dim {dim} of shape {self.shape} has {n}")
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return tuple(self.shrink(tuple((s0, s0 + sz) if j == d else None for j in range(self.ndim))) for s0, sz in zip(starts, sizes))
@@ -899,7 +905,8 @@ class Tensor:
     n = self.shape[ax]
     if not isinstance(n, int): raise ShapeError(f"sort needs a concrete size along dim {dim}, got {n}")
     if n > Tensor.SORT_LIMIT:
-      raise ShapeError(f"sort compares every pair along the dim (O(n^2)): dim {dim} of shape {self.shape} has {n} elements, at most {Tensor.SORT_LIMIT}")
+      raise ShapeError(f"sort compares every pair along the dim (O(n^2)): dim {dim} of shape {self.shape} has {n} elements, "
+                       f"at most {Tensor.SORT_LIMIT}")
     x = self.transpose(ax, -1)
     if n == 0: return self, self.zeros_like(dtype=dtypes.int32)
     # (..., n_i, n_j) views of x: element i against element j (bools compare False < True). Broadcast before any
@@ -1045,7 +1052,7 @@ class Tensor:
     up = (frac > 0.5) | ((frac == 0.5) & ((b / 2).floor() * 2).ne(b))
     return up.where(b + 1, b)
   def isnan(self) -> Tensor: return self != self
-  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+  def isinf(self, detect_positive: builtins.bool = True, detect_negative: builtins.bool = True) -> Tensor:
     return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative
   def lerp(self, end: Tensor, weight) -> Tensor:
     """self + (end - self) * weight. Integer inputs are computed in float (the difference of two uint8s would wrap
@@ -1067,12 +1074,13 @@ class Tensor:
   def swish(self) -> Tensor: return self.silu()
   def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
   def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
-  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor: return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
-  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
-  def leakyrelu(self, neg_slope: float = 0.01) -> Tensor: return self.relu() - (-neg_slope * self).relu()
-  def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
-  def celu(self, alpha: float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
-  def softplus(self, beta: float = 1) -> Tensor:
+  def hardsigmoid(self, alpha: builtins.float = 1 / 6, beta: builtins.float = 0.5) -> Tensor:
+    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  def hardtanh(self, min_val: builtins.float = -1, max_val: builtins.float = 1) -> Tensor: return self.clip(min_val, max_val)
+  def leakyrelu(self, neg_slope: builtins.float = 0.01) -> Tensor: return self.relu() - (-neg_slope * self).relu()
+  def elu(self, alpha: builtins.float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
+  def celu(self, alpha: builtins.float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+  def softplus(self, beta: builtins.float = 1) -> Tensor:
     # log(1 + e^z) = max(z, 0) + log(1 + e^-|z|): no overflow for large z
     z = self * beta
     return (1 / beta) * (z.maximum(0) + (1 + (-z.abs()).exp()).log())
@@ -1080,7 +1088,7 @@ class Tensor:
   def softsign(self) -> Tensor: return self / (1 + self.abs())
 
   # *** broadcasted binary ***
-  def _broadcasted(self, y: Tensor | ConstType | UOp, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+  def _broadcasted(self, y: Tensor | ConstType | UOp, reverse: builtins.bool = False, match_dtype: builtins.bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
     if not isinstance(y, Tensor):
       if isinstance(y, UOp):
@@ -1099,24 +1107,24 @@ class Tensor:
     if reverse: x, y = y, x
     out_shape = _broadcast_shape(x.shape, y.shape)
     return x._broadcast_to(out_shape), y._broadcast_to(out_shape)
-  def add(self, x, reverse: bool = False) -> Tensor: return F.Add.apply(*self._broadcasted(x, reverse))
-  def sub(self, x, reverse: bool = False) -> Tensor:
+  def add(self, x, reverse: builtins.bool = False) -> Tensor: return F.Add.apply(*self._broadcasted(x, reverse))
+  def sub(self, x, reverse: builtins.bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     return a + (-b)
-  def mul(self, x, reverse: bool = False) -> Tensor: return F.Mul.apply(*self._broadcasted(x, reverse))
-  def div(self, x, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+  def mul(self, x, reverse: builtins.bool = False) -> Tensor: return F.Mul.apply(*self._broadcasted(x, reverse))
+  def div(self, x, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     if rounding_mode == "trunc": return a.idiv(b) if dtypes.is_int(a.dtype) else (a._to_float() / b._to_float()).trunc()
     if rounding_mode == "floor": return a // b if dtypes.is_int(a.dtype) else (a._to_float() / b._to_float()).floor()
     if rounding_mode is not None: raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = a._to_float(), b._to_float()
     return a * b.reciprocal()
-  def idiv(self, x, reverse: bool = False) -> Tensor:
+  def idiv(self, x, reverse: builtins.bool = False) -> Tensor:
     """C-style integer division (truncates toward zero)."""
     a, b = self._broadcasted(x, reverse)
     if not dtypes.is_int(a.dtype): raise DTypeError(f"idiv needs integer tensors, got {a.dtype}")
     return F.IDiv.apply(a, b)
-  def floordiv(self, x, reverse: bool = False) -> Tensor:
+  def floordiv(self, x, reverse: builtins.bool = False) -> Tensor:
     """Floor division like Python, numpy and torch."""
     a, b = self._broadcasted(x, reverse)
     if not dtypes.is_int(a.dtype): return (a / b).floor().cast(a.dtype)
@@ -1124,13 +1132,13 @@ class Tensor:
     if _const_is(b, 1): return q  # x // 1 is x (folded): no sign fix-up to compute
     # truncation rounds toward zero: step down where the signs differ and there is a remainder
     return ((q * b).ne(a) & ((a < 0).ne(b < 0))).where(q - 1, q)
-  def mod(self, x, reverse: bool = False) -> Tensor:
+  def mod(self, x, reverse: builtins.bool = False) -> Tensor:
     """Python-style modulo (the result has the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
     if not dtypes.is_int(a.dtype): return a - (a / b).floor() * b
     r = F.Mod.apply(a, b)
     return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
-  def pow(self, x, reverse: bool = False) -> Tensor:
+  def pow(self, x, reverse: builtins.bool = False) -> Tensor:
     """self ** x (x ** self when reverse). Its gradient is torch's, for every exponent and base: d/dbase is
     e * b**(e - 1), 0 where e == 0 (so x ** 0 stays in the graph with gradient 0 everywhere, x = 0 included); d/dexp
     is b**e * log(b), 0 where b == 0 and e >= 0. So a negative base with a fractional exponent gives nan, 0 ** -1
@@ -1146,7 +1154,7 @@ class Tensor:
     # 1 ** e is 1 for every e: d/de = log(1) = 0, a constant (no kernel), as the value is
     d_exp = bf.zeros_like() if _const_is(bf, 1) else ((bf == 0) & (ef >= 0)).where(0.0, value * bf.log())
     return F.Chain.apply(base, exponent, value, d_base.cast(value.dtype), d_exp.cast(value.dtype))
-  def _pow_value(self, x, reverse: bool) -> Tensor:
+  def _pow_value(self, x, reverse: builtins.bool) -> Tensor:
     """The value of pow (pow adds the gradient): exact square-and-multiply for small integer exponents, the constant 1
     for b ** 0 and 1 ** e, else exp/log."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and not reverse:
@@ -1205,8 +1213,8 @@ class Tensor:
     a, b = self._broadcasted(x)
     if not (dtypes.is_int(a.dtype) or dtypes.is_bool(a.dtype)): raise DTypeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
     return a, b
-  def lshift(self, x: int) -> Tensor: return F.Shl.apply(*self._bitwise(x))
-  def rshift(self, x: int) -> Tensor: return F.Shr.apply(*self._bitwise(x))
+  def lshift(self, x: builtins.int) -> Tensor: return F.Shl.apply(*self._bitwise(x))
+  def rshift(self, x: builtins.int) -> Tensor: return F.Shr.apply(*self._bitwise(x))
 
   def __neg__(self) -> Tensor: return self.neg()
   def __abs__(self) -> Tensor: return self.abs()
@@ -1284,7 +1292,8 @@ class Tensor:
     if len(ins) != len(ops): raise ArgumentError(f"einsum {formula!r} names {len(ins)} operands, got {len(ops)}")
     if not arrow: rhs = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1 and c.isalpha()))
     if len(set(rhs)) != len(rhs): raise ArgumentError(f"einsum {formula!r}: a letter repeats in the output {rhs!r}")
-    if set(rhs) - set("".join(ins)): raise ArgumentError(f"einsum {formula!r}: output letters {sorted(set(rhs) - set(''.join(ins)))} not in any input")
+    if set(rhs) - set("".join(ins)):
+      raise ArgumentError(f"einsum {formula!r}: output letters {sorted(set(rhs) - set(''.join(ins)))} not in any input")
     sizes: dict[str, sint] = {}
     def size_of(c: str, n: sint) -> None:
       if c in sizes and resolve(sym_ne(sizes[c], n)): raise ShapeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
@@ -1307,7 +1316,7 @@ class Tensor:
     prod_ = prod_._broadcast_to(tuple(sizes[c] for c in order))
     summed = tuple(range(len(rhs), len(order)))
     return prod_.sum(summed, acc_dtype=acc_dtype) if summed else (prod_ if acc_dtype is None else prod_.cast(acc_dtype))
-  def _diagonal(self, i: int, j: int) -> Tensor:
+  def _diagonal(self, i: builtins.int, j: builtins.int) -> Tensor:
     """The diagonal of dims i < j (of one size n), in place of dim i, dim j gone: with the pair moved last and
     flattened, element k of the diagonal sits at k*(n+1), so padding to n*(n+1) and reading rows of n+1 puts the
     diagonal in column 0."""
@@ -1318,14 +1327,14 @@ class Tensor:
     x = x.shrink(tuple([None] * (x.ndim - 1) + [(0, 1)])).reshape(*x.shape[:-2], n)
     last = x.ndim - 1
     return x.permute(*range(i), last, *range(i, last))
-  def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
+  def matmul(self, x: Tensor, reverse: builtins.bool = False, acc_dtype: DTypeLike | None = None) -> Tensor:
     return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """self @ weight + bias; a 1-D weight scales elementwise (a diagonal weight matrix)."""
     out = self * weight if weight.ndim == 1 else self @ weight
     return out if bias is None else out + bias
 
-  def _cumsum(self, axis: int = 0) -> Tensor:
+  def _cumsum(self, axis: builtins.int = 0) -> Tensor:
     """Inclusive prefix sum along axis via a padded, strided view and one reduce.
 
     As torch: a 0-d tensor is its own cumsum (axis 0 or -1), and an empty axis gives an empty result of the shape;
@@ -1339,9 +1348,10 @@ class Tensor:
     padded = x.pad(tuple([None] * (x.ndim - 1) + [(n - 1, 0)]))
     windows = padded._pool((n,))
     return windows.sum(-1).transpose(ax, -1)
-  def cumsum(self, axis: int = 0) -> Tensor: return self._cumsum(axis)
+  def cumsum(self, axis: builtins.int = 0) -> Tensor: return self._cumsum(axis)
 
-  def _pool(self, k_: tuple[sint, ...], stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1) -> Tensor:
+  def _pool(self, k_: tuple[sint, ...], stride: builtins.int | tuple[builtins.int, ...] = 1,
+            dilation: builtins.int | tuple[builtins.int, ...] = 1) -> Tensor:
     """Sliding windows over the last len(k_) dims: shape (..., out_0, ..., k_0, ...), built from movement ops only.
 
     Along a dim of size n with kernel k, stride s and dilation d, window j tap t reads x[j*s + t*d].
@@ -1372,22 +1382,23 @@ class Tensor:
     o_ = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(n_, k_, s_, d_)]
     if any(o <= 0 for o in o_): raise ShapeError(f"kernel {k_} (dilation {d_}) is larger than the input {n_}")
     rows = [(k, n + d) for k, n, d in zip(k_, n_, d_)]
-    copies = [math.ceil(k * w / n) for (k, w), n in zip(rows, n_)]  # enough repeats of the dim to fill the k rows
+    copies = [math.ceil(k * w / n) for (k, w), n in zip(rows, n_)]  # type: ignore[operator]  # enough repeats of the dim to fill the k rows
     x = view(self, [(1, n) for n in n_]).expand(*lead, *flatten(zip(copies, n_)))
     x = view(head(view(x, [(c * n,) for c, n in zip(copies, n_)]), [(k * w,) for k, w in rows]), rows)
     x = view(head(x, [(k, o * s) for k, o, s in zip(k_, o_, s_)]), zip(k_, o_, s_))
     return windows_first(view(head(x, [(k, o, 1) for k, o in zip(k_, o_)]), zip(k_, o_)), 1)
 
   # *** neural network ops ***
-  def _padding_flat(self, padding: int | Sequence[int], dims: int) -> tuple[int, ...]:
+  def _padding_flat(self, padding: builtins.int | Sequence[builtins.int], dims: builtins.int) -> tuple[builtins.int, ...]:
     """int, per-dim tuple (before = after), or the flat 2*dims form (left, right, top, bottom: last dim first)."""
     if isinstance(padding, int): return (padding,) * (2 * dims)
     padding = tuple(padding)
     if len(padding) == 2 * dims: return padding
     if len(padding) == dims: return tuple(flatten((p, p) for p in reversed(padding)))
     raise ShapeError(f"padding {padding} must be an int, {dims} ints, or {2 * dims} ints for {dims} spatial dims")
-  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | tuple[int, ...] = 1,
-             dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0, acc_dtype: DTypeLike | None = None) -> Tensor:
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: builtins.int = 1, stride: builtins.int | tuple[builtins.int, ...] = 1,
+             dilation: builtins.int | tuple[builtins.int, ...] = 1, padding: builtins.int | Sequence[builtins.int] = 0,
+             acc_dtype: DTypeLike | None = None) -> Tensor:
     """N-d convolution (NCHW input, (cout, cin/groups, *kernel) weight) from _pool windows, a multiply and a sum."""
     if self.ndim < 3 or weight.ndim != self.ndim:
       raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same number (>= 3) of dims")
@@ -1405,8 +1416,9 @@ class Tensor:
     ret = (x * weight.reshape(1, groups, rcout, *[1] * nd, cin, *hw)).sum([-1 - i for i in range(1 + len(hw))], keepdim=True, acc_dtype=acc_dtype)
     ret = ret.reshape(bs, cout, *oyx)
     return ret if bias is None else ret.add(bias.reshape(1, -1, *[1] * nd))
-  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | tuple[int, ...] = 1,
-                       dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0) -> Tensor:
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: builtins.int = 1,
+                       stride: builtins.int | tuple[builtins.int, ...] = 1, dilation: builtins.int | tuple[builtins.int, ...] = 1,
+                       padding: builtins.int | tuple[builtins.int, ...] = 0, output_padding: builtins.int | tuple[builtins.int, ...] = 0) -> Tensor:
     """Transposed convolution (weight (cin, cout/groups, *kernel)) as a conv2d over the stride-dilated input with a flipped kernel."""
     hw = weight.shape[2:]
     if weight.ndim != self.ndim or weight.shape[0] != self.shape[1] or weight.shape[0] % groups != 0:
@@ -1420,7 +1432,7 @@ class Tensor:
     reach = [(k - 1) * d - p for k, d, p in zip(hw, d_, p_)]
     pads = flatten((r, r + op) for r, op in reversed(list(zip(reach, op_))))
     return self._spread(s_).conv2d(w, bias=bias, groups=groups, dilation=d_, padding=pads)
-  def _spread(self, stride: tuple[int, ...]) -> Tensor:
+  def _spread(self, stride: tuple[builtins.int, ...]) -> Tensor:
     """Put s-1 zeros between neighbouring elements of each spatial dim (dims 2 on): length k becomes k*s - (s-1).
     Each element gets a new axis of 1 that is zero padded to s; merging the pair and cutting the trailing s-1 zeros is the result."""
     if all(s <= 1 for s in stride): return self
@@ -1428,7 +1440,8 @@ class Tensor:
     x = self.reshape(*lead, *flatten((k, 1) for k in spatial)).pad((None, None, *flatten((None, (0, s - 1)) for s in stride)))
     x = x.reshape(*lead, *[k * s for k, s in zip(spatial, stride)])
     return x.shrink((None, None, *[(0, k * s - (s - 1)) for k, s in zip(spatial, stride)]))
-  def _pool_pads(self, padding: int | Sequence[int], k_: tuple[int, ...], stride, dilation, ceil_mode: bool) -> tuple[list[int], list[int]]:
+  def _pool_pads(self, padding: builtins.int | Sequence[builtins.int], k_: tuple[builtins.int, ...], stride, dilation,
+                 ceil_mode: builtins.bool) -> tuple[list[builtins.int], list[builtins.int]]:
     """(regular flat pads, pads with extra right padding for ceil_mode). Flat form: last dim first."""
     pads = list(self._padding_flat(padding, len(k_)))
     if not ceil_mode: return pads, pads
@@ -1442,13 +1455,14 @@ class Tensor:
       if (o - 1) * s >= n + pb: o -= 1  # a window may not start in the right padding (torch's rule)
       ceil_pads[2 * j + 1] = pa + max(0, (o - 1) * s + eff_k - (n + pb + pa))
     return pads, ceil_pads
-  def max_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
+  def max_pool2d(self, kernel_size: builtins.int | tuple[builtins.int, ...] = (2, 2), stride=None, dilation=1, padding=0,
+                 ceil_mode: builtins.bool = False) -> Tensor:
     k_, st, axes = _window_spec(kernel_size, stride)
     # pad with the dtype's lowest value, so padding never wins a window's max
     padded = self.pad(tuple(self._pool_pads(padding, k_, st, dilation, ceil_mode)[1]), value=dtypes.min(self.dtype))
     return padded._pool(k_, st, dilation).max(axes)
-  def avg_pool2d(self, kernel_size: int | tuple[int, ...] = (2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
-                 count_include_pad: bool = True) -> Tensor:
+  def avg_pool2d(self, kernel_size: builtins.int | tuple[builtins.int, ...] = (2, 2), stride=None, dilation=1, padding=0,
+                 ceil_mode: builtins.bool = False, count_include_pad: builtins.bool = True) -> Tensor:
     k_, st, axes = _window_spec(kernel_size, stride)
     reg, ceil = self._pool_pads(padding, k_, st, dilation, ceil_mode)
     windows = functools.partial(Tensor._pool, k_=k_, stride=st, dilation=dilation)
@@ -1459,15 +1473,17 @@ class Tensor:
     if not count_include_pad: counted = self.ones_like().pad(tuple(ceil))
     else: counted = self.pad(tuple(reg)).ones_like().pad(tuple(c - r for c, r in zip(ceil, reg)))
     return total / windows(counted).sum(axes)
-  def max_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False) -> Tensor:
+  def max_pool1d(self, kernel_size: builtins.int = 2, stride=None, dilation=1, padding=0, ceil_mode: builtins.bool = False) -> Tensor:
     return self.max_pool2d((kernel_size,), stride, dilation, padding, ceil_mode)
-  def avg_pool1d(self, kernel_size: int = 2, stride=None, dilation=1, padding=0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+  def avg_pool1d(self, kernel_size: builtins.int = 2, stride=None, dilation=1, padding=0, ceil_mode: builtins.bool = False,
+                 count_include_pad: builtins.bool = True) -> Tensor:
     return self.avg_pool2d((kernel_size,), stride, dilation, padding, ceil_mode, count_include_pad)
-  def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
+  def layernorm(self, axis=-1, eps: builtins.float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(mean of the squared deviations + eps) over `axis`, without an affine part."""
     centered = self - self.mean(axis, keepdim=True)
     return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
-  def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | tuple[int, ...] = 1) -> Tensor:
+  def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                axis: builtins.int | tuple[builtins.int, ...] = 1) -> Tensor:
     """(x - mean) * invstd * weight + bias, with the per-channel tensors broadcast along `axis`.
 
     invstd may also come already shaped to broadcast against x (more dims than `axis` names): it is used as given."""
@@ -1478,15 +1494,15 @@ class Tensor:
     out = out.mul(invstd if invstd.ndim != len(channel_dims) else invstd.reshape(per_channel))
     if bias is not None: out = out + bias.reshape(per_channel)
     return out
-  def dropout(self, p: float = 0.5) -> Tensor:
+  def dropout(self, p: builtins.float = 0.5) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p); identity unless Tensor.training."""
     if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not Tensor.training or p == 0: return self
     if p == 1: return self * 0
     keep = Tensor.rand(*self.shape, device=self.device, requires_grad=False) >= p
     return keep.where(self, Tensor(0, device=self.device, dtype=self.dtype)) * (1.0 / (1.0 - p))
-  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-                                   is_causal: bool = False) -> Tensor:
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: builtins.float = 0.0,
+                                   is_causal: builtins.bool = False) -> Tensor:
     """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps the True positions.
 
     The mask enters as an additive bias: a bool mask becomes 0 where kept and -inf where dropped; is_causal builds the
@@ -1501,7 +1517,7 @@ class Tensor:
       bias = Tensor.ones(q_len, k_len, device=self.device, requires_grad=False, dtype=dtypes.bool).tril(0)
     if bias is not None and bias.dtype == dtypes.bool: bias = bias.where(0.0, -math.inf)
     score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
-    scores = self.matmul(key.transpose(-2, -1), acc_dtype=score_dtype) / math.sqrt(self.shape[-1])
+    scores = self.matmul(key.transpose(-2, -1), acc_dtype=score_dtype) / math.sqrt(self.shape[-1])  # type: ignore[arg-type]  # a concrete head dim
     if bias is not None: scores = scores + bias
     weights = scores.softmax(-1).cast(self.dtype).dropout(dropout_p)
     return weights @ value
@@ -1516,7 +1532,8 @@ class Tensor:
   def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean") -> Tensor:
     """BCE on logits, in the stable form max(x, 0) - x*y + log(1 + exp(-|x|))."""
     return (self.maximum(0) - Y * self + (1 + self.abs().neg().exp()).log())._do_reduction(reduction)
-  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: builtins.int = -1, label_smoothing: builtins.float = 0.0,
+                                      reduction: str = "mean") -> Tensor:
     """Cross entropy of logits (..., classes) against int labels Y (...); labels equal to ignore_index add nothing and are not counted."""
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     if not dtypes.is_int(Y.dtype): raise DTypeError(f"sparse_categorical_crossentropy: labels must be an int tensor, got {Y.dtype}")
@@ -1533,17 +1550,17 @@ class Tensor:
     # mean over the counted labels only, so Tensor.mean does not fit
     if reduction == "mean": return -unreduced.sum() / loss_mask.sum()
     return -(unreduced.sum() if reduction == "sum" else unreduced)
-  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: builtins.float = 0.0) -> Tensor:
     """torch-style: logits (N, C, ...) with int labels (N, ...) or class probabilities (N, C, ...)."""
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     if self.ndim < 2: raise ShapeError(f"cross_entropy needs logits with a class dim (N, C, ...), got {self.shape}")
     if Y.ndim == self.ndim - 1:
-      Y = Y.one_hot(num_classes=self.shape[1])
+      Y = Y.one_hot(num_classes=self.shape[1])  # type: ignore[arg-type]  # a concrete class dim
       if self.ndim > 2: Y = Y.permute(0, Y.ndim - 1, *range(1, Y.ndim - 1))
     if Y.shape != self.shape: raise ShapeError(f"cross_entropy: target {Y.shape} does not fit logits {self.shape}")
-    if label_smoothing: Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]
+    if label_smoothing: Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]  # type: ignore[operator]  # a concrete class dim
     return (-self.log_softmax(axis=1).mul(Y).sum(axis=1))._do_reduction(reduction)
-  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
+  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: builtins.int | None = None, reduction: str = "mean") -> Tensor:
     """torch-style negative log likelihood of log-probabilities (N, C, ...) and int labels (N, ...)."""
     if Y.ndim != self.ndim - 1: raise ShapeError(f"nll_loss: labels {Y.shape} must have one dim less than input {self.shape}")
     # each label's weight: its class weight (1 without `weight`), 0 for ignored labels
@@ -1554,8 +1571,8 @@ class Tensor:
     # torch's weighted mean: divide by the total weight of the counted labels, not by their number
     if reduction == "mean": return losses.sum() / label_w.sum()
     return losses._do_reduction(reduction)
-  def sequential(self, ll: list[Callable[[Tensor], Tensor]]) -> Tensor: return functools.reduce(lambda x, f: f(x), ll, self)
-  def interpolate(self, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+  def sequential(self, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor: return functools.reduce(lambda x, f: f(x), ll, self)
+  def interpolate(self, size: tuple[builtins.int, ...], mode: str = "linear", align_corners: builtins.bool = False) -> Tensor:
     """Resize the last len(size) dims: mode 'linear' (bi/trilinear), 'nearest' or 'nearest-exact'."""
     if not isinstance(size, (tuple, list)) or not all_int(size) or not 0 < len(size) <= self.ndim:
       raise ValueError(f"interpolate: size must be a tuple of at most {self.ndim} ints, got {size}")
@@ -1570,20 +1587,20 @@ class Tensor:
       arr = Tensor.arange(n_out, dtype=dtypes.float32, device=self.device, requires_grad=False)
       if mode == "linear":
         if align_corners: index = arr * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
-        else: index = ((arr + 0.5) * (n_in / n_out) - 0.5).clip(0, n_in - 1)
+        else: index = ((arr + 0.5) * (n_in / n_out) - 0.5).clip(0, n_in - 1)  # type: ignore[operator]  # concrete dims
         low, high = index.floor(), index.ceil()
         perc = (index - low).reshape(reshape).expand(expand)
         lo_i, hi_i = (y.cast(dtypes.int32).reshape(reshape).expand(expand) for y in (low, high))
         x = x.gather(i, lo_i).lerp(x.gather(i, hi_i), perc)
       else:
-        scale = n_in / n_out
+        scale = n_in / n_out  # type: ignore[operator]  # concrete dims
         index = (arr * scale).floor() if mode == "nearest" else ((arr + 0.5) * scale).floor()
         x = x.gather(i, index.clip(0, n_in - 1).cast(dtypes.int32).reshape(reshape).expand(expand))
     if not dtypes.is_float(self.dtype) and mode == "linear": x = (x + 0.5).floor()
     return x.cast(self.dtype)
 
   # *** training / inference switches ***
-  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+  def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
     self.requires_grad = requires_grad
     return self
   class train(contextlib.ContextDecorator):
@@ -1645,3 +1662,4 @@ def _install_metadata() -> None:
     elif callable(fn) and not isinstance(fn, type): setattr(Tensor, name, _wrap_metadata(fn, name.strip("_")))
 
 _install_metadata()
+F.register_tensor(Tensor)  # Function results are Tensors (function.py cannot import this module, which builds on it)

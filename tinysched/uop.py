@@ -6,7 +6,7 @@ Python's randomized str hash, so it is identical in every process.
 """
 from __future__ import annotations
 import hashlib, math, struct, threading, weakref
-from _weakref import _remove_dead_weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's C helper, not in typeshed
 from enum import Enum
 from functools import cached_property
 from typing import Any, Callable, Iterator, Union
@@ -35,12 +35,13 @@ _ucache: dict[tuple, _Ref] = {}  # intern table: key -> weak reference (a dead n
 class _Ref(weakref.ref):
   """An intern table entry: it carries its key, so one callback (no closure per node) frees the entry."""
   __slots__ = ("key",)
+  key: tuple
 
 def _forget(r: _Ref) -> None:
   # only a dead entry, not one a live node of the same key has taken since; one lookup (in C) instead of two
   _remove_dead_weakref(_ucache, r.key)
 
-_new = object.__new__
+_new: Callable[[type], Any] = object.__new__
 
 class _UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
@@ -320,22 +321,16 @@ class UOp(metaclass=_UOpMeta):
   def render_sym(self) -> str:
     """Infix text of a symbolic integer expression (for printing shapes and index expressions)."""
     return _render(self)
-  def simplify(self) -> UOp:
-    from tinysched.symbolic import symbolic  # late import: symbolic builds on uop
-    from tinysched.rewrite import graph_rewrite
-    return graph_rewrite(self, symbolic)
-  def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
-    from tinysched.rewrite import graph_rewrite
-    return graph_rewrite(self, _substitute_rules(), dvars)
+  def simplify(self) -> UOp: return REWRITES.simplify(self)
+  def substitute(self, dvars: dict[UOp, UOp]) -> UOp: return REWRITES.substitute(self, dvars)
 
-_SUBSTITUTE: list = []  # the one matcher of UOp.substitute, built at its first use (rewrite.py builds on this module)
-
-def _substitute_rules():
-  # (one matcher for every call: building one per call cost ~0.15 ms, 67 times in a process's first schedule-level replay)
-  if not _SUBSTITUTE:
-    from tinysched.rewrite import PatternMatcher, UPat
-    _SUBSTITUTE.append(PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))], name="substitute"))
-  return _SUBSTITUTE[0]
+class _Rewrites:
+  """UOp.simplify and UOp.substitute run the rewrite engine, which builds on this module: symbolic.py and rewrite.py set
+  these at their import (shape.py imports symbolic, which imports rewrite), so uop never imports upward."""
+  __slots__ = ("simplify", "substitute")
+  simplify: Callable[[UOp], UOp]
+  substitute: Callable[[UOp, dict[UOp, UOp]], UOp]
+REWRITES = _Rewrites()
 
 # the field slots' setters, for _UOpMeta.__call__
 _set_op, _set_dtype, _set_src, _set_arg = (UOp.__dict__[f].__set__ for f in _FIELDS)
@@ -407,7 +402,8 @@ def _range(u: UOp) -> tuple[ConstType, ConstType]:
       vals = [a0*b0, a0*b1, a1*b0, a1*b1]
       return fit(min(vals), max(vals))
     if op is Ops.MAX: return max(a0, b0), max(a1, b1)
-    if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) and (r := _divmod_range(op, a0, a1, b0, b1)) is not None: return fit(*r)
+    if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) and \
+        (r := _divmod_range(op, a0, a1, b0, b1)) is not None: return fit(*r)  # type: ignore[arg-type]  # an int dtype: int bounds
     if op is Ops.CMPLT: return bool(a1 < b0), bool(a0 < b1)
     if op is Ops.CMPNE: return bool(a1 < b0 or a0 > b1), not (a0 == a1 == b0 == b1)
     if op is Ops.AND and dtypes.is_bool(u.dtype): return bool(a0 and b0), bool(a1 and b1)
@@ -508,7 +504,7 @@ def sym_infer(x: sint, var_vals: dict[UOp, int]) -> int:
     elif n.op in _PY_ALU: env[n] = exec_alu(n.op, n.dtype, [get(s) for s in n.src])
     elif n.op is Ops.CAST: env[n] = dtypes.as_const(get(n.src[0]), n.dtype)
     else: raise ValueError(f"cannot evaluate {n.op} symbolically")
-  return get(x)
+  return get(x)  # type: ignore[return-value]  # an int expression evaluates to an int
 
-__all__ = ["UOp", "make_uop", "Variable", "sint", "resolve", "sym_ne", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops", "GroupOp",
-           "PtrDType"]
+__all__ = ["UOp", "make_uop", "Variable", "sint", "resolve", "sym_ne", "smax", "smin", "ssimplify", "sym_infer", "exec_alu", "stable_repr", "Ops",
+           "GroupOp", "PtrDType"]

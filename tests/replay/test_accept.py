@@ -6,8 +6,8 @@ import hashlib, json, os, shutil, signal, sqlite3, subprocess, sys
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-from replay.cli import main as cli
-from replay.store import Store
+from replay.cli.app import main as cli
+from replay.store.sqlite import Store
 from tinysched.rewrite import graph_rewrite
 from tests.replay.changes import patch_ast, swap_commutative
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from replay.store import Store
+from replay.store.sqlite import Store
 from tests.replay.changes import capture_store
 from tests.replay.test_commits import ROOT, copy_project, git, worktrees, _procs_under
 
@@ -68,7 +68,7 @@ def project(tmp_path_factory) -> dict:
   return {"repo": repo, "c": shas, "db": db, "add": add}
 
 # run this checkout's replay CLI (not the temporary repository's copy) inside the temporary repository
-BOOT = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from replay.cli import main; main()"
+BOOT = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from replay.cli.app import main; main()"
 
 def cli(project: dict, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
   return subprocess.Popen([sys.executable, "-c", BOOT, "bisect", *args], cwd=project["repo"], env={**os.environ, **(env or {})},

@@ -1,14 +1,13 @@
 """Capture: canonical encoding round trips, cross-process determinism, concurrency and crash safety, bad input."""
 import hashlib, json, os, signal, sqlite3, subprocess, sys, textwrap, time, zlib
 from pathlib import Path
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from click.testing import CliRunner
 import replay
-from replay.encode import encode_graph, decode_graph, encode_kernel_input, decode_kernel_input, IncompatibleCapture, key_of
-from replay.store import Store, StoreError, graph_row
-from replay.cli import main as cli
+from replay.store.encode import encode_graph, decode_graph, encode_kernel_input, decode_kernel_input, IncompatibleCapture, key_of
+from replay.store.sqlite import Store, StoreError
+from replay.cli.app import main as cli
 from tinysched import Tensor, Variable, dtypes, UOp, Ops
 from tinysched.shape import ShapeTracker
 from tinysched.schedule import full_ast_rewrite
@@ -161,7 +160,7 @@ def test_twenty_concurrent_writers(tmp_path):
 KILL_SCRIPT = textwrap.dedent("""
   import os, sys, time
   sys.path.insert(0, {root!r})
-  import replay.recorder as rc
+  import replay.record.recorder as rc
   rc.FLUSH_EVERY = 1   # commit every capture, so the test knows what was committed before the kill
   from tests.replay.test_capture import workload
   workload()

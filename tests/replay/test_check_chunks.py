@@ -4,9 +4,9 @@ is one per check() and process, never kept for the next call; the collector is u
 import gc, glob, weakref
 from pathlib import Path
 import pytest
-import replay.check as C
-from replay.check import check
-from replay.store import Store
+import replay.check.pool as C
+from replay.check.pool import check
+from replay.store.sqlite import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,8 @@ def test_two_workers_share_the_committed_schedule_rows_evenly():
 
 def test_plant_one_chunk_per_store_goes_red(monkeypatch):
   monkeypatch.setattr(C, "_chunks", lambda path, rows, detail, budget, *a: [(path, rows, detail, *a)] if rows else [])
-  monkeypatch.setattr(C, "_plan", lambda sel, jobs, detail, exec_mode, reopt: [t for p, rs in sel for t in C._chunks(p, rs, detail, 0, exec_mode, reopt)])
+  monkeypatch.setattr(C, "_plan", lambda sel, jobs, detail, exec_mode, reopt:
+                      [t for p, rs in sel for t in C._chunks(p, rs, detail, 0, exec_mode, reopt)])
   with pytest.raises(AssertionError): test_two_workers_share_the_committed_schedule_rows_evenly()
 
 def _verdicts(rep):
@@ -128,7 +129,7 @@ def test_a_callers_own_freeze_is_kept(db, jobs):
 
 def test_replaying_makes_no_sqlite_utils_database(db, monkeypatch):
   # read-only stores make theirs on first use (replay reads through plain SQL; the first one loads plugins)
-  import replay.store as S
+  import replay.store.sqlite as S
   def refuse(conn): raise AssertionError("a sqlite_utils.Database was made for a read-only replay")
   monkeypatch.setattr(S.sqlite_utils, "Database", refuse)
   rep = check([str(db)], jobs=1)

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 import replay
-from replay.check import check
-from replay.store import Store
-from replay.program import program_rules_behind
+from replay.check.pool import check
+from replay.store.sqlite import Store
+from replay.levels.program import program_rules_behind
 from tinysched import Tensor
 from tinysched.ops import Ops
 from tinysched.uop import UOp

@@ -4,8 +4,9 @@ import json, os, queue, shutil, signal, subprocess, sys, threading, time
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-from replay.cli import main as cli
-import replay.commits as C
+from replay.cli.app import main as cli
+import replay.baseline.accept as C
+import replay.baseline.commits as commits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +142,7 @@ def test_commits_ctrl_c_removes_worktrees(repo, tmp_path, monkeypatch):
     calls.append(kw["cwd"])
     assert Path(kw["cwd"]).is_dir() and len(worktrees(repo["path"])) == 3
     raise KeyboardInterrupt
-  monkeypatch.setattr(C, "run_model", interrupted)
+  monkeypatch.setattr(commits, "run_model", interrupted)
   r = invoke(repo["path"], monkeypatch, "commits", repo["c1"], repo["c2"], "--models", "tiny", "--tmp-dir", tmp)
   assert r.exit_code == 2 and "interrupted" in r.output and "worktrees were removed" in r.output, r.output
   assert calls

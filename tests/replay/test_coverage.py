@@ -1,4 +1,4 @@
-"""`replay coverage`: which named rules the captures exercise (replay/coverage.py), counted through rewrite.FIRED."""
+"""`replay coverage`: which named rules the captures exercise (replay/baseline/coverage.py), counted through rewrite.FIRED."""
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
@@ -8,8 +8,8 @@ from tinysched.uop import UOp
 from tinysched.rewrite import PatternMatcher, UPat
 from tinysched.scheduling import kernel_ast
 from tinysched import symbolic as SYM
-from replay import coverage as C
-from replay.store import Store
+from replay.baseline import coverage as C
+from replay.store.sqlite import Store
 from tinysched.codegen import program as P, GENERIC_GPU
 from tests.replay.changes import capture_store, workload
 
@@ -78,7 +78,8 @@ def test_planted_rename_and_removal_change_coverage(db, monkeypatch):
   assert old.captures > 0 and before[("symbolic.symbolic", "add_zero")].captures > 0
   # planted: one scheduler rule renamed (same pattern and function), one symbolic rule removed
   fr = kernel_ast.finish_rules
-  monkeypatch.setattr(kernel_ast, "finish_rules", _pm_with(fr, [(p, f, "preload_renamed" if n == "preload_to_load" else n) for p, f, n, _ in fr.rules]))
+  renamed = [(p, f, "preload_renamed" if n == "preload_to_load" else n) for p, f, n, _ in fr.rules]
+  monkeypatch.setattr(kernel_ast, "finish_rules", _pm_with(fr, renamed))
   monkeypatch.setattr(SYM, "symbolic", _pm_with(SYM.symbolic, [(p, f, n) for p, f, n, _ in SYM.symbolic.rules if n != "add_zero"]))
   after = _by_name(C.coverage([str(db)]))
   assert ("scheduling.kernel_ast.finish_rules", "preload_to_load") not in after
@@ -135,8 +136,8 @@ def test_cli_output_deterministic_json_and_exit_codes(db, tmp_path):
 
 _FIRED_BY_INPUT = """
 import json, sys
-from replay import coverage as C
-from replay.store import Store
+from replay.baseline import coverage as C
+from replay.store.sqlite import Store
 s = Store(sys.argv[1], readonly=True)
 inputs = list(dict.fromkeys((r["level"], r["input_key"]) for r in s.captures()))
 data = [(lvl, s.blob(k)) for lvl, k in inputs]
@@ -224,7 +225,7 @@ def test_replaying_under_an_active_capture_captures_nothing(db, tmp_path, monkey
   # paused() that does not pause lets the replayed calls into the open store
   import contextlib
   import replay as R
-  from replay.check import check
+  from replay.check.pool import check
   from tinysched import capture_hook
   def rows(p):
     try: s = Store(p, readonly=True)

@@ -1,4 +1,4 @@
-"""The decoder's fast path (replay/encode.py `_Decoder._fast_node`) against its checking path (`_Decoder._node`): on
+"""The decoder's fast path (replay/store/encode.py `_Decoder._fast_node`) against its checking path (`_Decoder._node`): on
 any bytes both give the same result (the same interned UOps, or IncompatibleCapture with the same message), real
 captures take the fast path, and decode(encode(g)) is g for random graphs. The plants at the end show the comparison
 going red for the bugs a fast path is prone to (a looser type check, an exception it does not hand over)."""
@@ -8,9 +8,9 @@ from pathlib import Path
 from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-import replay.encode as E
-from replay.encode import IncompatibleCapture, decode_graph, decode_kernel_input, decode_schedule_input, encode_graph
-from replay.store import Store
+import replay.store.encode as E
+from replay.store.encode import IncompatibleCapture, decode_graph, decode_kernel_input, decode_schedule_input, encode_graph
+from replay.store.sqlite import Store
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
 from tinysched.shape import ShapeTracker, View
@@ -118,9 +118,12 @@ NEAR_MISSES = {
   "view_stride_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [-E.MAX_DIM - 1, 0]}, 0, None]}]}]],
   "view_offset_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 2**62 + 1, None]}]}]],
   "view_ranks_differ": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1, 1]}, 0, None]}]}]],
-  "view_too_many_dims": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [1] * (E.MAX_DIMS + 1)}, {"t": [0] * (E.MAX_DIMS + 1)}, 0, None]}]}]],
-  "mask_reversed": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [2, 1]}, {"t": [0, 2]}]}]}]}]],
-  "mask_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [-1, 1]}, {"t": [0, 2]}]}]}]}]],
+  "view_too_many_dims": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+                                {"st": [{"v": [{"t": [1] * (E.MAX_DIMS + 1)}, {"t": [0] * (E.MAX_DIMS + 1)}, 0, None]}]}]],
+  "mask_reversed": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+                           {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [2, 1]}, {"t": [0, 2]}]}]}]}]],
+  "mask_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+                           {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [-1, 1]}, {"t": [0, 2]}]}]}]}]],
   "mask_rank_differs": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [0, 1]}]}]}]}]],
   "view_extra_field": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, None], "x": 1}]}]],
   "no_views": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": []}]],

@@ -5,9 +5,9 @@ import copy, json
 from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from replay.encode import (IncompatibleCapture, bound_values, canonical_bytes, decode_graph, decode_kernel_input, decode_schedule_input,
+from replay.store.encode import (IncompatibleCapture, bound_values, canonical_bytes, decode_graph, decode_kernel_input, decode_schedule_input,
                            encode_graph, encode_kernel_input, parse)
-from replay.runner import decode_output
+from replay import levels
 from tinysched import Tensor, Variable, capture_hook
 from tinysched.uop import UOp
 
@@ -38,8 +38,8 @@ BASE = _base_docs()
 def exercise(data: bytes) -> None:
   """Everything a reader of the store does with a payload: every decoder, then the decoded graphs' keys,
   printing, walking and bound values. Only IncompatibleCapture may come out."""
-  for decode in (decode_graph, decode_kernel_input, decode_schedule_input, lambda d: decode_output("kernel", d),
-                 lambda d: decode_output("schedule", d), parse):
+  for decode in (decode_graph, decode_kernel_input, decode_schedule_input, levels.get("kernel").decode_output,
+                 levels.get("schedule").decode_output, parse):
     try:
       out = decode(data)
       roots = out.roots() if hasattr(out, "roots") else [u for u in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(u, UOp)]

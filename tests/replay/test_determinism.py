@@ -6,7 +6,7 @@ give different outputs under the two seeds, then caught; without it nothing is u
 from __future__ import annotations
 import json, os, subprocess, sys
 from pathlib import Path
-from replay.gate import decide, failure_exit
+from replay.baseline.gate import decide, failure_exit
 from tests.replay.test_commits import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +57,9 @@ def test_deterministic_code_is_never_unstable(db, tmp_path):
   assert r.returncode == 2 and "must differ" in r.stderr
 
 def test_unstable_alone_fails_the_check_and_every_report():
-  from replay import report as R
-  from replay.check import Report
-  from replay.runner import Result
+  from replay.report import text as R
+  from replay.check.results import Report
+  from replay.check.results import Result
   res = lambda outcome: Result("s.db", 1, 1, "kernel", "m", "a" * 64, "b" * 64, outcome=outcome, signature=f"{outcome} kernel: x",
                                reason="the output depends on the hash seed")
   assert Report(results=[res("identical")]).exit_code() == 0

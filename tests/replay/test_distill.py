@@ -1,12 +1,12 @@
-"""`replay distill`: the few rows of a large capture set that exercise what a baseline does not (replay/distill.py)."""
+"""`replay distill`: the few rows of a large capture set that exercise what a baseline does not (replay/baseline/distill.py)."""
 import subprocess, sys
 from pathlib import Path
 import pytest
 from tinysched import Tensor
-from replay import coverage as C
-from replay import distill as D
-from replay.check import check
-from replay.store import Store
+from replay.baseline import coverage as C
+from replay.baseline import distill as D
+from replay.check.pool import check
+from replay.store.sqlite import Store
 from tests.replay.changes import capture_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,9 +109,9 @@ def test_a_huge_capture_loses_ties_to_a_small_one(tmp_path, monkeypatch):
     return run
   small = capture_store(tmp_path / "small.db", work(64), "small")
   huge = capture_store(tmp_path / "huge.db", work(D.BIG_ELEMENTS * 2), "huge")
-  from replay.runner import decode_input
+  from replay import levels
   s = Store(huge, readonly=True)
-  assert D.footprint(decode_input("kernel", s.blob(next(s.captures(level="kernel"))["input_key"]))) > D.BIG_ELEMENTS
+  assert D.footprint(levels.get("kernel").decode_input(s.blob(next(s.captures(level="kernel"))["input_key"]))) > D.BIG_ELEMENTS
   s.close()
   res = D.distill([str(huge), str(small)], str(tmp_path / "d.db"), per_rule=1, log=lambda s: None)
   assert res.kept and {r["label"] for _, r in res.kept} == {"small"}

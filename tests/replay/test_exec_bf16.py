@@ -5,9 +5,9 @@ run on OpenCL), and inputs drawn as raw bit patterns again (the domain guard).""
 import numpy as np
 import pytest
 import replay
-from replay.check import check
-from replay.execcheck import exec_report
-from replay.execinputs import compare, seeded_fill, judged_as
+from replay.check.pool import check
+from replay.check.execution import exec_report
+from replay.execute.inputs import compare, seeded_fill, judged_as
 from tinysched import Tensor, dtypes
 from tinysched.dtype import bf16_bits, bf16_float
 from tests.replay.changes import capture_store, patch_ast, plant_no_fusion, double_consts
@@ -99,7 +99,8 @@ def test_float_judging_ignores_the_bfloat16_options():
   a = np.array([1.0, 2.0, np.nan, 3.0], np.float32)
   b = np.array([1.0, 2.0005, np.nan, 3.1], np.float32)
   for dt in ("half", "float", "double"):
-    x, y = a.astype({"half": np.float16, "float": np.float32, "double": np.float64}[dt]), b.astype({"half": np.float16, "float": np.float32, "double": np.float64}[dt])
+    npdt = {"half": np.float16, "float": np.float32, "double": np.float64}[dt]
+    x, y = a.astype(npdt), b.astype(npdt)
     assert compare(x, y, dt, intermediate_rounding=True) == compare(x, y, dt)
   ast_f = (Tensor.rand(4) * 2).schedule()[-1].ast
   ast_b = (Tensor.rand(4).cast(BF).float() * 2).schedule()[-1].ast
@@ -109,9 +110,9 @@ def test_float_judging_ignores_the_bfloat16_options():
 
 def test_graph_reference_rounds_at_the_spec_points(tmp_path):
   # evaluated on the scheduler's input graph, without the interpreter: the constant, the cast and the store round
-  from replay.store import Store
-  from replay.encode import decode_schedule_input
-  from replay import reference as REF
+  from replay.store.sqlite import Store
+  from replay.store.encode import decode_schedule_input
+  from replay.execute import reference as REF
   from tinysched.ops import Ops
   x = Tensor(np.linspace(0.5, 2, 64, dtype=np.float32)).cast(BF).realize()
   db = tmp_path / "r.db"

@@ -4,7 +4,7 @@ verdict, the exit code and the gate's decision with and without [replay:accept].
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
-from replay.gate import decide
+from replay.baseline.gate import decide
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTS = Path(__file__).resolve().parent / "plants"

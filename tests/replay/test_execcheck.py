@@ -3,14 +3,17 @@ import json
 import pytest
 import numpy as np
 from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 import replay
-from replay.check import check
-from replay.cli import main as cli
-from replay.execcheck import exec_report, compare, seeded_fill
+from replay.check.pool import check
+from replay.cli.app import main as cli
+from replay.check.execution import exec_report
+from replay.execute.inputs import compare, seeded_fill
 from tinysched import UOp, Ops, dtypes
 from tinysched.rewrite import graph_rewrite, PatternMatcher, UPat
 from tinysched.shape import View, ShapeTracker
 from tests.replay.changes import patch_ast, plant_no_fusion, swap_commutative, double_consts
+from tests.tinysched.test_interpreter import any_chain
 
 DEVICE = "NUMPY"  # the logic under test; tests/tinysched/test_opencl.py runs kernels on OpenCL
 
@@ -83,8 +86,8 @@ def test_fusion_change_at_schedule_level_is_equivalent(db, monkeypatch):
   assert all("input graph" in r.exec["reference"] and r.exec["compared_buffers"] for r in changed)
 
 def test_perf_gate_fails_only_beyond_noise():
-  from replay.check import Report
-  from replay.runner import Result
+  from replay.check.results import Report
+  from replay.check.results import Result
   def res(old, new, noise):
     r = Result("x.db", 1, 1, "kernel", "m", "k" * 64, "s" * 64)
     r.exec = {"verdict": "equivalent", "old_time_s": old, "new_time_s": new, "noise": noise}
@@ -97,7 +100,7 @@ def test_perf_gate_fails_only_beyond_noise():
   assert rep.exit_code() == 0                               # within 2x the measured noise (40%)
 
 def test_inputs_respect_domains():
-  from replay.execinputs import domains
+  from replay.execute.inputs import domains
   from tinysched import Tensor, dtypes
   a, b, c = (Tensor([[7, -9, 4]], dtype=dtypes.int32) for _ in range(3))
   ast = (a // b + (a << c)).schedule()[-1].ast
@@ -117,7 +120,7 @@ def test_cli_exec_and_report(db, tmp_path, monkeypatch):
   assert "mismatch" in (tmp_path / "r.md").read_text()
 
 def test_stored_source_for_a_bigger_work_group_is_skipped_not_failed():
-  from replay.execcheck import _unlaunchable
+  from replay.execute.launch import _unlaunchable
   from tinysched.codegen.target import Target
   small = Target(name="small-gpu", max_work_group_size=256, max_work_item_sizes=(256, 256, 64), has_fp16=False)
   item = ("src", "k", "__kernel void k() {}", {"local": [1024], "global": [4096], "vars": [], "dtypes": []})
@@ -132,7 +135,7 @@ def test_stored_source_for_a_bigger_work_group_is_skipped_not_failed():
 def test_program_inputs_do_not_depend_on_the_host():
   # a capture made with a different CPU name, vendor, driver or core count has the same program-level input
   from dataclasses import replace
-  from replay.program import target_to_json
+  from replay.levels.program import target_to_json
   from tinysched.codegen.target import GENERIC_CPU
   here = replace(GENERIC_CPU, name="pthread-skylake-avx512-Intel(R) Xeon(R)", vendor="GenuineIntel", driver_version="3.1", compute_units=2)
   there = replace(GENERIC_CPU, name="pthread-haswell-AMD EPYC", vendor="AuthenticAMD", driver_version="6.0", compute_units=64)
@@ -155,7 +158,7 @@ def test_a_variable_used_as_a_value_is_evaluated_by_the_graph_reference(tmp_path
 def test_undecidable_elements_follow_only_the_branch_taken():
   # WHERE(certain condition, tie-dependent value, plain value): where the plain branch is taken the element is decided;
   # marking it undecidable would leave a device error there unjudged
-  from replay.reference import uncertain_outputs
+  from replay.execute.reference import uncertain_outputs
   from tinysched import Tensor
   x = np.random.default_rng(0).random(16).astype(np.float32)
   a, b = Tensor(x).realize(), Tensor(x.copy()).realize()
@@ -169,15 +172,12 @@ def test_undecidable_elements_follow_only_the_branch_taken():
 
 # *** buffer sizes of a program-level AST: how far its views reach ***
 
-from hypothesis import HealthCheck, event, given, settings, strategies as st
-from tests.tinysched.test_interpreter import any_chain
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(any_chain)
 def test_reach_is_one_past_the_largest_valid_position(c):
   """reach() sizes program-level buffers: too small and a kernel reads past its buffer, so it must be exact (a
   single view in closed form, a stack by evaluation), checked against numpy's movement ops on an arange."""
-  from replay.reference import reach
+  from replay.execute.reference import reach
   t, want = c
   event(f"views={len(t.views)}")
   valid = want[want != -1]
@@ -186,17 +186,17 @@ def test_reach_is_one_past_the_largest_valid_position(c):
 # *** jobs built by `replay check` while it replays (from the outputs it computed) ***
 
 def _opencl() -> bool:
-  from replay.execcheck import check_device
+  from replay.execute.pool import check_device
   try: return check_device("OPENCL") == "OPENCL"
   except ValueError: return False
 
 def _jobs(rep, device: str) -> dict:
-  from replay import execcheck as E
+  from replay.execute import pool as P
   got: list = []
-  real = E.run_jobs
-  E.run_jobs = lambda jobs, *a, **k: (got.extend(jobs), {})[1]
+  real = P.run_jobs
+  P.run_jobs = lambda jobs, *a, **k: (got.extend(jobs), {})[1]
   try: exec_report(rep, mode="all", device=device, timing_runs=1)
-  finally: E.run_jobs = real
+  finally: P.run_jobs = real
   return {(j["level"], j["seed"], json.dumps(j["old"])): j for j in got}
 
 def test_jobs_built_during_replay_equal_jobs_built_after(db):
@@ -233,7 +233,7 @@ def test_program_jobs_built_during_replay_equal_jobs_built_after():
 def test_reference_view_reads_what_numpy_movement_ops_give(c):
   """The reference reads a view as a strided window (one view) or by positions (a stack): both must give numpy's
   movement ops on an arange, zero where masked, as a fresh array (a later in-place store must not change it)."""
-  from replay.reference import _view
+  from replay.execute.reference import _view
   t, want = c
   event(f"views={len(t.views)}")
   flat = np.arange(int(want.max(initial=0)) + 1, dtype=np.int64)  # exactly as large as the furthest valid position
@@ -245,7 +245,7 @@ def test_a_dead_or_hung_worker_costs_only_its_own_job(tmp_path, monkeypatch):
   """The parent's side of the worker protocol, against a stand-in worker: a job that kills its worker is `failed`, one
   that hangs is `timeout` (after a retry alone), and every other job still gets its own answer from a fresh worker."""
   import sys
-  from replay import execcheck as E
+  from replay.execute import pool as P
   fake = tmp_path / "worker"
   fake.write_text(f"#!{sys.executable}\n" + "\n".join([
     "import json, os, sys, time",
@@ -255,10 +255,10 @@ def test_a_dead_or_hung_worker_costs_only_its_own_job(tmp_path, monkeypatch):
     "  if j.get('plant') == 'hang': time.sleep(60)",
     "  print(json.dumps({'id': j['id'], 'verdict': 'equivalent'}), flush=True)"]) + "\n")
   fake.chmod(0o755)
-  monkeypatch.setattr(E.sys, "executable", str(fake))
+  monkeypatch.setattr(P.sys, "executable", str(fake))
   jobs = [{"id": 0}, {"id": 1, "plant": "die"}, {"id": 2}, {"id": 3, "plant": "hang"}, {"id": 4}, {"id": 5}]
   for workers in (1, 2):
-    out = E.run_jobs(jobs, device="STANDIN", timeout_s=1.0, workers=workers)
+    out = P.run_jobs(jobs, device="STANDIN", timeout_s=1.0, workers=workers)
     assert sorted(out) == [0, 1, 2, 3, 4, 5]
     assert {i: out[i]["verdict"] for i in out} == {0: "equivalent", 1: "failed", 2: "equivalent", 3: "timeout", 4: "equivalent", 5: "equivalent"}
     assert "exited with 3" in out[1]["error"] and out[3]["retried"]
@@ -290,7 +290,7 @@ _vals = st.sampled_from([0.0, -0.0, 1.0, 1.0000001, -2.5, 1e-30, 3e38, float("in
 @given(st.lists(st.tuples(_vals, _vals, st.booleans()), min_size=0, max_size=40), st.sampled_from(["half", "float", "double"]))
 def test_compare_judges_only_differing_elements_with_the_same_result(pairs, dt):
   """compare() looks only at the elements that differ: every statistic must be what judging all of them gives."""
-  from replay.execinputs import _compare_floats, TOLERANCES
+  from replay.execute.inputs import _compare_floats, TOLERANCES
   npd = {"half": np.float16, "float": np.float32, "double": np.float64}[dt]
   with np.errstate(all="ignore"):
     ref = np.array([a for a, _, _ in pairs], npd)
@@ -302,28 +302,28 @@ def test_worker_count_by_device_kind_and_timing(monkeypatch):
   """CPU devices: two workers (their kernels share the cores); a GPU: one while timings matter, and for a correctness
   sweep one per four cores up to four."""
   import types
-  import tinysched.device as TD
-  from replay import execcheck as E
+  from replay.execute import pool as P
   class Registry:
     def __getitem__(self, name):
       return types.SimpleNamespace(target=types.SimpleNamespace(is_gpu=name == "GPU"))
-  monkeypatch.setattr(TD, "Device", Registry())
-  monkeypatch.setattr(E.os, "cpu_count", lambda: 16)
-  assert (E._workers_for("GPU", 5), E._workers_for("GPU", 1), E._workers_for("CPU", 1), E._workers_for("NUMPY", 1)) == (1, 4, 2, 2)
-  monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
-  assert E._workers_for("GPU", 1) == 1
+  monkeypatch.setattr(P, "Device", Registry())
+  monkeypatch.setattr(P.os, "cpu_count", lambda: 16)
+  assert (P._workers_for("GPU", 5), P._workers_for("GPU", 1), P._workers_for("CPU", 1), P._workers_for("NUMPY", 1)) == (1, 4, 2, 2)
+  monkeypatch.setattr(P.os, "cpu_count", lambda: 2)
+  assert P._workers_for("GPU", 1) == 1
 
 def test_only_an_unusable_device_is_reported_as_a_device_problem(db, monkeypatch):
   """exit 2 with the device hint for a device that cannot run the calibration kernel; any other RuntimeError from the
   check (a ShapeError is one) is a bug and must not be dressed up as a device problem."""
-  from replay import execcheck as E
+  from replay.check import execution as X
+  from replay.execute import pool as P
   from tinysched.errors import ShapeError
-  def unusable(device): raise E.DeviceUnusable("the execution check cannot run on NUMPY: planted")
-  monkeypatch.setattr(E, "calibrate", unusable)
+  def unusable(device): raise P.DeviceUnusable("the execution check cannot run on NUMPY: planted")
+  monkeypatch.setattr(P, "calibrate", unusable)
   r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "--exec-all", "--device", "NUMPY", "-j", "1"])
   assert r.exit_code == 2 and "planted" in r.output and "check the device" in r.output, r.output
   def bug(*a, **k): raise ShapeError("planted shape bug")
-  monkeypatch.setattr(E, "exec_report", bug)
+  monkeypatch.setattr(X, "exec_report", bug)
   r = CliRunner().invoke(cli, ["check", str(db), "--level", "kernel", "--exec-all", "--device", "NUMPY", "-j", "1"])
   assert isinstance(r.exception, ShapeError) and "check the device" not in r.output
 
@@ -345,11 +345,11 @@ def test_no_job_starts_once_the_calibration_finds_the_device_unusable(monkeypatc
   # the calibration runs beside the first jobs; once it fails, the remaining jobs are not started (they would each run
   # and fail on the same device before the one error that matters is raised)
   import threading
-  from replay import execcheck as E
+  from replay.execute import pool as P
   failed = threading.Event()
   def unusable(device):
     failed.set()
-    raise E.DeviceUnusable("planted")
+    raise P.DeviceUnusable("planted")
   started: list[int] = []
   def run_serial(take, device, timing_runs, limit, thr, tick):
     failed.wait(5)
@@ -360,15 +360,15 @@ def test_no_job_starts_once_the_calibration_finds_the_device_unusable(monkeypatc
       started.append(j["id"])
       out[j["id"]] = {"verdict": "equivalent"}
     return out
-  monkeypatch.setattr(E, "calibrate", unusable)
-  monkeypatch.setattr(E, "_run_serial", run_serial)
+  monkeypatch.setattr(P, "calibrate", unusable)
+  monkeypatch.setattr(P, "_run_serial", run_serial)
   jobs = [{"id": i, "level": "kernel", "old": [], "new": [], "specs": {}} for i in range(6)]
-  monkeypatch.setattr(E, "job_size", lambda j: 1)
-  with pytest.raises(E.DeviceUnusable): E.run_jobs(jobs, device="NUMPY", workers=1)
+  monkeypatch.setattr(P, "job_size", lambda j: 1)
+  with pytest.raises(P.DeviceUnusable): P.run_jobs(jobs, device="NUMPY", workers=1)
   assert started == []
 
 def _stored(tmp_path, work, level: str):
-  from replay.store import Store
+  from replay.store.sqlite import Store
   db = tmp_path / f"{level}.db"
   with replay.capture(db, label="cow"): work()
   s = Store(str(db), readonly=True)
@@ -379,8 +379,8 @@ def test_the_graph_reference_never_writes_the_callers_arrays(tmp_path):
   """evaluate() copies a buffer only before writing it in place (inputs can be a whole embedding table): the caller's
   arrays keep their contents, for a pre-sink's STOREs and for a big graph's assigns alike."""
   from tinysched import Tensor
-  from replay.encode import decode_kernel_input, decode_schedule_input
-  from replay import reference as REF
+  from replay.store.encode import decode_kernel_input, decode_schedule_input
+  from replay.execute import reference as REF
   x = Tensor(np.arange(6, dtype=np.float32)).realize()
   def work():
     (x + 1).realize()
@@ -400,21 +400,23 @@ def test_the_graph_reference_never_writes_the_callers_arrays(tmp_path):
 def test_the_schedule_check_leaves_the_job_inputs_as_they_were(db):
   """_graph_check interprets each side on copies of only the buffers the side writes (the rest is read in place):
   the job's inputs must come out unchanged, or the next side would start from another side's outputs."""
-  from replay.store import Store
-  from replay import execcheck as E
+  from replay.store.sqlite import Store
+  from replay.check.execution import build_job
+  from replay.execute import judge as J
+  from replay.execute.launch import _Side
   s = Store(str(db), readonly=True)
   try: rows = [r for r in s.captures() if r["level"] == "schedule"]
   finally: s.close()
   checked = 0
   for row in rows:
-    job = E.build_job(str(db), "schedule", row["input_key"], row["output_key"], row.get("extra"), row.get("var_vals"))
+    job = build_job(str(db), "schedule", row["input_key"], row["output_key"], row.get("extra"), row.get("var_vals"))
     if "skip" in job: continue
     names = dict(job["names"])
-    sides = {k: E._Side(DEVICE, job[k], names) for k in ("old", "new")}
-    specs = {int(i): (size, E._dtype(dt)) for i, (size, dt) in job["specs"].items()}
+    sides = {k: _Side(DEVICE, job[k], names) for k in ("old", "new")}
+    specs = {int(i): (size, J._dtype(dt)) for i, (size, dt) in job["specs"].items()}
     host = {i: seeded_fill(size, dt, job["seed"] + i) for i, (size, dt) in specs.items()}
     before = {i: a.copy() for i, a in host.items()}
-    E._graph_check(job, sides, host, specs, names)
+    J._graph_check(job, sides, host, specs, names)
     assert all(np.array_equal(host[i], before[i], equal_nan=True) for i in host), row["label"]
     checked += 1
   assert checked

@@ -4,8 +4,8 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-from replay.cli import main as cli
-from replay import gate as G
+from replay.cli.app import main as cli
+from replay.baseline import gate as G
 import tinysched.schedule as S
 from tests.replay.changes import capture_store
 from tinysched import Tensor, Ops
@@ -56,7 +56,8 @@ def test_decide_always_fails_even_when_accepted(kind):
   code = 2 if kind == "exit 2" else (rep or {}).get("exit_code", 1)
   ok, why = G.decide(rep, code, True)
   assert not ok, why
-  assert {"mismatch": "miscompile", "wrong": "independent numpy reference", "unstable": "different bits", "failed": "failed to run", "timeout": "timed out", "error": "does not accept", "incompatible": "incompatible",
+  assert {"mismatch": "miscompile", "wrong": "independent numpy reference", "unstable": "different bits", "failed": "failed to run",
+          "timeout": "timed out", "error": "does not accept", "incompatible": "incompatible",
           "fatal": "could not be read", "no report": "without a readable JSON report", "exit 2": "exited 2"}[kind] in why
   assert G.failure_exit(rep, code) == (1 if kind in ("mismatch", "wrong", "unstable") else 2)
 
@@ -186,7 +187,7 @@ def test_gate_mismatch_fails_even_with_accept(db, ci_env, monkeypatch):
 bump_one = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=1.5) if type(c.arg) is float and c.arg == 1.0 else None,
                             "bump_one")], name="bump")
 
-@pytest.mark.skipif(not G.exec_available(), reason="replay.execcheck (the execution check) is not installed")
+@pytest.mark.skipif(not G.exec_available(), reason="replay.execute.pool (the execution check) is not installed")
 def test_gate_exec_real_mismatch_fails_even_with_accept(db, ci_env, monkeypatch):
   # `x * 2 + 1` now adds 1.5: the execution check runs old and new kernels and finds different numbers
   plant(monkeypatch, lambda pre, ast: graph_rewrite(ast, bump_one))

@@ -3,7 +3,7 @@ import subprocess
 from pathlib import Path
 import pytest
 from replay import git as G
-from replay.commits import CommitsError, repo_root, resolve
+from replay.baseline.checkouts import CommitsError, repo_root, resolve
 
 def _repo(tmp_path: Path) -> Path:
   repo = tmp_path / "repo"
@@ -66,3 +66,12 @@ def test_worktrees(tmp_path):
   G.remove_worktree(repo, wt)  # gone already: no error while cleaning up
   G.prune_worktrees(repo)
   assert not wt.exists() and G.git(["worktree", "list", "--porcelain"], repo).count("worktree ") == 1
+
+def test_this_checkout_is_the_folder_holding_replay_and_tinysched():
+  # blame's new side and bisect's step run this checkout's code: a path one level off (replay/ itself) still imported
+  # through an editable install, so only the path can tell
+  from pathlib import Path
+  from replay.triage import bisect
+  root = Path(__file__).resolve().parents[2]
+  assert G.THIS_CHECKOUT == root and (G.THIS_CHECKOUT / "replay" / "git.py").is_file() and (G.THIS_CHECKOUT / "tinysched").is_dir()
+  assert bisect.step_command(Path("p"), Path("l"), Path("e"), 1, None)[3] == str(root)

@@ -3,8 +3,8 @@ their particulars), so one rename in every kernel is one group, and two differen
 import re
 import pytest
 import replay
-from replay.check import check
-from replay.program import source_signature
+from replay.check.pool import check
+from replay.levels.program import source_signature
 from tinysched import Tensor
 from tinysched.codegen import program as P
 from tinysched.codegen.target import GENERIC_GPU

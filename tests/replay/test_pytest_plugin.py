@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 import replay
-from replay.cli import main as cli
+from replay.cli.app import main as cli
 from tinysched import Tensor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
   env = {**os.environ, "PYTHONPATH": str(ROOT), "TINYSCHED_DEVICE": "NUMPY", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
   env.pop("PYTEST_ADDOPTS", None)
   return subprocess.run([sys.executable, "-m", "pytest", "-c", str(cwd / "pytest.ini"), "-p", "no:cacheprovider", "-p", "xdist.plugin",
-                         "-p", "replay.pytest_plugin", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+                         "-p", "replay.baseline.pytest_plugin", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 def check_verdicts(caps: Path, tmp: Path) -> dict[str, bool]:
   """replay check's verdicts as {item name: failed}."""
@@ -93,12 +93,12 @@ def test_plugin_bad_input(tmp_path):
 def test_plugin_is_a_pytest11_entry_point():
   tomllib = pytest.importorskip("tomllib")
   doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
-  assert doc["project"]["entry-points"]["pytest11"]["replay.pytest_plugin"] == "replay.pytest_plugin"
+  assert doc["project"]["entry-points"]["pytest11"]["replay.baseline.pytest_plugin"] == "replay.baseline.pytest_plugin"
   assert "pytest-xdist" in doc["project"]["optional-dependencies"]["dev"]
-  eps = [ep for ep in entry_points(group="pytest11") if ep.name == "replay.pytest_plugin"]
+  eps = [ep for ep in entry_points(group="pytest11") if ep.name == "replay.baseline.pytest_plugin"]
   if not eps: pytest.skip("the package is installed without the pytest11 entry point: run `pip install -e .` again")
-  import replay.pytest_plugin
-  assert eps[0].load() is replay.pytest_plugin
+  import replay.baseline.pytest_plugin
+  assert eps[0].load() is replay.baseline.pytest_plugin
 
 # *** pytest --replay-capture: a project's own tests as replay inputs ***
 

@@ -7,9 +7,9 @@ import json, os, sqlite3, subprocess, sys
 import pytest
 from click.testing import CliRunner
 import replay
-from replay.check import check
-from replay.cli import main as cli
-from replay.program import NO_HOST_NOTE
+from replay.check.pool import check
+from replay.cli.app import main as cli
+from replay.levels.program import NO_HOST_NOTE
 from tinysched import Tensor
 from tinysched.codegen import heuristic as H
 from tinysched.codegen import program as P
@@ -66,7 +66,7 @@ def test_cpu_tiling_change_shows_under_reoptimize(prog_db, monkeypatch):
   assert any(s.startswith("program: opts changed: UPCAST(0,8), UPCAST(1,16) -> ") for s in sigs), sigs  # the CPU tiles
 
 def test_compute_units_from_extra_reproduce_the_gpu_choice(prog_db, monkeypatch):
-  from replay import runner
+  from replay.levels import program as runner  # the program level reads the recorded host facts
   assert check([prog_db], jobs=1, reoptimize=True).exit_code() == 0
   monkeypatch.setattr(runner, "row_host", lambda row: {})  # plant: ignore the recorded host facts (compute_units=1)
   changed = _changed(check([prog_db], jobs=1, reoptimize=True))

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 import replay
-from replay.cli import main as cli
-from replay.check import check
-from replay.encode import key_of
-from replay import report as R
+from replay.cli.app import main as cli
+from replay.check.pool import check
+from replay.store.encode import key_of
+from replay.report import text as R
 import tinysched.schedule as S
 import tinysched.scheduling.kernel_ast as KA
 from tinysched import Tensor, Ops
@@ -112,7 +112,7 @@ def test_diff_two_stores(db, tmp_path, monkeypatch):
   r = invoke("diff", db, new, "--level", "kernel")
   assert r.exit_code == 1 and "changed:" in r.output and "SINK.src[0].STORE" in r.output
   # a capture only one side has is reported with the store that holds it
-  from replay.compare import compare
+  from replay.check.pairs import compare
   part = tmp_path / "part.db"
   with replay.capture(part, label="unit"): Tensor([[1.0, 2.0], [3.0, 4.0]]).exp().sum(1).realize()  # a kernel the workload never made
   rep = compare(str(db), str(part), level="kernel")
@@ -123,7 +123,7 @@ def test_diff_two_stores(db, tmp_path, monkeypatch):
 def test_diff_names_the_rule_behind_a_change(tmp_path, monkeypatch):
   """`replay diff` describes a change as `replay check` does, with the rules that built the changed nodes, as long
   as the current code is the code that made the new store; other code cannot explain that store's change."""
-  from replay.compare import compare
+  from replay.check.pairs import compare
   def capture(path):  # the same kernels under two labels: each pair is described, not just the first of its kind
     for label in ("one", "two"):
       with replay.capture(path, label=label): workload()
@@ -184,7 +184,6 @@ def test_program_level_sees_codegen_changes(tmp_path, monkeypatch):
   pytest.importorskip("pyopencl")
   from tinysched.codegen import program as P
   from tinysched.codegen.target import GENERIC_GPU
-  from tinysched.codegen.kernel import Opt, OptOps
   db = tmp_path / "prog.db"
   x = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8))
   ast = (x * 2).sum(1).schedule()[-1].ast
@@ -202,7 +201,7 @@ def test_program_level_sees_codegen_changes(tmp_path, monkeypatch):
 def test_diff_pairs_schedule_calls_by_input_before_call_order(tmp_path):
   """The new side makes one schedule call more, first: the calls both sides make must still pair with each other
   (by input key), not shift by one and all look changed."""
-  from replay.compare import compare
+  from replay.check.pairs import compare
   from tinysched import Tensor
   def a(): (Tensor.arange(12).reshape(3, 4).float().sum(1) + 1).realize()
   def b(): (Tensor.arange(6).float().exp() * 2).realize()

@@ -5,8 +5,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-from replay.cli import main as cli
-from replay import drawing, report as R, report_html as H
+from replay.cli.app import main as cli
+from replay.report import drawing
+from replay.report import text as R
+from replay.report import html as H
 from tinysched.rewrite import graph_rewrite
 from tests.replay.changes import patch_ast, double_consts, swap_commutative, capture_store, workload
 from tests.replay.test_report_md import _report
@@ -117,7 +119,8 @@ def test_self_contained_and_deterministic(planted, db, monkeypatch):
   patch_ast(monkeypatch, plant)  # the drawings replay the inputs with the code that made the report
   assert H.render(rep, drawing.draw_results(rep.results)) == H.render(rep, drawing.draw_results(rep.results))
   # and in two processes with different string hashes (set order), from the JSON report
-  render = "import json, sys; from replay import report as R, report_html as H; sys.stdout.write(H.render(R.from_json(json.load(open(sys.argv[1]))), {}))"
+  render = ("import json, sys; from replay.report import text as R, html as H; "
+            "sys.stdout.write(H.render(R.from_json(json.load(open(sys.argv[1]))), {}))")
   pages = {subprocess.run([sys.executable, "-c", render, str(out / "r.json")], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}).stdout for seed in ("1", "2")}
   assert len(pages) == 1 and "</html>" in pages.pop()
@@ -133,8 +136,8 @@ def test_all_200_groups_on_the_page():
 def test_unstable_outcome_alone_is_a_failure():
   """A report whose only result is `unstable` (`replay check --twice`: its output depends on the hash seed) exits 1 and
   fails the gate whatever [replay:accept] says: the page says failure, lists it, and says what to do next."""
-  from replay.check import Report
-  from replay.runner import Result
+  from replay.check.results import Report
+  from replay.check.results import Result
   r = Result("stores/model.db", 1, 0, "kernel", "model0", "a" * 64, "b" * 64, "c" * 64, outcome="unstable",
              reason="the output depends on the hash seed: PYTHONHASHSEED=1 gives cccc, PYTHONHASHSEED=2 gives dddd",
              signature="unstable kernel: planted")
@@ -242,12 +245,12 @@ def test_in_chromium_selftest_search_and_screenshot(planted, tmp_path):
 def test_every_committed_kernel_can_be_drawn():
   """Symbolic shapes and offsets (the KV cache's start_pos), masks, multi-view trackers: the DOT of every kernel AST of
   two committed stores is made, and dot lays out a sample of them."""
-  from replay.store import Store
-  from replay.runner import decode_output
+  from replay.store.sqlite import Store
+  from replay import levels
   dots = []
   for name in ("gpt2_tiny", "smollm2"):
     s = Store(str(ROOT / "captures" / f"{name}.db"), readonly=True)
-    try: asts = {r["output_key"]: decode_output("kernel", s.blob(r["output_key"])) for r in s.captures(level="kernel")}
+    try: asts = {r["output_key"]: levels.get("kernel").decode_output(s.blob(r["output_key"])) for r in s.captures(level="kernel")}
     finally: s.close()
     dots += [drawing.ast_dot(a, {}, f"k{i}") for i, a in enumerate(asts.values())]
   assert len(dots) > 50 and any("start_pos" in d for d in dots)

@@ -2,10 +2,10 @@
 far as they fit, then one line that counts the groups and captures left out (no group silently missing), and long
 values shown where they differ."""
 import hashlib, re
-from replay import report as R
-from replay.check import Report
-from replay.gate import summary_markdown
-from replay.runner import Result
+from replay.report import text as R
+from replay.check.results import Report
+from replay.baseline.gate import summary_markdown
+from replay.check.results import Result
 
 GITHUB_COMMENT_LIMIT = 65_536
 ROW = re.compile(r"^\| (\d+) \| (?:❌ )?(\w+) \| [^|]* \| (\d+) \| `(.*)` \|$")
@@ -19,8 +19,8 @@ def _report(n_groups: int, failing: set[int] = frozenset()) -> Report:
   results = []
   for g in range(n_groups):
     for m in range(1 + g % 5):
-      diff = "--- stored\n+++ current\n@@ -1,40 +1,40 @@\n" + "".join(f"-  LOAD dtypes.float {g}.{m}.{i} {'x' * 90}\n+  LOAD dtypes.float {g}.{m}.{i} {'y' * 90}\n"
-                                                                  for i in range(40))
+      diff = "--- stored\n+++ current\n@@ -1,40 +1,40 @@\n" + "".join(f"-  LOAD dtypes.float {g}.{m}.{i} {'x' * 90}\n"
+                                                                  f"+  LOAD dtypes.float {g}.{m}.{i} {'y' * 90}\n" for i in range(40))
       exec_ = ({"verdict": "mismatch", "where": "old vs new", "max_abs_err": 0.5, "n_diff": 3, "first_diff": [1], "buffer": 0}
                if g in failing else {"verdict": "equivalent", "max_abs_err": 0.0})
       results.append(Result("stores/model.db", 1, len(results), "kernel", f"model{g % 7}", _key(g, m, "in"), _key(g, m, "old"),
@@ -74,7 +74,8 @@ def test_details_that_do_not_fit_are_counted():
   assert f"_Details of groups {detailed + 1}–{shown} (above, in the table) did not fit here" in md
 
 def test_long_values_show_where_they_differ():
-  old = "ShapeTracker(views=(View(shape=(2, 1, 5, 4, 16), strides=(0, 0, 192, 16, 1), offset=0, mask=((0, 2), (0, 1), (0, 5), (0, 4), (0, 16)), contiguous=False),))"
+  old = ("ShapeTracker(views=(View(shape=(2, 1, 5, 4, 16), strides=(0, 0, 192, 16, 1), offset=0, "
+         "mask=((0, 2), (0, 1), (0, 5), (0, 4), (0, 16)), contiguous=False),))")
   new = old.replace("(0, 16)), contiguous", "(1, 16)), contiguous")
   assert old[:80] == new[:80]  # a cut at 80 characters would show the same text twice
   o, n = R.differing_parts(old, new)
@@ -96,7 +97,7 @@ def test_every_failing_kind_is_named_first():
   fails = md[md.index("### ❌ Failures"):md.index("### Groups")]
   for r, v in zip(rep.results[:5], kinds): assert f"| **{v}** | {r.label} kernel `{r.input_key[:12]}` |" in fails  # timeouts too
   assert [ln.split("**")[1] for ln in fails.splitlines() if ln.startswith("| **")] == list(kinds)  # worst first
-  from replay import report_html as H
+  from replay.report import html as H
   page = H.render(rep, {})
   head = page[:page.index('id="groups"')]
   assert all(f'class="card v-{v}"' in head and f'<span class="badge v-{v}">' in head for v in kinds)

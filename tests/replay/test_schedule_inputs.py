@@ -4,17 +4,18 @@ import sqlite3
 import numpy as np
 import pytest
 import replay
-from replay.check import check
-from replay.encode import IncompatibleCapture, decode_schedule_input, encode_schedule_input
-import replay.encode as E
+from replay.check.pool import check
+from replay.store.encode import IncompatibleCapture, decode_schedule_input, encode_schedule_input
+import replay.store.encode as E
 from tinysched import Tensor, nn
 from tinysched.helpers import Context, FUSE_ARANGE
 
-OTHER = 1 - FUSE_ARANGE.default  # the non-default value of the one scheduler flag
 from tinysched.ops import Ops
 from tinysched.rewrite import PatternMatcher, UPat
 import tinysched.schedule as S
 import tinysched.scheduling.kernel_ast as KA
+
+OTHER = 1 - FUSE_ARANGE.default  # the non-default value of the one scheduler flag
 
 swap = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"),
                         lambda x: x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None, "swap")], name="swap")
@@ -77,7 +78,7 @@ def test_flags_are_recorded_with_the_schedule_and_replayed(tmp_path, monkeypatch
   np.testing.assert_array_equal(on, off)
   c = sqlite3.connect(db)
   rows = c.execute("select g.data from captures c join graphs g on g.key = c.input_key where c.level = 'schedule'").fetchall()
-  from replay.store import Store
+  from replay.store.sqlite import Store
   st = Store(db, readonly=True)
   flags = sorted(str(decode_schedule_input(st.blob(k))[2]) for (k,) in c.execute("select input_key from captures where level='schedule'"))
   assert f"{{'FUSE_ARANGE': {OTHER}}}" in flags and "{}" in flags, flags
@@ -91,7 +92,7 @@ def test_flags_not_recorded_is_caught(tmp_path, monkeypatch):
   # the bug this fixes, planted: drop the flags from the stored input; the replay sees a different schedule
   monkeypatch.delenv("FUSE_ARANGE", raising=False)
   orig = E.encode_schedule_input
-  import replay.recorder as REC
+  import replay.levels.schedule as REC  # the schedule level encodes what the recorder queued
   monkeypatch.setattr(REC, "encode_schedule_input", lambda g, vv, stats=None, flags=None: orig(g, vv, stats))
   db = tmp_path / "lost.db"
   with replay.capture(db, label="flags"):

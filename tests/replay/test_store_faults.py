@@ -3,15 +3,15 @@ compaction and baseline replacement, crafted stores, size bombs under a memory c
 that must leave the store's directory byte-identical.
 
 Crash points are named steps in replay (REPLAY_PAUSE_AT=<step> makes the process wait there, see
-replay.store.pause_point), so each test kills exactly where it means to."""
+replay.store.sqlite.pause_point), so each test kills exactly where it means to."""
 import hashlib, json, os, shutil, signal, sqlite3, subprocess, sys, textwrap, time, zlib
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
 import replay
-from replay.cli import main as cli
-from replay.encode import key_of
-from replay.store import Store
+from replay.cli.app import main as cli
+from replay.store.encode import key_of
+from replay.store.sqlite import Store
 from tinysched import Tensor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def good(tmp_path_factory) -> Path:
   """A compacted store of the workload (what the committed baselines look like)."""
   db = tmp_path_factory.mktemp("good") / "good.db"
   with replay.capture(db, label="g"): workload()
-  replay.store.compact(db)
+  replay.store.sqlite.compact(db)
   return db
 
 def copy_of(db: Path, d: Path) -> Path:
@@ -69,7 +69,7 @@ def copy_of(db: Path, d: Path) -> Path:
 WRITERS = textwrap.dedent("""
   import json, os, sys, traceback
   sys.path.insert(0, {root!r})
-  import replay, replay.recorder as rc
+  import replay, replay.record.recorder as rc
   from tests.replay.test_store_faults import workload
   tmp, rounds, writers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
   def child(db, label, gate):
@@ -153,7 +153,7 @@ def test_store_half_made_by_an_older_version_is_finished_by_the_next_capture(tmp
 
 # *** SIGKILL during compaction and baseline replacement ***
 
-COMPACT = "import sys; from replay.store import compact; compact(sys.argv[1])"
+COMPACT = "import sys; from replay.store.sqlite import compact; compact(sys.argv[1])"
 COMPACT_STEPS = ["compact:opened", "compact:copied", "compact:verified", "compact:replaced"]
 
 @pytest.fixture(scope="module")
@@ -173,14 +173,14 @@ def test_sigkill_during_compaction_keeps_the_store(tmp_path, wal_store, step):
   assert not Path(f"{db}-journal").exists()
   r = invoke("check", db, "-j", "1")
   assert r.exit_code == 0 and f"replayed {before} captures" in r.output, r.output
-  replay.store.compact(db)  # the next compaction works and removes what the killed one left
+  replay.store.sqlite.compact(db)  # the next compaction works and removes what the killed one left
   assert sorted(os.listdir(tmp_path)) == [db.name]
   assert n_captures(db) == before and invoke("check", db, "-j", "1").exit_code == 0
 
 SUITE = textwrap.dedent("""
   import sys
   from pathlib import Path
-  from replay.suite import run_model
+  from replay.baseline.suite import run_model
   r = run_model("mlp_digits", Path(sys.argv[1]), quick=True, levels=("kernel",), replace=True)
   print(r.get("ok"), r.get("error"))
 """)
@@ -215,7 +215,7 @@ def test_sigkill_of_the_suite_keeps_the_baseline_and_leaves_no_model_process(tmp
   assert n_captures(target) > 0 and target.read_bytes() != old
 
 def test_accept_takes_a_lock_removes_stale_folders_and_turns_sigterm_into_an_interrupt(tmp_path, monkeypatch):
-  from replay.cli_ci import _accept_process
+  from replay.cli.ci import _accept_process
   repo = tmp_path / "repo"
   (repo / "captures").mkdir(parents=True)
   subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -226,7 +226,7 @@ def test_accept_takes_a_lock_removes_stale_folders_and_turns_sigterm_into_an_int
   with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
     with _accept_process("captures"):
       assert not stale.exists()  # its creator is dead: the lock proves it
-      holder = subprocess.run([sys.executable, "-c", "from replay.cli_ci import _accept_process\nwith _accept_process('captures'): pass"],
+      holder = subprocess.run([sys.executable, "-c", "from replay.cli.ci import _accept_process\nwith _accept_process('captures'): pass"],
                               env=ENV, cwd=repo, capture_output=True, text=True)
       assert holder.returncode == 2 and "another `replay accept` is running" in holder.stderr, holder.stderr
       os.kill(os.getpid(), signal.SIGTERM)
@@ -338,7 +338,7 @@ CAPPED = textwrap.dedent("""
     for ln in open("/proc/self/status"):
       if ln.startswith("VmPeak:"): return int(ln.split()[1]) * 1024
   import atexit; atexit.register(lambda: sys.stderr.write(f"VMPEAK {peak()}\\n"))
-  from replay.cli import main
+  from replay.cli.app import main
   main(sys.argv[2:], prog_name="replay")
 """)
 
@@ -397,7 +397,7 @@ def _state(d: Path) -> dict[str, tuple]:
 KILLED_WRITER = textwrap.dedent("""
   import sys, time
   sys.path.insert(0, {root!r})
-  import replay.recorder as rc
+  import replay.record.recorder as rc
   rc.FLUSH_EVERY = 1   # every capture committed (into the WAL) before the kill
   from tests.replay.test_store_faults import workload
   workload()
@@ -487,7 +487,7 @@ def test_misconfigured_capture_stops_with_the_variable_named(tmp_path, var, valu
 LOSES_LAST_BATCH = textwrap.dedent("""
   import sqlite3, sys
   sys.path.insert(0, {root!r})
-  import replay.recorder as rc
+  import replay.record.recorder as rc
   rc.FLUSH_EVERY = 10**9  # everything waits for the flush at exit
   from tests.replay.test_store_faults import workload
   workload()

@@ -1,8 +1,8 @@
 """`replay suite`: the same suite captured twice, in separate processes, gives identical capture key sets."""
 import pytest
 from click.testing import CliRunner
-from replay.cli import main as cli
-from replay.store import Store
+from replay.cli.app import main as cli
+from replay.store.sqlite import Store
 from tinysched.models.suite import available
 
 MODELS = [m for m in ("gpt2_tiny", "mlp_digits") if available(m) is None]

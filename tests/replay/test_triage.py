@@ -46,8 +46,8 @@ def store(tmp_path_factory):
 
 def changed_key(db: Path, tree: Path, level: str = "kernel") -> str:
   """A capture of `level` the planted tree replays differently."""
-  from replay.store import Store
-  from replay.probe import Probe, sha
+  from replay.store.sqlite import Store
+  from replay.triage.probe import Probe, sha
   s = Store(db, readonly=True)
   try:
     with Probe(tree, "planted") as p:
@@ -57,8 +57,8 @@ def changed_key(db: Path, tree: Path, level: str = "kernel") -> str:
   raise AssertionError(f"the planted rule changes no {level}-level capture")
 
 def test_blame_names_the_planted_rule(store, planted):
-  from replay.store import Store
-  from replay.triage import blame
+  from replay.store.sqlite import Store
+  from replay.triage.blame import blame
   key = changed_key(store, planted)
   s = Store(store, readonly=True)
   try:
@@ -72,7 +72,7 @@ def test_blame_names_the_planted_rule(store, planted):
 
 def test_blame_and_minimize_from_the_cli(store, planted, tmp_path):
   """minimize: <= 10 nodes within the time limit; the repro passes on the old code and fails on the new."""
-  from replay.cli import main as cli
+  from replay.cli.app import main as cli
   key = changed_key(store, planted)[:16]
   # the CLI always takes this checkout as the new code: run it from the planted copy
   env = {**os.environ, "PYTHONPATH": str(planted)}
@@ -97,8 +97,8 @@ def test_blame_and_minimize_from_the_cli(store, planted, tmp_path):
 def test_blame_works_for_an_old_checkout_without_the_limit(store, planted, tmp_path):
   """Captures made before rewrite_limit existed: the probe puts the same limit around rewrite_named, and blame says
   the same."""
-  from replay.store import Store
-  from replay.triage import blame
+  from replay.store.sqlite import Store
+  from replay.triage.blame import blame
   old = copy_tree(tmp_path / "old")
   p = old / "tinysched/rewrite.py"
   p.write_text(p.read_text().replace("def rewrite_limit(", "def _not_yet_rewrite_limit("))
@@ -115,8 +115,8 @@ def test_blame_at_program_level(tmp_path):
   """A planted index simplification change (x + 0 -> x + 1) in codegen, blamed on a program-level capture made
   without any device (codegen for the generic GPU target)."""
   import replay
-  from replay.store import Store
-  from replay.triage import blame
+  from replay.store.sqlite import Store
+  from replay.triage.blame import blame
   from tinysched.codegen import to_program, GENERIC_GPU
   tree = copy_tree(tmp_path / "planted")
   p = tree / "tinysched/symbolic.py"
@@ -136,8 +136,8 @@ def test_blame_at_program_level(tmp_path):
 
 def test_minimize_a_schedule_level_capture(store, planted, tmp_path):
   """The same planted rule seen through a whole schedule: the big graph shrinks, and its repro tells old from new."""
-  from replay.store import Store
-  from replay.triage import minimize, repro_test
+  from replay.store.sqlite import Store
+  from replay.triage.blame import minimize, repro_test
   key = changed_key(store, planted, "schedule")[:16]
   s = Store(store, readonly=True)
   try: res = minimize(s, key, ROOT, planted, time_limit=60)

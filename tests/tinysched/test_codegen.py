@@ -1,22 +1,19 @@
 """Code generation: kernel normalization, Opts, determinism of to_program, device limits, and
 optimized vs unoptimized kernels giving the same numbers (run on OpenCL when a device exists)."""
 from __future__ import annotations
-import dataclasses, hashlib, os, subprocess, sys, textwrap
+import dataclasses, os, subprocess, sys, textwrap
 import numpy as np
 import pytest
 from tinysched import Tensor, dtypes, Variable
 from tinysched.ops import Ops
 from tinysched.uop import UOp
-from tinysched.shape import ShapeTracker
 from tinysched import capture_hook
 from tinysched.codegen import (Opt, OptOps, Kernel, KernelError, KernelOptError, Target, GENERIC_GPU, GENERIC_CPU, to_program,
                                default_opts, UnsupportedDTypeError)
 from tinysched.codegen.opencl import render_const
-from tinysched.runtime.interpreter import exec_ast as interpret
+from tests.tinysched.kernels import needs_cl, _kernels, _random_inputs, _run_both
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tests.tinysched.kernels import HAS_CL, needs_cl, run_ast, _kernels, _view, _glob, _elementwise_ast, _random_inputs, _assert_same, _run_both
 
 # *** kernel normalization and opts ***
 

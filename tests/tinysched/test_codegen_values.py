@@ -6,7 +6,7 @@ import pytest
 from tinysched import Tensor, dtypes
 from tinysched.codegen import GENERIC_CPU, to_program
 from tinysched.codegen import rebuild
-from tests.tinysched.kernels import HAS_CL, needs_cl, _kernels
+from tests.tinysched.kernels import needs_cl, _kernels
 
 A = np.array([[-3.0, -1.5, -0.0], [0.0, 2.5, 7.0]], np.float32)
 
@@ -90,5 +90,6 @@ def test_planted_alu_that_skips_some_identities_is_caught(monkeypatch):
   from tinysched.uop import UOp
   from tinysched.ops import Ops
   real = rebuild.alu
-  monkeypatch.setattr(rebuild, "alu", lambda op, dt, srcs, arg=None: UOp(op, dt, srcs, arg) if op in (Ops.MAX, Ops.WHERE) else real(op, dt, srcs, arg))
+  monkeypatch.setattr(rebuild, "alu", lambda op, dt, srcs, arg=None:
+                      UOp(op, dt, srcs, arg) if op in (Ops.MAX, Ops.WHERE) else real(op, dt, srcs, arg))
   with pytest.raises(AssertionError): test_every_identity_applies_through_alu()

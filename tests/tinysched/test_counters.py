@@ -117,8 +117,8 @@ def test_no_work_no_count(dev):
   assert counters() == (0, 0, 0)
 
 def test_the_execution_check_uses_the_one_cost_model():
-  from replay import execcheck
-  assert execcheck.kernel_cost is C.kernel_cost
+  from replay.execute import timing
+  assert timing.kernel_cost is C.kernel_cost
 
 @pytest.mark.parametrize("dev", DEVICES)
 def test_symbolic_dims_count_at_the_bound_value(dev):

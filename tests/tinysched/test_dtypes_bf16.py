@@ -46,7 +46,8 @@ EDGES = np.array([
   np.inf, -np.inf, float(np.finfo(np.float32).max), float(_f32(0x7F7F7FFF)), float(_f32(0x7F7F8000)),  # float32 max -> inf; below / at
   # the tie above bfloat16's largest finite value (0x7f7f, odd: the tie rounds up, to inf)
   1e-40, -1e-40, float(_f32(0x00000001)), float(_f32(0x00008000)), float(_f32(0x00018000)), float(_f32(0x00807FFF)),  # subnormals, ties among them
-  np.nan, float(_f32(0x7F800001)), float(_f32(0x7FFFFFFF)), float(_f32(0xFFFFFFFF)), float(_f32(0x7FBFFFFF)),  # NaNs a naive rounding turns into inf / -0
+  # NaNs a naive rounding turns into inf / -0
+  np.nan, float(_f32(0x7F800001)), float(_f32(0x7FFFFFFF)), float(_f32(0xFFFFFFFF)), float(_f32(0x7FBFFFFF)),
 ], dtype=np.float32)
 
 def _assert_bits(got: np.ndarray, x: np.ndarray) -> None:
@@ -157,8 +158,8 @@ def test_elementwise_vs_torch(dev):
                              ("max", ta.maximum(tb), torch.maximum(xa, xb)), ("float", (ta * tb).float(), (xa * xb).float())]:
     assert np.array_equal(ours.numpy(), theirs.float().numpy()), name
   # division, exp, sqrt, log: the float32 functions (and x*recip(y) for x/y) may differ by a float32 ulp, so at most one bfloat16 ulp
-  for name, ours, theirs in [("div", ta / tb, xa / xb), ("exp", (ta / 4).exp(), (xa / 4).exp()),
-                             ("sqrt", ta.abs().sqrt(), xa.abs().sqrt()), ("log", (ta.abs() + 1).realize().log(), (xa.abs() + 1).log())]:  # torch rounds x+1 first: realize it
+  for name, ours, theirs in [("div", ta / tb, xa / xb), ("exp", (ta / 4).exp(), (xa / 4).exp()), ("sqrt", ta.abs().sqrt(), xa.abs().sqrt()),
+                             ("log", (ta.abs() + 1).realize().log(), (xa.abs() + 1).log())]:  # torch rounds x+1 first: realize it
     np.testing.assert_allclose(ours.numpy(), theirs.float().numpy(), rtol=2**-7, atol=1e-30, err_msg=name)
   # a fused chain rounds once, on the store; torch rounds after every op: within a bfloat16 ulp or two
   c = (ta * tb + ta).numpy()

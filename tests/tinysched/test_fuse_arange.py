@@ -1,8 +1,8 @@
 """FUSE_ARANGE (scheduler switch from tinygrad 0.10.0) and nested reduces that fold in the code generator.
 
-With FUSE_ARANGE on (the default here; tinygrad 0.10.0 defaults it off), an arange (a sum of masked constants) is not stored: it is recomputed inside the kernels that read it,
-where `reduce_masked_const_to_count` folds it to `v` and `reduce_masked_point_to_load` turns an embedding's compare
-`v == id` into one guarded load of the weight: no loop over the vocabulary.
+With FUSE_ARANGE on (the default here; tinygrad 0.10.0 defaults it off), an arange (a sum of masked constants) is not stored: it is
+recomputed inside the kernels that read it, where `reduce_masked_const_to_count` folds it to `v` and `reduce_masked_point_to_load`
+turns an embedding's compare `v == id` into one guarded load of the weight: no loop over the vocabulary.
 """
 import numpy as np
 import pytest

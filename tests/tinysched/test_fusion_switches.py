@@ -213,7 +213,8 @@ def test_planted_fusion_of_output_is_caught(monkeypatch):
 
 def test_planted_dim_by_dim_axes_is_caught(monkeypatch):
   # without reshape_between_reduces the outer's axes are matched dim by dim (0.10.0's wrong numbers)
-  views_down = kernel_ast.PatternMatcher([(p, f, n) for p, f, n, _ in kernel_ast.views_down.rules if n != "reshape_between_reduces"], name="views_down")
+  views_down = kernel_ast.PatternMatcher([(p, f, n) for p, f, n, _ in kernel_ast.views_down.rules if n != "reshape_between_reduces"],
+                                         name="views_down")
   monkeypatch.setattr(kernel_ast, "views_down", views_down)
   # the axes found dim by dim are wrong; here the kernel's views no longer fit (0.10.0 runs it and gets wrong numbers)
   for name in ("reshape_2x10", "reshape_flat"):
@@ -248,7 +249,8 @@ FOLDS = {
   "empty_0x3":      (lambda d=None: Tensor.empty(0, 3, device=d), lambda: np.zeros((0, 3), np.float32)),
   "arange_0":       (lambda d=None: Tensor.arange(0, device=d), lambda: np.arange(0, dtype=np.int32)),
   "empty_plus_1":   (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize() + 1, lambda: np.zeros((0, 3), np.float32)),
-  "empty_matmul":   (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize() @ Tensor(np.ones((3, 4), np.float32), device=d).realize(),
+  "empty_matmul":   (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize()
+                                    @ Tensor(np.ones((3, 4), np.float32), device=d).realize(),
                      lambda: np.zeros((0, 4), np.float32)),
   "empty_sum0":     (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize().sum(0), lambda: np.zeros(3, np.float32)),
   "empty_max0":     (lambda d=None: Tensor(np.zeros((0, 3), np.float32), device=d).realize().max(0), lambda: np.full(3, -np.inf, np.float32)),

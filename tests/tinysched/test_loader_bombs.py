@@ -196,7 +196,6 @@ def test_pth_shared_list_dag(tmp_path):
   assert res["outcome"] == "loaded" and res["maxrss_mb"] < RSS_LIMIT_MB, res
 
 def test_pth_reference_cycle_and_deep_nesting(tmp_path):
-  import pickle
   path = tmp_path / "cycle.pth"
   _zip_pickle(path, b"\x80\x02]q\x00h\x00a.")  # a list that contains itself
   res = run_loader("pth", path)

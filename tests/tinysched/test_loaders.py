@@ -152,8 +152,8 @@ def test_gguf_matches_gguf_package_on_smollm2():
     raw = ours.raw(t.name)[:rows * (info.nbytes // info.shape[0])]
     np.testing.assert_array_equal(dequantize(raw, info.ggml_type, (rows, *info.shape[1:])),
                                   gguf.dequantize(t.data[:rows], t.tensor_type).reshape(rows, *info.shape[1:]), err_msg=t.name)
-  np.testing.assert_array_equal(ours.tensor("blk.0.attn_q.weight"), gguf.dequantize(ref.tensors[[t.name for t in ref.tensors].index("blk.0.attn_q.weight")].data,
-                                gguf.GGMLQuantizationType.Q4_1).reshape(576, 576))
+  q = ref.tensors[[t.name for t in ref.tensors].index("blk.0.attn_q.weight")]
+  np.testing.assert_array_equal(ours.tensor("blk.0.attn_q.weight"), gguf.dequantize(q.data, gguf.GGMLQuantizationType.Q4_1).reshape(576, 576))
   assert {"Q4_1", "Q8_0", "F32"} <= seen
   assert ours.metadata["llama.block_count"] == 30 and len(ours.metadata["tokenizer.ggml.tokens"]) == 49152
 
@@ -164,7 +164,8 @@ def _torch_state():
   base = torch.randn(4, 6, generator=g)
   return OrderedDict([
     ("w", base), ("view_t", base.t()), ("col", base[:, 2]), ("slice", base[1:3, ::2]), ("half", torch.randn(3, generator=g).half()),
-    ("bf16", torch.randn(2, 2, generator=g).to(torch.bfloat16)), ("long", torch.tensor([1, -2, 2**40])), ("scalar", torch.tensor(7, dtype=torch.int64)),
+    ("bf16", torch.randn(2, 2, generator=g).to(torch.bfloat16)), ("long", torch.tensor([1, -2, 2**40])),
+    ("scalar", torch.tensor(7, dtype=torch.int64)),
     ("bool", torch.tensor([True, False, True])), ("u8", torch.arange(5, dtype=torch.uint8)), ("empty", torch.zeros(0, 3)),
     ("param", torch.nn.Parameter(torch.ones(2, 2))), ("nested", {"list": [1, 2.5, "x", None, (True,)], "t": torch.arange(3, dtype=torch.int32)}),
   ])
@@ -305,7 +306,8 @@ def test_safetensors_loader_and_fallback_agree(tmp_path):
 
 # *** tokenizers ***
 
-TEXTS = ["Hello world!  It's 2024, naïve café 東京 ", "The capital of France is Paris.", "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+TEXTS = ["Hello world!  It's 2024, naïve café 東京 ", "The capital of France is Paris.",
+         "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
          "Don't   stop\n\n  believing... ÀÉÎ ñ — “quotes” $100.50 #hashtag @user e-mail: a.b@c.com", "  leading and trailing  ",
          "unaffable tokenization of supercalifragilisticexpialidocious words", "I'm we'll they've she'd", "tab\there\r\nnew\u00a0nbsp\u200bzw",
          "emoji 🙂 and ω Ω ß", "A man is eating food.", "Naïve café!", "Hi"]

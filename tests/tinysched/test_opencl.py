@@ -2,7 +2,6 @@
 multi-output/reduce kernels, device selection and limits, the allocator, the program caches, build
 errors, kernel timing and the memory planner. Skipped where no OpenCL platform exists."""
 from __future__ import annotations
-import dataclasses, os, sys
 import numpy as np
 import pytest
 from tinysched import Tensor, dtypes, Variable
@@ -13,7 +12,7 @@ from tinysched.device import Device, Buffer, DeviceError
 from tinysched.realize import run_schedule
 from tinysched.memory import plan_memory
 from tinysched.codegen import Opt, OptOps, to_program
-from tests.tinysched.kernels import HAS_CL, _elementwise_ast, _random_inputs, _run_both, _view, _glob, _assert_same
+from tests.tinysched.kernels import HAS_CL, _elementwise_ast, _random_inputs, _run_both
 
 pytestmark = pytest.mark.skipif(not HAS_CL, reason="no OpenCL device (install pocl-opencl-icd)")
 

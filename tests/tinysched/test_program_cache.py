@@ -37,7 +37,8 @@ def test_an_entry_gives_back_what_to_program_renders(cache, monkeypatch):
 
 def test_opts_and_target_are_part_of_the_key(cache):
   ast = _ast(Tensor.empty(256, 256) @ Tensor.empty(256, 256))
-  for opts, tg in ((None, GENERIC_GPU), (None, NVIDIA_LIKE_GPU), ((), GENERIC_GPU)): assert PC.cached_program(ast, opts, tg) == to_program(ast, opts, tg)
+  for opts, tg in ((None, GENERIC_GPU), (None, NVIDIA_LIKE_GPU), ((), GENERIC_GPU)):
+    assert PC.cached_program(ast, opts, tg) == to_program(ast, opts, tg)
   assert len({PC.entry_key(ast, None, GENERIC_GPU), PC.entry_key(ast, None, NVIDIA_LIKE_GPU), PC.entry_key(ast, (), GENERIC_GPU)}) == 3
 
 def check_code_edit_changes_the_fingerprint(tmp_path: Path) -> None:
@@ -96,7 +97,8 @@ def test_a_patch_changes_the_live_digest(monkeypatch): check_a_patch_changes_the
 
 def test_plant_live_digest_of_module_names_only(monkeypatch):
   import sys
-  monkeypatch.setattr(PC, "live_digest", lambda: hashlib.sha256(" ".join(sorted(m for m in sys.modules if m.startswith("tinysched"))).encode()).hexdigest())
+  monkeypatch.setattr(PC, "live_digest",
+                      lambda: hashlib.sha256(" ".join(sorted(m for m in sys.modules if m.startswith("tinysched"))).encode()).hexdigest())
   with pytest.raises(AssertionError): check_a_patch_changes_the_live_digest(monkeypatch)
 
 def test_the_digest_is_the_same_in_every_process():
@@ -119,7 +121,8 @@ def test_a_broken_entry_is_rendered_again_and_rewritten(cache):
   ast = _ast(Tensor.empty(300) + 2)
   want = PC.cached_program(ast, None, GENERIC_GPU)
   (entry,) = cache.glob("*.json")
-  for junk in ("", "{not json", '{"name": 1}', '{"name": "x", "src": "", "global": [1], "local": null, "dtypes": ["nosuch"], "outs": [], "opts": [], "local_mem": 0}'):
+  for junk in ("", "{not json", '{"name": 1}',
+               '{"name": "x", "src": "", "global": [1], "local": null, "dtypes": ["nosuch"], "outs": [], "opts": [], "local_mem": 0}'):
     entry.write_text(junk)
     assert PC.cached_program(ast, None, GENERIC_GPU) == want
   assert PC._decode(entry.read_text()) == want

@@ -1,8 +1,10 @@
 import pytest
+from hypothesis import given, settings, strategies as st
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
 from tinysched.uop import UOp, Variable
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite, RewriteLoop, ANY
+import tinysched.rewrite as rewrite_mod
 
 i32 = dtypes.int32
 def ci(x: int, d=i32) -> UOp: return UOp.const(d, x)
@@ -302,9 +304,6 @@ def test_deep_chain_no_recursion_limit():
 
 # *** graph_rewrite walks along a toposort: the same results, rule firings and ctx order as the descent on a stack
 # (_rewrite, which finds the order itself and is what rule results still go through) ***
-
-from hypothesis import given, settings, strategies as st
-import tinysched.rewrite as rewrite_mod
 
 def _walk_matcher() -> PatternMatcher:
   def seen(ctx, x): ctx.append(x)  # every node a rule is tried on, in order; never fires

@@ -1,6 +1,7 @@
 """The scheduler's shortcuts for speed: each must give what the long way gives, and notice when its inputs change."""
 import gc
 import pytest
+from hypothesis import given, settings, strategies as st
 from tinysched import Tensor
 import tinysched.schedule as S
 from tinysched.scheduling import kernel_ast as KA, fusion, bigraph
@@ -253,8 +254,6 @@ def test_a_reused_memo_keeps_as_many_schedules_as_its_caller_asks():
 
 # *** the big graph's walk of the lazy graph recurses, and walks on a stack past the recursion limit: one order ***
 
-from hypothesis import given, settings, strategies as st
-
 @st.composite
 def _lazy_graphs(draw) -> list:
   pool = [Tensor.ones(2, 3).contiguous(), Tensor.full((2, 3), 2.0), Tensor.ones(3, 2).contiguous().T]
@@ -332,7 +331,8 @@ def _programs(draw):
     kind = draw(st.sampled_from(["load", "const", "alu", "alu"]))
     if kind == "load": prog.append(("load", draw(st.integers(0, 3)), draw(st.integers(0, 1))))
     elif kind == "const": prog.append(("const", draw(st.sampled_from(_LOOK_ALIKE))))
-    else: prog.append(("alu", draw(st.sampled_from([S.Ops.ADD, S.Ops.MUL])), draw(st.integers(0, len(prog) - 1)), draw(st.integers(0, len(prog) - 1))))
+    else:
+      prog.append(("alu", draw(st.sampled_from([S.Ops.ADD, S.Ops.MUL])), draw(st.integers(0, len(prog) - 1)), draw(st.integers(0, len(prog) - 1))))
   sizes = draw(st.lists(st.sampled_from([4, 8]), min_size=6, max_size=6))
   outs = draw(st.lists(st.integers(4, 5), min_size=1, max_size=min(2, len(prog)), unique=True))
   return prog, sizes, outs

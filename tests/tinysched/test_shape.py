@@ -126,7 +126,7 @@ N = Variable("n", 1, 6)
 def sym_chain(draw):
   # ops whose arguments are symbolic where they touch dim 0 (size n); the rest are ints
   inner = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=2)))
-  ops, nd, sym_axis, ones = [], 1 + len(inner), 0, 0
+  ops, nd, sym_axis = [], 1 + len(inner), 0
   for _ in range(draw(st.integers(1, 5))):
     kind = draw(st.sampled_from(["permute", "pad", "shrink", "flip", "reshape1", "expand", "flatten"]))
     if kind == "permute":

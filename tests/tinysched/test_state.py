@@ -160,7 +160,8 @@ def test_safetensors_corrupt_files(tmp_path, case, match):
   elif case == "size_mismatch": _write(fn, {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8)
   elif case == "truncated": _write(fn, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8)
   elif case == "overlap":
-    _write(fn, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12)
+    _write(fn, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}},
+           b"\0" * 12)
   with pytest.raises(SafetensorsError, match=match) as e: safe_load(fn)
   assert str(fn) in str(e.value)  # every error names the file
   assert isinstance(e.value, ValueError)

@@ -15,11 +15,14 @@ EFFECTS = frozenset({Ops.STORE, Ops.ASSIGN, Ops.BARRIER, Ops.DEFINE_ACC, Ops.DEF
 
 class Block:
   __slots__ = ("range", "items", "open_child", "closed")
+  range: UOp | None  # None for the kernel's top block
+  items: list[UOp | Block]
+  open_child: Block | None
   def __init__(self, rng: UOp | None):
     self.range, self.items, self.open_child, self.closed = rng, [], None, False
 
 class Emitter:
-  def __init__(self):
+  def __init__(self) -> None:
     self.root = Block(None)
     self.stack: list[Block] = [self.root]
     self.placed: dict[UOp, Block] = {}
@@ -108,7 +111,8 @@ class Emitter:
     def walk(b: Block) -> list[UOp]:
       out: list[UOp] = []
       for it in b.items:
-        if isinstance(it, Block): out += [it.range] + walk(it) + [UOp(Ops.ENDRANGE, dtypes.void, (it.range,))]
+        # (a nested block is a loop's: its range is set)
+        if isinstance(it, Block): out += [it.range] + walk(it) + [UOp(Ops.ENDRANGE, dtypes.void, (it.range,))]  # type: ignore[arg-type]
         else: out.append(it)
       return out
     return walk(self.root)

@@ -172,8 +172,8 @@ def fold_masked_point(red: UOp, x: UOp) -> UOp | None:
     if not on_r: continue
     bs = [_bounds(cl, r) for cl in on_r]
     if any(b is None for b in bs): continue
-    los = [r.src[0]] + [b[0] for b in bs if b[0] is not None]
-    his = [r.src[1]] + [b[1] for b in bs if b[1] is not None]
+    los = [r.src[0]] + [b[0] for b in bs if b[0] is not None]  # type: ignore[index]  # no None in bs: checked above
+    his = [r.src[1]] + [b[1] for b in bs if b[1] is not None]  # type: ignore[index]
     # at most one point: some pair of bounds is at most 1 apart
     if not any((h - l).simplify().vmax <= 1 for l in los for h in his): continue
     lo, hi = los[0], his[0]

@@ -33,6 +33,7 @@ from tinysched.uop import UOp
 from tinysched.helpers import prod
 from tinysched.codegen.kernel import Kernel, Opt, OptOps, KernelError, KernelOptError, GLOBAL, LOOP
 from tinysched.codegen.target import Target
+from tinysched.codegen import lowerer
 
 def _remaining(k: Kernel, axis: int, kind: str) -> int | None:
   s = next(p.size for p in k.parts[axis] if p.kind == kind)
@@ -88,7 +89,7 @@ def _try(k: Kernel, opts: list[Opt], *cands: Opt) -> bool:
 def _gpu_matmul(k: Kernel, opts: list[Opt], mm: tuple[int, int, UOp, UOp], t: Target) -> bool:
   m_ax, n_ax, la, lb = mm
   M, N, K = _remaining(k, m_ax, GLOBAL), _remaining(k, n_ax, GLOBAL), _remaining(k, k.n_out, LOOP)
-  if None in (M, N, K): return False
+  if M is None or N is None or K is None: return False
   stage = [Opt(OptOps.STAGE, la.src[0].arg, 0), Opt(OptOps.STAGE, lb.src[0].arg, 0)] if la.src[0].arg != lb.src[0].arg else \
     [Opt(OptOps.STAGE, la.src[0].arg, 0)]
   tiles = [(up_in, up_out, loc, bk) for up_in, up_out, loc, bk in ((4, 2, 16, 8), (4, 1, 16, 8), (4, 1, 8, 8), (2, 1, 8, 4))
@@ -140,7 +141,7 @@ def _conv_axes(k: Kernel) -> tuple[int, int, int, list[int]] | None:
     if len(varying) != 1 or xs[varying[0]] != 0: continue
     sizes = [_remaining(k, k.n_out + i, LOOP) for i in range(k.n_red)]
     if None in sizes: return None
-    ci = max(range(k.n_red), key=lambda i: sizes[i])
+    ci = max(range(k.n_red), key=lambda i: sizes[i])  # type: ignore[arg-type, return-value]  # no None: checked above
     win = [i for i in range(k.n_red) if i != ci]
     if not all(s <= 7 for i, s in enumerate(sizes) if i != ci): return None  # type: ignore[operator]
     return varying[0], max(a for a in range(k.n_out) if a != varying[0]), ci, win
@@ -244,8 +245,7 @@ def choose_opts(ast: UOp, target: Target):
   if ast.op is not Ops.SINK: return (), None
   try: k = Kernel(ast)
   except KernelError: return (), None
-  from tinysched.codegen.lowerer import reduces_fold
-  if reduces_fold(k, target):
+  if lowerer.reduces_fold(k, target):
     # the reduces become closed forms (arange): the kernel is elementwise, reduce opts would only add idle threads
     opts: list[Opt] = []
     cont = _contiguous_out_axis(k)
@@ -254,8 +254,7 @@ def choose_opts(ast: UOp, target: Target):
     if target.is_gpu: _locals(k, opts, target, 256)
   else: opts = _gpu(k, target) if target.is_gpu else _cpu(k, target)
   if opts:
-    from tinysched.codegen.lowerer import lower
-    try: return tuple(opts), lower(Kernel(ast, opts), target)
+    try: return tuple(opts), lowerer.lower(Kernel(ast, opts), target)
     except KernelOptError: return (), None  # a device limit (work-group size, local memory): run without opts
   return (), None
 

@@ -26,7 +26,7 @@ import itertools
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Sequence
-from tinysched.ops import Ops, GroupOp
+from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, ssimplify
 from tinysched.shape import ShapeTracker
 from tinysched.helpers import prod
@@ -210,7 +210,7 @@ class Kernel:
     elif op in (OptOps.UNROLL, OptOps.GROUP):
       if not 0 <= ax < self.n_red: raise KernelOptError(f"{opt}: reduce axis {ax} out of range (kernel has {self.n_red}: {self.shape_str()})")
       if op is OptOps.UNROLL and amt == 0:
-        amt = next(p.size for p in self.parts[self.n_out + ax] if p.kind == LOOP)
+        amt = next(p.size for p in self.parts[self.n_out + ax] if p.kind == LOOP)  # type: ignore[assignment]  # an int: checked next
         if type(amt) is not int: raise KernelOptError(f"{opt}: cannot fully unroll a symbolic axis")
       if ax in self.inner_only: raise KernelOptError(f"{opt}: reduce axis {ax} is only reduced by a nested reduce (it folds, no loop to split)")
       if op is OptOps.GROUP and self.parts_of(GROUP): raise KernelOptError(f"{opt}: only one GROUP per kernel")
@@ -234,7 +234,7 @@ class Kernel:
     sizes = [p.size for kind in PART_ORDER for p in self.all_parts if p.kind == kind and not _is1(p.size)]
     def fmt(s: sint) -> str:
       if type(s) is int: return str(s)
-      txt = "".join(c if c.isalnum() else "_" for c in s.render_sym()).strip("_")
+      txt = "".join(c if c.isalnum() else "_" for c in s.render_sym()).strip("_")  # type: ignore[union-attr]  # not an int: a UOp
       return txt or "n"
     return ("r_" if self.reduceops else "E_") + ("_".join(fmt(s) for s in sizes) if sizes else "1")
 

@@ -201,7 +201,7 @@ class LowerState:
   def _linear(self, idx: UOp) -> tuple[list[tuple[UOp, int]], int, dict[UOp, int]] | None:
     lane_set = set(self.lane_ph)
     terms, const = decompose(idx)
-    rest, coeffs = [], {}
+    rest: list[tuple[UOp, int]] = []; coeffs: dict[UOp, int] = {}
     for t, c in terms:
       if t in lane_set: coeffs[t] = coeffs.get(t, 0) + c
       elif contains(t, lane_set): return None
@@ -240,7 +240,7 @@ class LowerState:
 
   def make_load(self, buf: UOp, idx: UOp, valid: UOp, dtype: DType, barrier: UOp | None = None) -> UOp:
     if valid.op is Ops.CONST and not valid.arg: return UOp.const(dtype, 0)
-    src = (UOp(Ops.INDEX, buf.dtype, (buf, idx)),)
+    src: tuple[UOp, ...] = (UOp(Ops.INDEX, buf.dtype, (buf, idx)),)
     if not (valid.op is Ops.CONST and valid.arg): src += (valid,)
     if barrier is not None: src += (barrier,)
     return UOp(Ops.LOAD, dtype, src)
@@ -317,7 +317,7 @@ class LowerState:
     """Every lane tuple that varies the given lane positions (others 0), first position outermost."""
     combos = [tuple(0 for _ in self.lanes)]
     for pos in positions:
-      combos = [c[:pos] + (v,) + c[pos+1:] for c in combos for v in range(self.lane_sizes[pos])]
+      combos = [c[:pos] + (v,) + c[pos+1:] for c in combos for v in range(self.lane_sizes[pos])]  # type: ignore[arg-type]  # int lane sizes
     return combos
 
   def _fold_view(self, view: UOp, lanes: tuple[int, ...]) -> tuple[UOp, UOp]:
@@ -509,7 +509,7 @@ def lower_reduce_loops(lw: LowerState) -> None:
   lw.in_body = True
   for i, (_, rng) in enumerate(lw.loops):
     em.open(rng)
-    if i == 0 and stage_here: _stage_tiles(lw, first_loop[1])
+    if i == 0 and stage_here: _stage_tiles(lw, first_loop[1])  # type: ignore[index]  # set: there is a loop
   if stage_here and first_loop is None: _stage_tiles(lw, None)
   assigns: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
   def x_at(r: UOp, c: tuple[int, ...], u: tuple[int, ...], adt: DType) -> UOp:
@@ -645,10 +645,10 @@ def _stage_tiles(lw: LowerState, r0: UOp | None) -> None:
       if i > 0: cval = cval % osz[i]
       coords[lw.ph[x]] = cval
     m = {**lw.conc, **coords}
-    if r0 is not None: m[lw.ph[r0x]] = r0
+    if r0 is not None: m[lw.ph[r0x]] = r0  # type: ignore[index]  # r0 comes with its axis r0x
     gidx = substitute(sym_idx, m)
     gvalid = substitute(sym_valid, m)
-    if gate is not None: gvalid = (gvalid & gate).simplify() if not (gvalid.op is Ops.CONST) else (gate if gvalid.arg else gvalid)
+    if gate is not None: gvalid = (gvalid & gate).simplify() if gvalid.op is not Ops.CONST else (gate if gvalid.arg else gvalid)
     val = lw.make_load(buf, gidx, gvalid, dt.vec(vw) if vw > 1 else dt)
     lidx0 = substitute(layout_idx, coords)
     # q innermost in the layout too: the vector's lanes are consecutive there, and 4-aligned (coord_q is a multiple of 4
@@ -660,7 +660,7 @@ def _stage_tiles(lw: LowerState, r0: UOp | None) -> None:
                                                             UOp.const(dt.vec(4), 0), *gsrc))))
     else:
       for kk in range(vw):
-        li = substitute(layout_idx, {**coords, lw.ph[q]: coords[lw.ph[q]] + kk}) if vw > 1 else lidx0
+        li = substitute(layout_idx, {**coords, lw.ph[q]: coords[lw.ph[q]] + kk}) if vw > 1 else lidx0  # type: ignore[index]  # vw > 1: q is set
         lane_val = UOp(Ops.GEP, dt, (val,), kk) if vw > 1 and val.op is Ops.LOAD else (val if vw == 1 else UOp.const(dt, 0))
         stores.append(em.effect(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, lbuf.dtype, (lbuf, li)), lane_val, *gsrc))))
     if n_iter > 1: em.close()

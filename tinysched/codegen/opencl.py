@@ -22,6 +22,7 @@ A value used once in the same loop is inlined into its user; everything else get
 """
 from __future__ import annotations
 import math
+from typing import cast
 import numpy as np
 from tinysched.dtype import DType, dtypes, bf16_round
 from tinysched.ops import Ops, GroupOp
@@ -337,28 +338,28 @@ def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | Non
     if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR):
       ctx.r[u] = opencl_rules.rewrite(u, ctx)  # type: ignore[assignment]
       continue
-    txt = opencl_rules.rewrite(u, ctx)
+    txt = cast("str | None", opencl_rules.rewrite(u, ctx))  # the renderer's rules return source text, not nodes
     if txt is None: raise NotImplementedError(f"no OpenCL rendering for {u.op}")
     op = u.op
     d = 1 + max((depth_of.get(s, 0) for s in u.src), default=0)
     if op in _ALWAYS_INLINE or (op in _INLINE and uses.get(u, 0) == 1 and user_block.get(u) == block_of.get(u) and d <= MAX_INLINE_DEPTH):
-      ctx.r[u] = txt  # type: ignore[assignment]
+      ctx.r[u] = txt
       depth_of[u] = d
-      if shown is not None: shown[u] = (txt, True)  # type: ignore[assignment]
+      if shown is not None: shown[u] = (txt, True)
       continue
     if op is Ops.ENDRANGE: depth -= 1
     if op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL):
       nm = ctx.name({Ops.RANGE: "sidx" if isinstance(u.arg, tuple) else "ridx", Ops.DEFINE_ACC: "acc", Ops.DEFINE_LOCAL: "temp"}[op])
       ctx.r[u] = nm
-      lines.append("  "*depth + txt.format(name=nm))  # type: ignore[union-attr]
+      lines.append("  "*depth + txt.format(name=nm))
     elif op is Ops.SPECIAL:
       ctx.r[u] = u.arg[0]
       lines.append("  "*depth + f"{ctype(u.dtype)} {u.arg[0]} = {txt}; /* {u.arg[1]} */")
     elif op in (Ops.STORE, Ops.BARRIER, Ops.ENDRANGE):
-      lines.append("  "*depth + txt)  # type: ignore[operator]
+      lines.append("  "*depth + txt)
     elif op is Ops.ASSIGN:
       ctx.r[u] = ctx.r[u.src[0]]
-      lines.append("  "*depth + txt)  # type: ignore[operator]
+      lines.append("  "*depth + txt)
     else:
       nm = ctx.name(_PREFIX.get(op, "alu"))
       ctx.r[u] = nm

@@ -13,6 +13,7 @@ from tinysched.codegen.kernel import Kernel, Opt
 from tinysched.codegen.target import Target, GENERIC_GPU
 from tinysched.codegen.lowerer import lower
 from tinysched.codegen.opencl import render
+from tinysched.codegen import heuristic
 from tinysched import capture_hook
 
 @dataclass(frozen=True)
@@ -33,8 +34,7 @@ def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GEN
   """Lower and render one kernel AST with explicit opts (None: `default_opts(ast, target)`)."""
   lw, given = None, opts is not None
   if opts is None:
-    from tinysched.codegen.heuristic import choose_opts
-    opts, lw = choose_opts(ast, target)
+    opts, lw = heuristic.choose_opts(ast, target)
   opts = tuple(opts)
   if lw is None: lw = lower(Kernel(ast, opts), target)
   src = render(lw, target)

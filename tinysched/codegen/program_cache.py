@@ -25,6 +25,7 @@ from tinysched import capture_hook
 from tinysched.helpers import cache_root, write_cache_entry
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
+from tinysched.rewrite import PatternMatcher
 from tinysched.codegen.kernel import Opt
 from tinysched.codegen.target import Target
 from tinysched.codegen.program import Program, to_program
@@ -49,7 +50,6 @@ def _code(co: types.CodeType, h) -> None:
   for c in co.co_consts: _const_text(c, h)
 
 def _callable(name: str, v: Any, h, depth: int = 0) -> None:
-  from tinysched.rewrite import PatternMatcher
   if depth > 3: return
   while hasattr(v, "__wrapped__"): v = v.__wrapped__  # lru_cache and the like: the function they wrap
   if isinstance(v, (staticmethod, classmethod)): v = v.__func__
@@ -109,7 +109,8 @@ def entry_key(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> str:
 
 def _encode(p: Program) -> str:
   return json.dumps({"name": p.name, "src": p.src, "global": list(p.global_size), "local": None if p.local_size is None else list(p.local_size),
-                     "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [o.to_tuple() for o in p.opts], "local_mem": p.local_mem})
+                     "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [o.to_tuple() for o in p.opts],
+                     "local_mem": p.local_mem})
 
 def _decode(text: str) -> Program:
   d = json.loads(text)

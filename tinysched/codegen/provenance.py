@@ -5,7 +5,7 @@ pass of LOWERING_PASSES. A node is labelled with the first codegen rule whose re
 the rule's input, not made by an earlier pass or rule), else with the pass that first held it (`pass:NAME`). A pass that
 rebuilds the program (narrow_indices) passes its input nodes' labels on to the nodes that replace them.
 
-Replay uses the labels to name what changed a program-level capture (replay/program.py `program_rules_behind`), as
+Replay uses the labels to name what changed a program-level capture (replay/levels/program.py `program_rules_behind`), as
 kernel-level reports name the scheduler rules behind a changed AST.
 """
 from __future__ import annotations

@@ -44,12 +44,13 @@ def mobilenet_pth() -> Path:
 
 def need_module(module: str, pip_name: str, why: str = "") -> None:
   """AssetMissing unless `module` is importable (checked without importing it)."""
-  if importlib.util.find_spec(module) is None: raise AssetMissing(f"{why + ' needs ' if why else ''}{module} is not installed: `pip install {pip_name}`")
+  if importlib.util.find_spec(module) is None:
+    raise AssetMissing(f"{why + ' needs ' if why else ''}{module} is not installed: `pip install {pip_name}`")
 
 def digits():
   """sklearn's 8x8 digits: (images float32 (1797, 8, 8) in [0, 16], labels int (1797,))."""
   need_module("sklearn", "scikit-learn", "the digits data set")
-  from sklearn.datasets import load_digits
+  from sklearn.datasets import load_digits  # optional: only the digits models need scikit-learn
   d = load_digits()
   return d.images.astype("float32"), d.target.astype("int32")
 
@@ -57,5 +58,5 @@ def china_jpg():
   """sklearn's sample photo china.jpg as uint8 (427, 640, 3) RGB."""
   need_module("sklearn", "scikit-learn", "the sample image china.jpg")
   need_module("PIL", "pillow", "decoding china.jpg")
-  from sklearn.datasets import load_sample_image
+  from sklearn.datasets import load_sample_image  # optional: only MobileNetV2's input needs scikit-learn
   return load_sample_image("china.jpg")

@@ -8,10 +8,11 @@ Weights load by the Hugging Face names of model.safetensors ("embeddings.word_em
 from __future__ import annotations
 import json, os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 import numpy as np
 from tinysched import Tensor, nn
 from tinysched.models.layers import embedding, gelu_erf, param, replace_weights, token_ids
+from tinysched.models.weights import load_safetensors
 
 @dataclass(frozen=True)
 class BertConfig:
@@ -56,11 +57,11 @@ class Bert:
     self.emb_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
     self.layers = [BertLayer(c) for _ in range(self.n_layers)]
 
-  def load(self, sd: dict[str, Tensor | np.ndarray]) -> None:
+  def load(self, sd: Mapping[str, Tensor | np.ndarray]) -> None:
     """Take Hugging Face BertModel weights (Tensors or arrays; an optional "bert."/"0." prefix is dropped)."""
     def get(name: str) -> np.ndarray:
       for k in (name, "bert." + name):
-        if k in sd: return sd[k].numpy() if isinstance(sd[k], Tensor) else np.asarray(sd[k])
+        if k in sd: v = sd[k]; return v.numpy() if isinstance(v, Tensor) else np.asarray(v)
       raise KeyError(f"BERT weights have no {name!r} (e.g. {list(sd)[:3]})")
     self.word_embeddings = embedding(get("embeddings.word_embeddings.weight"))
     self.position_embeddings = param(get("embeddings.position_embeddings.weight"))
@@ -79,7 +80,8 @@ class Bert:
     if self.word_embeddings is None or self.position_embeddings is None or self.token_type_embeddings is None:
       raise RuntimeError("Bert: call load() with the weights first")
     b, t = len(ids), len(ids[0])
-    if t > self.config.max_position_embeddings: raise ValueError(f"sequence of {t} tokens is longer than {self.config.max_position_embeddings} positions")
+    if t > self.config.max_position_embeddings:
+      raise ValueError(f"sequence of {t} tokens is longer than {self.config.max_position_embeddings} positions")
     x = self.word_embeddings(token_ids(ids, self.word_embeddings.vocab_sz))
     x = x + self.position_embeddings[0:t].reshape(1, t, -1) + self.token_type_embeddings[0].reshape(1, 1, -1)
     x = self.emb_norm(x)
@@ -96,7 +98,6 @@ def sentence_embeddings(hidden: Tensor, attention_mask: Sequence[Sequence[int]])
 
 def load_minilm(model_dir: str | os.PathLike, n_layers: int | None = None) -> Bert:
   """all-MiniLM-L6-v2 from its directory (config.json + model.safetensors)."""
-  from tinysched.models.weights import load_safetensors
   model = Bert(BertConfig.from_json(os.path.join(model_dir, "config.json")), n_layers)
   model.load(load_safetensors(os.path.join(model_dir, "model.safetensors")))
   return model

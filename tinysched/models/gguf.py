@@ -69,7 +69,8 @@ class GGUFFile:
     try: return dequantize(self.raw(name), info.ggml_type, info.shape)
     except GGUFError as e: raise GGUFError(f"{self.path}: tensor {name!r}: {e}") from None
   def _info(self, name: str) -> TensorInfo:
-    if name not in self.tensors: raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors, e.g. {list(self.tensors)[:3]})")
+    if name not in self.tensors:
+      raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors, e.g. {list(self.tensors)[:3]})")
     return self.tensors[name]
 
 # explicit limits on what a header may claim (a valid file is far inside all of them)
@@ -124,7 +125,7 @@ def load_gguf(path: str | os.PathLike) -> GGUFFile:
   try: size = os.path.getsize(path)
   except OSError as e: raise GGUFError(f"{path}: cannot open GGUF file: {e.strerror}") from None
   mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-  r = _Reader(path, memoryview(mm))
+  r = _Reader(path, memoryview(mm))  # type: ignore[arg-type]  # numpy's stubs give arrays __buffer__ only on Python >= 3.12
   magic = bytes(r.take(4, "magic"))
   if magic != GGUF_MAGIC: raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
   version = r.unpack("<I", "version")

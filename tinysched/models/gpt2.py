@@ -37,7 +37,8 @@ def random_gpt2_weights(c: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
         "transformer.ln_f.weight": 1 + n(d, std=0.1), "transformer.ln_f.bias": n(d, std=0.1)}
   for i in range(c.n_layer):
     p = f"transformer.h.{i}."
-    sd.update({p + "ln_1.weight": 1 + n(d, std=0.1), p + "ln_1.bias": n(d, std=0.1), p + "ln_2.weight": 1 + n(d, std=0.1), p + "ln_2.bias": n(d, std=0.1),
+    sd.update({p + "ln_1.weight": 1 + n(d, std=0.1), p + "ln_1.bias": n(d, std=0.1),
+               p + "ln_2.weight": 1 + n(d, std=0.1), p + "ln_2.bias": n(d, std=0.1),
                p + "attn.c_attn.weight": n(d, 3 * d, std=1.6 * s), p + "attn.c_attn.bias": n(3 * d), p + "attn.c_proj.weight": n(d, d, std=0.8 * s),
                p + "attn.c_proj.bias": n(d), p + "mlp.c_fc.weight": n(d, 4 * d, std=0.8 * s), p + "mlp.c_fc.bias": n(4 * d),
                p + "mlp.c_proj.weight": n(4 * d, d, std=0.8 * s), p + "mlp.c_proj.bias": n(d)})
@@ -51,7 +52,8 @@ class GPT2:
     self.wpe = param(sd["transformer.wpe.weight"])
     w = lambda k: param(sd[k])
     self.blocks = [{k: w(f"transformer.h.{i}.{k}") for k in ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.weight",
-                   "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")}
+                   "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+                   "mlp.c_proj.bias")}
                    for i in range(c.n_layer)]
     self.ln_f_w, self.ln_f_b = w("transformer.ln_f.weight"), w("transformer.ln_f.bias")
     self.cache: list[Tensor] = []
@@ -64,9 +66,8 @@ class GPT2:
     (1, T) int32 Tensor of them (what a jitted decode step takes: its input is then a buffer, not baked-in data)."""
     c = self.c
     if not self.cache: self.cache = new_cache(c.n_layer, 1, c.n_positions, c.n_head, c.n_embd // c.n_head)
-    is_tensor = isinstance(tokens, Tensor)
-    t = tokens.shape[1] if is_tensor else len(tokens)
-    x = self.wte(tokens if is_tensor else token_ids([list(tokens)], c.vocab_size))
+    t = tokens.shape[1] if isinstance(tokens, Tensor) else len(tokens)
+    x = self.wte(tokens if isinstance(tokens, Tensor) else token_ids([list(tokens)], c.vocab_size))
     x = x + self.wpe[start_pos:start_pos + t].reshape(1, t, c.n_embd)
     hd = c.n_embd // c.n_head
     for blk, cache_kv in zip(self.blocks, self.cache):

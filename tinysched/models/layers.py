@@ -101,8 +101,9 @@ def cached_attention(q: Tensor, cache_kv: Tensor, start_pos: int | UOp) -> Tenso
   end = start_pos + seqlen
   keys = cache_kv[0].shrink((None, (0, end), None, None)).transpose(1, 2)  # (B, H, S, D)
   values = cache_kv[1].transpose(1, 2)                                     # (B, H, max_context, D)
-  scores = q.transpose(1, 2).matmul(keys.transpose(2, 3)) * (1.0 / math.sqrt(head_dim))
-  if isinstance(start_pos, int) and (mask := causal_mask(seqlen, start_pos)) is not None: scores = scores + mask
+  scores = q.transpose(1, 2).matmul(keys.transpose(2, 3)) * (1.0 / math.sqrt(head_dim))  # type: ignore[arg-type]  # a concrete head dim
+  # (an int start_pos comes with a concrete seqlen)
+  if isinstance(start_pos, int) and (mask := causal_mask(seqlen, start_pos)) is not None: scores = scores + mask  # type: ignore[arg-type]
   e = (scores + scores.max(-1, keepdim=True).neg()).exp()
   probs = e * e.sum(-1, keepdim=True).reciprocal()
   probs = probs.pad((None, None, None, (0, max_context - end)))
@@ -117,7 +118,8 @@ def write_cache(cache_kv: Tensor, k: Tensor, v: Tensor, start_pos: int | UOp) ->
   if n_heads % n_kv: raise ValueError(f"{n_heads} query heads do not divide into {n_kv} key/value heads")
   if n_heads != n_kv:
     rep = n_heads // n_kv
-    k, v = (x.reshape(bsz, seqlen, n_kv, 1, head_dim).expand(bsz, seqlen, n_kv, rep, head_dim).reshape(bsz, seqlen, n_heads, head_dim) for x in (k, v))
+    k, v = (x.reshape(bsz, seqlen, n_kv, 1, head_dim).expand(bsz, seqlen, n_kv, rep, head_dim).reshape(bsz, seqlen, n_heads, head_dim)
+            for x in (k, v))
   realize(cache_kv.shrink((None, None, (start_pos, start_pos + seqlen), None, None)).assign(Tensor.stack(k, v)), label="kv_cache")
 
 def new_cache(n_layers: int, bsz: int, max_context: int, n_heads: int, head_dim: int) -> list[Tensor]:

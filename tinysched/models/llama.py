@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Sequence
 import numpy as np
 from tinysched import Tensor, UOp, Variable, nn
+from tinysched.models.gguf import load_gguf
+from tinysched.models.tokenizers import ByteBPETokenizer
 from tinysched.models.layers import cached_attention, embedding, new_cache, param, realize, replace_weights, token_ids, write_cache
 
 @dataclass(frozen=True)
@@ -144,8 +146,6 @@ def config_from_gguf(md: dict, max_context: int = 128, n_layers: int | None = No
 
 def load_llama_gguf(path: str | os.PathLike, max_context: int = 128, n_layers: int | None = None):
   """(model, tokenizer, gguf file) from a llama GGUF; n_layers keeps the first layers only (the quick suite)."""
-  from tinysched.models.gguf import load_gguf
-  from tinysched.models.tokenizers import ByteBPETokenizer
   g = load_gguf(path)
   c = config_from_gguf(g.metadata, max_context, n_layers)
   m = Llama(c)

@@ -6,7 +6,7 @@ stride 1 and channels are kept); features.18: 1x1 conv to 1280 + BN + ReLU6; glo
 Linear(1280, 1000) (classifier.0 is dropout, a no-op in eval).
 """
 from __future__ import annotations
-from typing import Callable
+from typing import Any, Callable
 import numpy as np
 from tinysched import Tensor, nn
 from tinysched.models.layers import replace_weights
@@ -19,7 +19,7 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 class ConvBN:
   """Conv2d (no bias) + BatchNorm2d, optionally ReLU6; as a list-like so names read features.0.0 / features.0.1."""
   def __init__(self, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, relu6: bool = True):
-    self.layers = [nn.Conv2d(cin, cout, k, stride=stride, padding=(k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    self.layers: list[Any] = [nn.Conv2d(cin, cout, k, stride=stride, padding=(k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
     self.relu6 = relu6
   def __call__(self, x: Tensor) -> Tensor:
     x = self.layers[1](self.layers[0](x))
@@ -58,7 +58,7 @@ class MobileNetV2:
 
   def load_torchvision(self, sd: dict[str, np.ndarray]) -> None:
     """Copy torchvision's mobilenet_v2 state dict in (num_batches_tracked is training bookkeeping and is skipped)."""
-    used = set()
+    used: set[str] = set()
     def conv_bn(m: ConvBN, prefix: str) -> None:
       replace_weights(m.layers[0], weight=sd[f"{prefix}.0.weight"])
       replace_weights(m.layers[1], weight=sd[f"{prefix}.1.weight"], bias=sd[f"{prefix}.1.bias"], running_mean=sd[f"{prefix}.1.running_mean"],
@@ -66,14 +66,15 @@ class MobileNetV2:
       used.update(f"{prefix}.{k}" for k in ("0.weight", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"))
     def conv_bn_flat(m: ConvBN, conv: str, bn: str) -> None:  # the projection conv of a block: conv.N.weight then conv.N+1.* BN
       replace_weights(m.layers[0], weight=sd[f"{conv}.weight"])
-      replace_weights(m.layers[1], weight=sd[f"{bn}.weight"], bias=sd[f"{bn}.bias"], running_mean=sd[f"{bn}.running_mean"], running_var=sd[f"{bn}.running_var"])
+      replace_weights(m.layers[1], weight=sd[f"{bn}.weight"], bias=sd[f"{bn}.bias"], running_mean=sd[f"{bn}.running_mean"],
+                      running_var=sd[f"{bn}.running_var"])
       used.update([f"{conv}.weight"] + [f"{bn}.{k}" for k in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")])
     for i, f in enumerate(self.features):
       if isinstance(f, InvertedResidual):
         for j, m in enumerate(f.conv[:-1]): conv_bn(m, f"features.{i}.conv.{j}")
         n = len(f.conv) - 1
         conv_bn_flat(f.conv[-1], f"features.{i}.conv.{n}", f"features.{i}.conv.{n + 1}")
-      else: conv_bn(f, f"features.{i}")
+      else: conv_bn(f, f"features.{i}")  # type: ignore[arg-type]  # the other features are ConvBNs
     if self.classifier is not None:
       replace_weights(self.classifier, weight=sd["classifier.1.weight"], bias=sd["classifier.1.bias"])
       used.update(("classifier.1.weight", "classifier.1.bias"))
@@ -85,11 +86,12 @@ def preprocess(img: np.ndarray, size: int = 224, resize: int | None = None) -> n
   Resize the short side to `resize` (default 256/224 * size) with PIL's bilinear filter, center-crop `size`, scale to
   [0, 1], normalize by the ImageNet mean/std. The parity reference is fed this same array.
   """
-  from PIL import Image
+  from PIL import Image  # optional: only the ImageNet transform needs pillow
   resize = resize or round(size * 256 / 224)
   h, w = img.shape[:2]
   nh, nw = (resize, round(w * resize / h)) if h <= w else (round(h * resize / w), resize)
-  im = np.asarray(Image.fromarray(img).resize((nw, nh), Image.BILINEAR), dtype=np.float32) / 255.0
+  bilinear = Image.BILINEAR  # type: ignore[attr-defined]  # Pillow has it; its stubs name only Image.Resampling.BILINEAR
+  im = np.asarray(Image.fromarray(img).resize((nw, nh), bilinear), dtype=np.float32) / 255.0
   top, left = (nh - size) // 2, (nw - size) // 2
   im = (im[top:top + size, left:left + size] - IMAGENET_MEAN) / IMAGENET_STD
   return np.ascontiguousarray(im.transpose(2, 0, 1)[None], dtype=np.float32)

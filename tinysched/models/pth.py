@@ -65,7 +65,8 @@ class _StorageType(_NoState):
 class _Storage(_NoState):
   """A storage whose bytes are fetched on first use (zip entry or legacy stream position)."""
   def __init__(self, stype: _StorageType, key: str, numel: int, fetch: Callable[[str, _StorageType, int], np.ndarray]):
-    self.stype, self.key, self.numel, self._fetch, self._data = stype, key, numel, fetch, None
+    self.stype, self.key, self.numel, self._fetch = stype, key, numel, fetch
+    self._data: np.ndarray | None = None
   @property
   def data(self) -> np.ndarray:
     if self._data is None: self._data = self._fetch(self.key, self.stype, self.numel)
@@ -250,6 +251,7 @@ def _materialize(obj: Any, path: str, budget: _Budget) -> Any:
     if id(o) in memo: return memo[id(o)]
     if depth >= MAX_NESTING: raise PthError(f"{path}: the pickled object nests containers more than {MAX_NESTING} deep (at {name!r:.80})")
     sub = lambda k: f"{name}.{k}" if name else str(k)
+    out: Any  # the copy: a dict, a list or a tuple
     if isinstance(o, dict):
       out = memo[id(o)] = type(o)() if type(o) in (dict, OrderedDict) else dict()
       for k, v in o.items(): out[k] = walk(v, sub(k), depth + 1)

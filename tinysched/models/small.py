@@ -10,10 +10,10 @@ from tinysched import Tensor, nn
 from tinysched.dtype import dtypes
 from tinysched.nn.state import get_state_dict
 from tinysched.models.layers import realize
+from tinysched.models.assets import digits
 
 def digits_split(seed: int = 0, n_test: int = 297) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """(x_train (N, 8, 8) in [0, 1], y_train, x_test, y_test): a seeded shuffle of load_digits, the last n_test held out."""
-  from tinysched.models.assets import digits
   x, y = digits()
   perm = np.random.default_rng(seed).permutation(len(x))
   x, y = x[perm] / 16.0, y[perm]

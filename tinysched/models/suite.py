@@ -29,33 +29,36 @@ from typing import Callable
 import numpy as np
 from tinysched import Tensor
 from tinysched.models import assets
+from tinysched.models.small import train_mlp, train_cnn
+from tinysched.models.mobilenetv2 import MobileNetV2, preprocess
+from tinysched.models.pth import load_pth, state_dict_arrays
+from tinysched.models.layers import realize
+from tinysched.models.bert import load_minilm, sentence_embeddings
+from tinysched.models.tokenizers import WordPieceTokenizer
+from tinysched.models.llama import load_llama_gguf
+from tinysched.models.gpt2 import GPT2, GPT2_TINY, random_gpt2_weights
 
 QUICK_SENTENCES = ["A man is eating food.", "Hi", "Naïve café!"]
-SENTENCES = QUICK_SENTENCES + ["The quick brown fox jumps over the lazy dog near the riverbank!", "Tensor compilers fuse elementwise ops into reductions."]
+SENTENCES = QUICK_SENTENCES + ["The quick brown fox jumps over the lazy dog near the riverbank!",
+                               "Tensor compilers fuse elementwise ops into reductions."]
 SMOLLM2_PROMPT = "The capital of France is"
 GPT2_PROMPT = [5, 17, 42, 99, 3]
 RAW: dict[str, dict] = {}
 
 def _mlp_digits(quick: bool = False) -> dict:
-  from tinysched.models.small import train_mlp
   r = train_mlp(steps=5 if quick else 50, batch=64, lr=1e-2, seed=0, evaluate=not quick)
   RAW["mlp_digits"] = {"result": r, "steps": len(r.losses), "batch": 64, "lr": 1e-2, "seed": 0}
   return {"losses": r.losses, "test_accuracy": r.test_accuracy}
 
 def _cnn_train(quick: bool = False) -> dict:
-  from tinysched.models.small import train_cnn
   r = train_cnn(steps=5 if quick else 30, batch=32, lr=1e-2, seed=0, evaluate=not quick)
   RAW["cnn_train"] = {"result": r, "steps": len(r.losses), "batch": 32, "lr": 1e-2, "seed": 0}
   return {"losses": r.losses, "test_accuracy": r.test_accuracy, "bn2_running_mean": [round(float(v), 6) for v in r.final["bn2.running_mean"]]}
 
 def mobilenet_input(quick: bool) -> np.ndarray:
-  from tinysched.models.mobilenetv2 import preprocess
   return preprocess(assets.china_jpg(), 64 if quick else 224)
 
 def _mobilenetv2(quick: bool = False) -> dict:
-  from tinysched.models.mobilenetv2 import MobileNetV2
-  from tinysched.models.pth import load_pth, state_dict_arrays
-  from tinysched.models.layers import realize
   model = MobileNetV2()
   sd = state_dict_arrays(load_pth(assets.mobilenet_pth()))
   model.load_torchvision(sd)
@@ -69,9 +72,6 @@ def _mobilenetv2(quick: bool = False) -> dict:
 
 def minilm_embeddings(sentences: list[str], n_layers: int | None = None) -> np.ndarray:
   """(len(sentences), 384) L2-normalized sentence embeddings from one padded batch."""
-  from tinysched.models.bert import load_minilm, sentence_embeddings
-  from tinysched.models.tokenizers import WordPieceTokenizer
-  from tinysched.models.layers import realize
   d = assets.minilm_dir()
   model = load_minilm(d, n_layers)
   ids, mask = WordPieceTokenizer.from_vocab_txt(d / "vocab.txt").batch(sentences)
@@ -88,7 +88,6 @@ def _minilm(quick: bool = False) -> dict:
 
 def smollm2_generate(n_new: int, n_layers: int | None = None, prompt: str = SMOLLM2_PROMPT, max_context: int = 64):
   """(prompt ids, new ids, per-step logits, tokenizer, model) of greedy decoding."""
-  from tinysched.models.llama import load_llama_gguf
   model, tok, _ = load_llama_gguf(assets.smollm2_gguf(), max_context=max_context, n_layers=n_layers)
   ids = tok.encode(prompt)
   new, logits = model.generate(ids, n_new)
@@ -101,7 +100,6 @@ def _smollm2(quick: bool = False) -> dict:
   return {"n_layers": 2 if quick else 30, "prompt_ids": ids, "generated_ids": new, "text": tok.decode(new)}
 
 def _gpt2_tiny(quick: bool = False) -> dict:
-  from tinysched.models.gpt2 import GPT2, GPT2_TINY, random_gpt2_weights
   c = GPT2_TINY
   sd = random_gpt2_weights(c, seed=0)
   new, logits = GPT2(c, sd).generate(GPT2_PROMPT, 4 if quick else 16)
@@ -128,4 +126,5 @@ def available(name: str) -> str | None:
     except assets.AssetMissing as e: return f"{name}: {e}"
   return None
 
-__all__ = ["SUITE", "RAW", "available", "SENTENCES", "QUICK_SENTENCES", "SMOLLM2_PROMPT", "GPT2_PROMPT", "minilm_embeddings", "smollm2_generate", "mobilenet_input"]
+__all__ = ["SUITE", "RAW", "available", "SENTENCES", "QUICK_SENTENCES", "SMOLLM2_PROMPT", "GPT2_PROMPT", "minilm_embeddings", "smollm2_generate",
+           "mobilenet_input"]

@@ -181,7 +181,8 @@ class ByteBPETokenizer:
 
   @staticmethod
   def from_gguf_metadata(md: dict) -> ByteBPETokenizer:
-    if md.get("tokenizer.ggml.model") != "gpt2": raise ValueError(f"GGUF tokenizer model {md.get('tokenizer.ggml.model')!r} is not byte-level BPE ('gpt2')")
+    if md.get("tokenizer.ggml.model") != "gpt2":
+      raise ValueError(f"GGUF tokenizer model {md.get('tokenizer.ggml.model')!r} is not byte-level BPE ('gpt2')")
     tokens, types = md["tokenizer.ggml.tokens"], md.get("tokenizer.ggml.token_type", [])
     # token types: 1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte; control/user ones are matched whole
     special = [t for t, ty in zip(tokens, types) if ty in (3, 4)]

@@ -3,17 +3,16 @@ from __future__ import annotations
 import json, os, struct
 import numpy as np
 from tinysched import Tensor
+from tinysched.nn.state import safe_load
 
 def load_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
-  """{name: realized Tensor} from a safetensors file, with nn.state's reader (a small numpy reader if nn.state lacks one)."""
-  try: from tinysched.nn.state import safe_load
-  except ImportError: return {k: Tensor(v, requires_grad=False) for k, v in _safetensors_numpy(path).items()}
+  """{name: realized Tensor} from a safetensors file, with nn.state's reader."""
   return safe_load(path)
 
 _DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 
 def _safetensors_numpy(path: str | os.PathLike) -> dict[str, np.ndarray]:
-  # fallback only: 8-byte header length, JSON header, raw little-endian data
+  # a second reader, numpy only, that the tests check nn.state's against: 8-byte header length, JSON header, raw little-endian data
   with open(path, "rb") as f:
     (n,) = struct.unpack("<Q", f.read(8))
     header = json.loads(f.read(n))

@@ -26,7 +26,7 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
   _walk(obj, prefix, tensor_type, out, set())
   return out
 
-def _walk(obj: Any, prefix: str, tensor_type: type, out: dict[str, Tensor], seen: set[int]) -> None:
+def _walk(obj: Any, prefix: str, tensor_type: type, out: dict[str, Any], seen: set[int]) -> None:
   if isinstance(obj, tensor_type):
     out[prefix.strip(".")] = obj
     return
@@ -88,7 +88,8 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
     if not isinstance(name, str) or name == "__metadata__": raise ValueError(f"invalid safetensors tensor name {name!r}")
     if not isinstance(t, Tensor): raise TypeError(f"safe_save: {name!r} is a {type(t).__name__}, not a Tensor")
     if t.dtype not in _ST_NAMES: raise TypeError(f"safe_save: {name!r} has dtype {t.dtype}, which safetensors cannot store")
-    data = np.ascontiguousarray(t.numpy()).astype(t.dtype.np.newbyteorder("<"), copy=False).tobytes()
+    le = t.dtype.np.newbyteorder("<")  # type: ignore[union-attr]  # the dtypes safetensors stores have a numpy type
+    data = np.ascontiguousarray(t.numpy()).astype(le, copy=False).tobytes()
     header[name] = {"dtype": _ST_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
     blobs.append(data)
     offset += len(data)
@@ -121,7 +122,8 @@ def _read_header(fn: str | os.PathLike) -> tuple[dict[str, Any], int, int]:
   with open(fn, "rb") as f:
     (n,) = struct.unpack("<Q", f.read(8))
     if n > size - 8: raise SafetensorsError(f"{fn}: corrupt safetensors file: header length {n} exceeds the file size {size}")
-    if n > MAX_HEADER_BYTES: raise SafetensorsError(f"{fn}: corrupt safetensors file: header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
+    if n > MAX_HEADER_BYTES:
+      raise SafetensorsError(f"{fn}: corrupt safetensors file: header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
     raw = f.read(n)
   if (depth := _json_depth(raw)) > MAX_HEADER_DEPTH:
     raise SafetensorsError(f"{fn}: corrupt safetensors header: JSON nested {depth} deep (a header nests 3 deep; the limit is {MAX_HEADER_DEPTH})")
@@ -141,7 +143,8 @@ def _check_entry(fn, name: str, info: Any, data_len: int) -> tuple[DType, tuple[
   if len(shape) > MAX_NDIM or math.prod(max(s, 1) for s in shape) > MAX_ELEMENTS:
     raise SafetensorsError(f"{fn}: tensor {name!r} has shape {shape!r:.200}: too large to be a tensor ({len(shape)} dims, at most "
                            f"{MAX_NDIM}; at most {MAX_ELEMENTS} elements)")
-  if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs) and 0 <= offs[0] <= offs[1]):
+  if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
+          and 0 <= offs[0] <= offs[1]):
     raise SafetensorsError(f"{fn}: tensor {name!r} has invalid data_offsets {offs!r}")
   nbytes = math.prod(shape) * dt.itemsize  # Python ints: numpy's int64 product overflows or wraps
   if offs[1] - offs[0] != nbytes:
@@ -170,7 +173,8 @@ def safe_load(fn: str | os.PathLike, device: str | None = None) -> dict[str, Ten
     data = f.read()
   out: dict[str, Tensor] = {}
   for name, (dt, shape, b, e) in entries:
-    arr = np.frombuffer(data, dtype=dt.np.newbyteorder("<"), count=(e - b) // dt.itemsize, offset=b).astype(dt.np).reshape(shape)
+    le = dt.np.newbyteorder("<")  # type: ignore[union-attr]  # the dtypes safetensors stores have a numpy type
+    arr = np.frombuffer(data, dtype=le, count=(e - b) // dt.itemsize, offset=b).astype(dt.np).reshape(shape)
     out[name] = Tensor(arr, device=device, requires_grad=False)
   return out
 

@@ -386,8 +386,8 @@ class _Kernel:
     if u.op in (Ops.LOAD, Ops.STORE): return self.views[u.src[1]][-1][0]
     if u.op is Ops.VALID: return self.views[u.src[0]][-1][0]
     if u.op is Ops.REDUCE_AXIS:
-      s = self.shapes[u.src[0]]
-      return None if s is None else tuple(1 if d in u.arg[1] else x for d, x in enumerate(s))
+      sh = self.shapes[u.src[0]]
+      return None if sh is None else tuple(1 if d in u.arg[1] else x for d, x in enumerate(sh))
     if u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEFINE_GLOBAL, Ops.VIEW, Ops.SINK): return None
     out: tuple[int, ...] | None = None
     for s in u.src:
@@ -484,7 +484,7 @@ class _Kernel:
     if op is Ops.BITCAST:
       x = vals[u.src[0]]
       if u.src[0].dtype == dtypes.bfloat16: x = bf16_bits(x)  # the bits of the value it rounds to
-      out = np.ascontiguousarray(x).view(u.dtype.scalar().np)
+      out = np.ascontiguousarray(x).view(u.dtype.scalar().np)  # type: ignore[arg-type]  # a value's dtype has a numpy type
       return bf16_float(out) if u.dtype == dtypes.bfloat16 else out
     res = _alu(op, u.dtype, [vals[s] for s in u.src])
     return np.asarray(res).astype(_np_dtype(u.dtype), copy=False)
@@ -535,7 +535,7 @@ class _Kernel:
       factors = _factors(src) if CONTRACT and self.reference and op is Ops.ADD and acc_dt == np.float64 else None
       for rbox in _boxes(rext, max(1, CHUNK_ELEMENTS // max(other, 1))):
         sub = list(region)
-        for a, r in zip(axes, rbox): sub[a] = r
+        for a, rng in zip(axes, rbox): sub[a] = rng
         if factors is not None:
           f, g = self.eval(factors[1:], tuple(sub))
           r = None

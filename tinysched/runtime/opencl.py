@@ -38,6 +38,7 @@ from tinysched.dtype import DType, dtypes
 from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.device import Backend, Buffer, DeviceError, Device
+from tinysched.runtime import interpreter
 from tinysched.codegen.target import Target
 from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
@@ -47,7 +48,7 @@ from tinysched.helpers import getenv, DEBUG, cache_root, write_cache_entry, disk
 
 try:
   import pyopencl as cl
-except ImportError:  # device.py treats a failed import as "no OpenCL"
+except ImportError:  # no pyopencl is no OpenCL: opencl_available() is False
   cl = None  # type: ignore[assignment]
 
 class CompileError(RuntimeError):
@@ -297,7 +298,8 @@ class _CLDevice:
     self.name, self.device = name, d
     self.ctx = cl.Context([d])
     self.profiling = getenv("TINYSCHED_PROFILE", 1) != 0
-    self.queue = cl.CommandQueue(self.ctx, d, properties=cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0)
+    props = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
+    self.queue = cl.CommandQueue(self.ctx, d, properties=props)  # type: ignore[arg-type]  # 0: no properties (the stubs want the enum)
     self.target = target_of(d)
     self.allocator = Allocator(self)
     self.kernels: dict[tuple[str, str], Any] = {}
@@ -331,7 +333,7 @@ class _CLDevice:
           # compiler remarks on a successful build are noise for users (pyopencl warns on any log); DEBUG>=1 prints them
           warnings.simplefilter("ignore", cl.CompilerWarning)
           self.single_builds += 1
-          prg = cl.Program(self.ctx, src).build(cache_dir=False)
+          prg = cl.Program(self.ctx, src).build(cache_dir=False)  # type: ignore[arg-type]  # False: no pyopencl cache (stubs: str | None)
         if DEBUG >= 1 and (log := _build_log(prg, self.device)): print(f"{self.name}: build log of {name}:\n{log}", file=sys.stderr)
       except cl.Error as e:
         log = ""
@@ -357,7 +359,8 @@ class _CLDevice:
       try:
         with warnings.catch_warnings():
           warnings.simplefilter("ignore", cl.CompilerWarning)
-          prg = (cl.Program(self.ctx, [self.device], [binary]) if binary is not None else cl.Program(self.ctx, bsrc)).build(cache_dir=False)
+          prg = cl.Program(self.ctx, [self.device], [binary]) if binary is not None else cl.Program(self.ctx, bsrc)
+          prg = prg.build(cache_dir=False)  # type: ignore[arg-type]  # False: no pyopencl cache (stubs: str | None)
       except Exception: return None
       self.batches[h] = prg
       self.batch_sources[h] = bsrc
@@ -390,7 +393,7 @@ class _CLDevice:
     try:
       with warnings.catch_warnings():
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        prg = cl.Program(self.ctx, bsrc).build(cache_dir=False)
+        prg = cl.Program(self.ctx, bsrc).build(cache_dir=False)  # type: ignore[arg-type]  # False: no pyopencl cache (stubs: str | None)
     except cl.Error:
       if len(members) == 1: return 0  # kernel() builds it alone and reports its log
       half = len(members) // 2
@@ -573,12 +576,11 @@ class OpenCLBackend(Backend):
     return run
 
   def _interpret(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int], why: Exception) -> None:
-    from tinysched.runtime.interpreter import exec_ast as interp
     if str(why) not in _warned:
       _warned.add(str(why))
       print(f"tinysched: {why}; running it on the NUMPY interpreter (TINYSCHED_FP16_FALLBACK=0 makes this an error)", file=sys.stderr)
     host = [b.numpy() for b in bufs]
-    interp(ast, host, var_vals)
+    interpreter.exec_ast(ast, host, var_vals)
     for i in sorted({s.src[0].arg for s in ast.src}): bufs[i].copyin(host[i])
 
   def run(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, opts: Sequence[Opt] | None = None) -> float:

@@ -18,7 +18,7 @@ readers) and FUSE_CONV_BW (`unstore_reduce_of_reduce`: a reduce read through a v
 computed inside that reader, where kernel_ast merges the two reduces into one).
 """
 from __future__ import annotations
-from tinysched.ops import Ops, GroupOp
+from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.shape import ShapeTracker
 from tinysched.helpers import dedup

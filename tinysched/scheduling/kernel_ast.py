@@ -21,7 +21,7 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
 `rewrite_kernel` is pure: the same pre-sink and assign targets give the same AST, in any process.
 """
 from __future__ import annotations
-import itertools, operator
+import itertools, operator, sys
 from dataclasses import dataclass
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, make_uop, resolve, arg_identity
@@ -29,6 +29,8 @@ from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.helpers import prod, all_same
 from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views, topo_of
+from tinysched import rewrite as RW, shape as SH
+from tinysched.scheduling import bigraph, stores, fusion, order
 
 # read once for the rules' per-node code (an `Ops.X` read costs ~70 ns on 3.11, see scheduling/bigraph.py)
 _VIEW, _STORE, _LOAD, _DEFINE_GLOBAL, _BUFFER = Ops.VIEW, Ops.STORE, Ops.LOAD, Ops.DEFINE_GLOBAL, Ops.BUFFER
@@ -279,7 +281,7 @@ def structural_key(topo: dict[UOp, None]) -> tuple:
   interning compares nodes (`arg_identity`), so no rule can tell them apart (none reads a buffer's number). Cheaper than
   building that renumbered graph: tuples, no nodes, nothing interned."""
   pos: dict[UOp, int] = {}
-  out = []
+  out: list[tuple] = []
   for i, u in enumerate(topo):
     pos[u] = i
     if (op := u.op) is _BUFFER: out.append((u.dtype, u.arg[1]))
@@ -293,11 +295,9 @@ def _rule_namespaces() -> list:
   the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`). The
   modules are found once; their classes are read from them on every call (a class replaced by a patch is seen)."""
   if not _MODULES:
-    import sys
-    from tinysched import rewrite, shape
-    from tinysched.scheduling import bigraph, stores, fusion, order
+    # deferred to keep import tinysched fast: the code generator (~9 ms) loads at the first schedule, not at import
     from tinysched.codegen import kernel, lowerer, folds
-    mods = [sys.modules[__name__], bigraph, stores, fusion, order, sys.modules.get("tinysched.schedule"), rewrite, shape, kernel, lowerer, folds]
+    mods = [sys.modules[__name__], bigraph, stores, fusion, order, sys.modules.get("tinysched.schedule"), RW, SH, kernel, lowerer, folds]
     if mods[5] is None: return _namespaces_of(*mods)  # the facade is not loaded yet: looked for again next time
     _MODULES[:] = mods
   return _namespaces_of(*_MODULES)

@@ -1,0 +1,1 @@
+"""The committed baseline: accept, the CI gate, commits, distill, coverage, the model suite, the pytest plugin."""

@@ -1,0 +1,80 @@
+"""Baseline members beside the model suite: `replay accept` captures them after the models (EXTRAS names them).
+
+  tests       this project's Tensor and scheduler tests (TEST_PATHS) captured with `pytest --replay-capture` on
+              OPENCL, every level, then distilled against the model stores (replay/baseline/distill.py, PER_RULE captures
+              per rule): what no model does (a pad over exp, a bitcast, a COPY source, an arange kept stored) enters
+              the baseline through the tests that exercise it, a few rows per rule instead of thousands
+  gpu_target  program-level captures of GPU_MODELS rendered for TARGET (an NVIDIA-like GPU description from
+              tinysched/codegen/target.py) on this machine, with no such device: local memory, barriers and the GPU
+              work-group choice are replayed (with --reoptimize, re-chosen) on every change. Execution runs them
+              wherever an OpenCL device can take their work-group sizes
+
+Both are made with the current checkout's code, like the model stores; a failing test run or a model that fails
+stops the accept before any store is replaced.
+"""
+from __future__ import annotations
+import os, subprocess, sys, time
+from pathlib import Path
+from typing import Callable
+from replay.errors import HintedError
+from replay.baseline.checkouts import subprocess_env
+from replay.baseline.distill import distill, summary
+from replay.baseline.suite import run_model
+
+Log = Callable[[str], None]
+EXTRAS = ("gpu_target", "tests")
+TEST_PATHS = ("tests/tinysched",)
+GPU_MODELS = ("cnn_train", "gpt2_tiny", "mlp_digits")
+TARGET = "nvidia-like-gpu"
+PER_RULE = 3
+
+class BaselineError(HintedError):
+  """A baseline member that cannot be made (failing tests, a failed model): the message and what to do next."""
+
+def _xdist() -> list[str]:
+  try: import xdist  # noqa: F401 (optional: the test run is spread over workers only where pytest-xdist is installed)
+  except ImportError: return []
+  return ["-n", str(min(4, os.cpu_count() or 1))]
+
+def capture_tests(out: Path, root: Path, model_stores: list[Path], timeout: float | None, log: Log) -> dict:
+  """The `tests` member: capture the test run into a scratch store beside `out`, distill it into `out`."""
+  raw = out.with_name(f".{out.name}.raw-{os.getpid()}.db")
+  for suffix in ("", "-wal", "-shm"): Path(f"{raw}{suffix}").unlink(missing_ok=True)
+  env = {**subprocess_env(root), "TINYSCHED_DEVICE": "OPENCL"}  # capture variables stripped: only --replay-capture records
+  cmd = [sys.executable, "-m", "pytest", *TEST_PATHS, "-q", "-x", "-p", "no:cacheprovider", "-p", "replay.baseline.pytest_plugin", *_xdist(),
+         "--replay-capture", str(raw)]
+  t0 = time.perf_counter()
+  try:
+    log(f"    {' '.join(cmd[2:])}")
+    try: r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired: raise BaselineError(f"the test run for the `tests` store took over {timeout}s", "raise --timeout") from None
+    if r.returncode != 0:
+      tail = "\n      ".join((r.stdout + r.stderr).strip().splitlines()[-12:])
+      raise BaselineError(f"the test run for the `tests` store failed (exit {r.returncode}):\n      {tail}",
+                          "a baseline is captured from passing tests: fix them first")
+    log(f"    tests passed in {time.perf_counter() - t0:.0f}s; distilling against {len(model_stores)} model store(s)")
+    res = distill([str(raw)], str(out), against=[str(p) for p in model_stores], per_rule=PER_RULE, log=lambda s: log(f"    {s}"))
+    log("    " + summary(res, PER_RULE).replace("\n", "\n    "))
+    return {"model": "tests", "ok": True, "seconds": round(time.perf_counter() - t0, 2), "kept": len(res.kept)}
+  finally:
+    for suffix in ("", "-wal", "-shm"): Path(f"{raw}{suffix}").unlink(missing_ok=True)
+
+def capture_gpu_target(out: Path, root: Path, timeout: float | None, log: Log) -> dict:
+  """The `gpu_target` member: GPU_MODELS' kernels rendered for TARGET, program level, into one store `out`."""
+  t0 = time.perf_counter()
+  # NUMPY: realize renders nothing for the host device, so every program row is the target's
+  env = {"TINYSCHED_DEVICE": "NUMPY", "TINYSCHED_CAPTURE_TARGET": TARGET}
+  for m in GPU_MODELS:
+    r = run_model(m, out, quick=True, levels=("program",), cwd=str(root), timeout=timeout, env=env)
+    if not r.get("ok") or r.get("skipped"):
+      raise BaselineError(f"gpu_target: model {m} {'was skipped: ' + r['skipped'] if r.get('skipped') else 'failed: ' + str(r.get('error'))}",
+                          "fix the model, or accept the others with --models")
+    log(f"    {m} for {TARGET}: done in {r['seconds']}s")
+  return {"model": "gpu_target", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
+
+def capture_extra(name: str, out: Path, root: Path, model_stores: list[Path], timeout: float | None, log: Log) -> dict:
+  if name == "tests": return capture_tests(out, root, model_stores, timeout, log)
+  if name == "gpu_target": return capture_gpu_target(out, root, timeout, log)
+  raise BaselineError(f"no baseline member {name!r}", f"the members beside the models are {', '.join(EXTRAS)}")
+
+__all__ = ["EXTRAS", "TEST_PATHS", "GPU_MODELS", "TARGET", "PER_RULE", "BaselineError", "capture_extra"]

@@ -1,0 +1,99 @@
+"""The replay pipeline and the library's entry point: select rows -> replay them on the current code -> diff ->
+determinism -> execution verdicts.
+
+    from replay.check import Options, Selection, run
+    rep = run(Selection(("captures/mlp_digits.db",), level="kernel"), Options(exec="changed", jobs=2))
+    rep.counts()      # {"identical": ..., "changed": ..., "error": ..., "incompatible": ..., "unstable": ...}
+    rep.exit_code()   # 0 nothing changed, 1 changes or wrong numbers, 2 errors or incompatible captures
+
+`run` is what the `replay check` and `replay diff` commands, the CI gate, the pytest plugin and per-row accept call:
+options travel as one typed object, and a problem the user can act on is a `CheckError` with a hint (the CLI prints it
+and exits 2). The steps are modules of this package: `pool` (rows cut into chunks for worker processes), `replayer`
+(one row through its level), `pairs` (`replay diff`: rows of two stores paired), `determinism` (`--twice`),
+`execution` (kernels run old vs new vs the reference), `results` (Result, Report).
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Callable
+from replay.errors import HintedError
+from replay.store.sqlite import StoreError
+from replay.execute.pool import DeviceUnusable, check_device
+from replay.check.results import OUTCOMES, Report, Result
+from replay.check import determinism, execution, pairs, pool
+
+EXEC_MODES = (None, "changed", "all")
+
+@dataclass(frozen=True)
+class Selection:
+  """Which stored rows a check replays: the stores (`against`: `replay diff` pairs each row of `stores[0]` with the row
+  of this older store that has the same input instead of replaying it), and filters on them."""
+  stores: tuple[str, ...]
+  level: str | None = None
+  label: str | None = None
+  key: str | None = None             # a prefix of the input or output key
+  shard: tuple[int, int] | None = None  # (I, N): shard I of N, split by capture key
+  against: str | None = None
+  allow_empty: bool = False          # with `against`: a side with no captures compares (everything added or removed)
+
+@dataclass(frozen=True)
+class Options:
+  """How a check runs. `exec`: None, "changed" (run changed kernels old vs new vs the reference) or "all" (every kernel);
+  `twice`: replay again in two processes with the `hash_seeds` (outputs that differ are `unstable`); `reoptimize`:
+  program rows choose their optimizations with the current heuristic; `timing_runs`: per job (default 5 for changed
+  kernels, 1 for a sweep of all); `perf_gate`: fail when new kernels are slower by more than this percentage."""
+  jobs: int | None = None
+  detail: bool = True
+  reoptimize: bool = False
+  twice: bool = False
+  hash_seeds: tuple[int, int] = determinism.DEFAULT_SEEDS
+  exec: str | None = None
+  device: str | None = None
+  timeout: float | None = None
+  slower_threshold: float = 0.10
+  timing_runs: int | None = None
+  perf_gate: float | None = None
+  progress: Callable[[int, int], None] | None = None
+
+class CheckError(HintedError):
+  """A check that cannot run as asked (bad options, an unusable device, a failed determinism replay): exit 2."""
+
+def validate(selection: Selection, options: Options) -> str | None:
+  """Check what can be checked before any replay runs; returns the canonical execution device (None without exec)."""
+  if options.exec not in EXEC_MODES: raise CheckError(f"exec mode {options.exec!r}: choose from changed, all")
+  if options.jobs is not None and options.jobs < 1: raise CheckError(f"-j {options.jobs}: needs at least one worker")
+  if options.twice and options.reoptimize:
+    raise CheckError("--twice and --reoptimize cannot be combined (--twice replays the stored opts)", "run them one at a time")
+  if selection.against is not None and (options.twice or options.reoptimize or selection.shard or selection.key):
+    raise CheckError("comparing two stores replays nothing: --twice, --reoptimize, --shard and --key do not apply")
+  if not options.exec: return None
+  try: return check_device(options.device)
+  except ValueError as e:
+    raise CheckError(str(e), "pick an existing device: OPENCL, OPENCL:<n> or NUMPY (`python -c 'from tinysched.runtime.opencl import "
+                             "list_devices as l; print(l())'` lists OpenCL devices)") from None
+
+def run(selection: Selection, options: Options = Options()) -> Report:
+  """Replay the selected rows with the current code (or pair two stores), then check determinism and run the execution
+  check as `options` ask; the Report holds every result, grouped changes and the exit code. Raises CheckError."""
+  device = validate(selection, options)
+  paths = [str(p) for p in selection.stores]
+  if selection.against is not None:
+    try: rep = pairs.compare(selection.against, paths[0], level=selection.level, label=selection.label, allow_empty=selection.allow_empty)
+    except StoreError as e:
+      raise CheckError(str(e), "pass two .db files written by `replay capture` or `replay suite`") from None
+  else:
+    rep = pool.check(paths, level=selection.level, label=selection.label, key=selection.key, jobs=options.jobs, shard=selection.shard,
+                     detail=options.detail, progress=options.progress, exec_mode=options.exec, reoptimize=options.reoptimize)
+    if options.twice and not rep.fatal:
+      try: determinism.mark_unstable(rep, paths, selection.level, selection.label, selection.key, selection.shard, options.hash_seeds)
+      except determinism.DeterminismError as e: raise CheckError(str(e), e.hint) from None
+  rep.perf_gate = options.perf_gate
+  if options.exec:
+    # every kernel of the store (exec "all") is a correctness sweep: fewer timing runs than for the changed ones
+    runs = options.timing_runs if options.timing_runs is not None else (5 if options.exec == "changed" else 1)
+    try: execution.exec_report(rep, mode=options.exec, device=device, slower_threshold=options.slower_threshold, progress=options.progress,
+                     timing_runs=runs, timeout_s=options.timeout)
+    except DeviceUnusable as e:
+      raise CheckError(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec") from None
+  return rep
+
+__all__ = ["CheckError", "OUTCOMES", "Options", "Report", "Result", "Selection", "run", "validate"]

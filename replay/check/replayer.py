@@ -1,0 +1,83 @@
+"""Replaying one stored capture through the current code.
+
+Outcomes: `identical` (same output key), `changed` (a different output: diffs attached), `error` (the
+current code raised: the traceback is kept), `incompatible` (the stored input cannot be decoded by this
+code: the reason is kept), `unstable` (only with `replay check --twice`, set by replay/check/determinism.py: the same
+input gave different outputs in processes with different PYTHONHASHSEED). Replaying never writes to the store.
+
+Blame: only an exception raised while running the current code on a decoded input is an `error` (a regression
+to fix). A stored input or output that cannot be read or decoded, for whatever reason, is `incompatible`: a bad
+capture must never read as the user's bug, nor as a reviewable change that `[replay:accept]` could wave through.
+"""
+from __future__ import annotations
+import traceback
+from typing import Any
+from tinysched import capture_hook
+from replay import levels
+from replay.levels import Change, Level
+from replay.store.encode import IncompatibleCapture, key_of
+from replay.store.sqlite import Store
+from replay.check.results import Result
+
+def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None = None, memo: Any = None, reoptimize: bool = False) -> Result:
+  """Replay one stored row with the current code. `full`, `memo`: see Level.run (`full` is filled when the current
+  code ran). `reoptimize`: rows of a level that can choose its optimizations again do so (Level.reoptimizes); one that
+  cannot says why in `note`; a changed row names the stored and the chosen choices first in its diff and signature."""
+  res = Result(str(store.path), row["run_id"], row["seq"], row["level"], row["label"] or "", row["input_key"], row["output_key"],
+               metadata=row.get("metadata"))
+  def incompatible(why: str) -> Result:
+    res.outcome, res.reason = "incompatible", why
+    return res
+  if row.get("_invalid"): return incompatible(row["_invalid"])
+  try: level = levels.get(row["level"])
+  except IncompatibleCapture as e: return incompatible(str(e))
+  with capture_hook.paused():  # replaying must not capture itself
+    try: inputs = level.decode_input(data := store.blob(row["input_key"]))
+    except IncompatibleCapture as e: return incompatible(str(e))
+    except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
+      return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
+    if full is not None: full["inputs"] = inputs  # the execution check's job builder needs them too (replay.check.execution)
+    reopt, host, res.note = level.reoptimizes(row, reoptimize)
+    if reopt and full is None: full = {}  # the chosen choices are in what `run` fills
+    try: new, new_bytes = level.run(inputs, full, memo, reopt, host)
+    except IncompatibleCapture as e: return incompatible(str(e))
+    except Exception as e:  # the code under test raised: that is the finding, keep going
+      res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()
+      return res
+    if full is not None: full["output"] = new
+    res.new_key = key_of(new_bytes)
+    if res.new_key == row["output_key"]: return res
+    # a different output is only a reviewable change if the stored one can be read: otherwise nobody can say what changed
+    try: old = level.decode_output(store.blob(res.stored_key))
+    except Exception as e:  # noqa: BLE001 (as for inputs)
+      why = str(e) if isinstance(e, IncompatibleCapture) else f"{type(e).__name__}: {e}"
+      res.signature = f"{res.level}: stored output unreadable"
+      return incompatible(f"stored output unreadable: {why}")
+    res.outcome = "changed"
+    if detail: describe_change(res, level, data, old, new, reopt, full)
+    return res
+
+TOO_BIG = ("(no detailed diff: the stored or the current output has {why}; stored output {stored}, current {current}; look at both "
+           "with `replay show`)")
+
+def describe_change(res: Result, level: Level, data: bytes, old: Any, new: Any, reoptimized: bool = False, full: dict | None = None) -> None:
+  """Diffs of a changed capture and the rules behind it: `old` is the decoded stored output (the callers have read it:
+  one that cannot be read is `incompatible`, never described)."""
+  too_big = TOO_BIG.replace("{stored}", res.stored_key[:16]).replace("{current}", (res.new_key or "")[:16])
+  ch, rules = level.describe(data, old, new, full, reoptimized, ("stored", "current"), too_big)
+  take(res, ch)
+  res.rules = rules
+
+def take(res: Result, ch: Change) -> None:
+  """A level's description of a change, into the result that reports it."""
+  res.signature, res.text_diff, res.changes, res.change_count = ch.signature, ch.text_diff, ch.changes, ch.change_count
+  res.kernel_list = ch.kernel_list
+
+def describe_diff(res: Result, level: Level, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "") -> bool:
+  """The diff from output `old` to output `new` into `res` (no rules): False when they are too large for a detailed diff."""
+  if (why := level.too_big(old, new)) is not None:
+    res.signature = f"{level.name}: {prefix or 'output '}changed (too large for a detailed diff)"
+    res.text_diff = f"(no detailed diff: an output has {why})"
+    return False
+  take(res, level.diff(old, new, names, prefix))
+  return True

@@ -1,0 +1,74 @@
+"""What a check produces: one Result per replayed row, and the Report that gathers them (counts, groups, exit code)."""
+from __future__ import annotations
+from dataclasses import dataclass, field, asdict
+from typing import Any
+from replay.execute.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
+
+OUTCOMES = ("identical", "changed", "error", "incompatible", "unstable")
+
+@dataclass
+class Result:
+  db: str
+  run_id: int
+  seq: int
+  level: str
+  label: str
+  input_key: str
+  stored_key: str
+  new_key: str | None = None
+  outcome: str = "identical"
+  reason: str | None = None            # incompatible: why; error: the exception line
+  traceback: str | None = None
+  changes: list[dict] = field(default_factory=list)
+  change_count: int = 0
+  text_diff: str | None = None
+  kernel_list: dict | None = None
+  signature: str | None = None
+  rules: list[str] = field(default_factory=list)
+  metadata: str | None = None
+  exec: dict | None = None             # filled by the execution check
+  pair: dict | None = None             # replay diff: {"old_db", "old": [run_id, seq], "new": [run_id, seq]} of the two stored rows
+  note: str | None = None              # replay check --reoptimize: why a program row was replayed with its stored opts
+  def to_dict(self) -> dict[str, Any]: return asdict(self)
+
+@dataclass
+class Report:
+  results: list[Result] = field(default_factory=list)
+  sources: list[str] = field(default_factory=list)
+  elapsed: float = 0.0
+  workers: int = 1
+  fatal: list[str] = field(default_factory=list)     # stores that could not be opened at all
+  shard: str | None = None
+  perf_gate: float | None = None                     # --perf-gate PCT
+  paired: bool = False                               # replay diff/commits: results pair rows of two stores
+  accepted: list[dict] = field(default_factory=list) # per-key accepts recorded in the stores (Store.accepts(), with "db")
+  def counts(self) -> dict[str, int]:
+    c = {o: 0 for o in OUTCOMES}
+    for r in self.results: c[r.outcome] += 1
+    return c
+  def groups(self) -> list[dict[str, Any]]:
+    """Changes (and errors, incompatibilities) grouped by signature, largest first."""
+    g: dict[tuple[str, str], list[Result]] = {}
+    for r in self.results:
+      if r.outcome == "identical": continue
+      first = (r.reason or "").splitlines()[0][:120] if r.reason else ""
+      sig = r.signature if r.outcome in ("changed", "unstable") else f"{r.level}: {r.outcome}: {first}"
+      g.setdefault((r.outcome, sig or ""), []).append(r)
+    out: list[dict[str, Any]] = [{"outcome": o, "signature": s, "count": len(rs), "example": rs[0], "members": rs} for (o, s), rs in g.items()]
+    out.sort(key=lambda x: (-len(x["members"]), x["outcome"], x["signature"]))
+    return out
+  def exit_code(self) -> int:
+    c = self.counts()
+    verdicts = {r.exec.get("verdict") for r in self.results if r.exec}
+    if self.fatal or c["error"] or c["incompatible"] or verdicts & set(EXIT_2_VERDICTS): return 2
+    if verdicts & set(FAIL_VERDICTS) or self.perf_failures() or c["unstable"]: return 1
+    return 1 if c["changed"] else 0
+  def perf_failures(self) -> list[Result]:
+    """Captures whose new kernels are slower than the old by more than --perf-gate PCT beyond noise (none when off)."""
+    if self.perf_gate is None: return []
+    out = []
+    for r in self.results:
+      e = r.exec or {}
+      o, n, noise = e.get("old_time_s"), e.get("new_time_s"), e.get("noise") or 0.0
+      if o and n and n > o * (1 + max(self.perf_gate / 100, 2 * noise)) + 20e-6: out.append(r)
+    return out

@@ -1,0 +1,2 @@
+from replay.cli.app import main
+main()

@@ -1,0 +1,130 @@
+"""Running one side's kernels on a device: AST kernels through today's code generator, stored OpenCL sources as they
+were captured, each on fresh device buffers; the reference interpreter runs one kernel item on numpy buffers. Also
+whether a job fits this machine's memory, and whether stored sources fit this device at all."""
+from __future__ import annotations
+import os, time
+from typing import Any
+import numpy as np
+from tinysched.device import Buffer, Device
+from tinysched.ops import Ops
+from tinysched.realize import kernel_vars
+from tinysched.runtime.interpreter import exec_ast
+from tinysched.uop import UOp, sym_infer
+from replay.store.encode import decode_graph
+
+class _Side:
+  """One side's kernels, launched on a device: AST kernels through today's codegen, stored sources as they are."""
+  ast: UOp  # program level only: the AST the stored sources were made from, set by the caller (absent otherwise)
+  def __init__(self, device: str, items: list, names: dict[str, int]):
+    self.device, self.names = device, names
+    self.items = [(it[0], decode_graph(it[1].encode())[0], list(it[2])) if it[0] == "ast" else tuple(it) for it in items]
+  def run(self, bufs: dict[int, Any], timed: bool = False, check=None, host: dict[int, np.ndarray] | None = None,
+          final: dict[int, np.ndarray] | None = None) -> list[float]:
+    """Run every kernel once, in order; returns per-kernel seconds when timed. `check(k, item, before, after)` sees
+    each kernel's buffers (host copies) just before and just after it ran. `host`: the contents `bufs` were filled
+    with; with it, a kernel's inputs are read from host copies kept up to date with every kernel's outputs (each
+    output is read back from the device anyway) instead of from the device again; `final` (with `host` and `check`)
+    receives those copies as they are at the end: every buffer's contents, read back once."""
+    be = Device[self.device]
+    times = []
+    mirror = dict(host) if host is not None else None  # never written in place: entries are replaced by fresh reads
+    for k, it in enumerate(self.items):
+      before = None if check is None else \
+        {i: mirror[i] if mirror is not None else bufs[i].numpy() for i in self.touched(it)}
+      t0 = time.perf_counter()
+      t = self.run_one(be, it, bufs, timed)
+      if t is None:  # no profiling event: wall time around a synchronize
+        be.synchronize()
+        t = time.perf_counter() - t0
+      if timed: times.append(t)
+      if check is not None:
+        be.synchronize()
+        after = {i: bufs[i].numpy() for i in _outputs_of(it, self)}
+        if mirror is not None: mirror.update(after)
+        check(k, it, before, after)
+    if final is not None and mirror is not None and check is not None: final.update(mirror)
+    return times
+  def touched(self, it) -> list[int]:
+    return sorted(set(it[2])) if it[0] == "ast" else list(range(len(it[3]["dtypes"])))
+  def run_one(self, be, it, bufs: dict[int, Any], timed: bool) -> float | None:
+    """Launch one kernel item; its device time when the backend measures it, else None."""
+    if it[0] != "ast":
+      _, name, src, launch = it
+      return _launch_source(be, name, src, launch, [bufs[i] for i in range(len(launch["dtypes"]))], self.names)
+    _, ast, m = it
+    args = [bufs[i] for i in m]
+    if ast.op is not Ops.SINK:
+      if ast.op is Ops.COPY: args[0].copyin(args[1].numpy().view(args[0].dtype.np)[:args[0].size])
+      return 0.0
+    vv = {v: self.names[v.arg[0]] for v in kernel_vars(ast)}
+    if timed and hasattr(be, "run"): return be.run(ast, args, vv)
+    be.exec_ast(ast, args, vv)
+    return None
+
+def _unlaunchable(t, device: str, items: list) -> str | None:
+  """Why stored sources cannot run on `device` with target `t` (captured for another target: a work-group larger
+  than this device allows, half precision it lacks), or None. That is not a failure of the code under test."""
+  if t is None: return None
+  for it in items:
+    _, name, src, launch = it
+    local = launch.get("local") or []
+    if local and (int(np.prod(local)) > t.max_work_group_size or any(a > b for a, b in zip(local, t.max_work_item_sizes))):
+      return (f"{name} was generated for a work-group of {list(local)}, more than {device} allows "
+              f"({t.max_work_group_size}, {list(t.max_work_item_sizes)})")
+    # the renderer enables these extensions exactly when a kernel uses half / double
+    if "cl_khr_fp16" in src and not t.has_fp16: return f"{name} uses half precision, which {device} ({t.name}) lacks"
+    if "cl_khr_fp64" in src and not t.has_fp64: return f"{name} uses double precision, which {device} ({t.name}) lacks"
+  return None
+
+def _launch_source(be, name: str, src: str, launch: dict, args: list, names: dict[str, int]) -> float:
+  if not hasattr(be, "run_source"): raise RuntimeError(f"device {be.name} cannot run OpenCL source (program-level captures need an OpenCL device)")
+  by_name: dict = {}
+  gs = []
+  for g in launch["global"]:
+    if isinstance(g, int): gs.append(g); continue
+    u = decode_graph(g["uop"].encode())[0]
+    for x in u.toposort():
+      if x.op.name == "DEFINE_VAR": by_name[x] = names[x.arg[0]]
+    gs.append(int(sym_infer(u, by_name)))
+  bits = launch.get("var_bits") or [32] * len(launch["vars"])
+  scalars = [(np.int64 if b == 64 else np.int32)(names[v]) for v, b in zip(launch["vars"], bits)]
+  if any(g <= 0 for g in gs): return 0.0
+  return be.run_source(name, src, args, tuple(gs), tuple(launch["local"]) if launch.get("local") else None, scalars)
+
+# copies of the buffers a job holds at once: host inputs, both sides' device buffers, their warm-up run, what is read back
+EXEC_COPIES = 6
+
+def _available_bytes() -> int | None:
+  """REPLAY_EXEC_MEM_MB, else half of the memory the kernel reports available now (Linux), else None (no limit)."""
+  if (mb := os.environ.get("REPLAY_EXEC_MEM_MB")): return int(float(mb) * (1 << 20))
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"): return int(line.split()[1]) * 1024 // 2
+  except OSError: pass
+  return None
+
+def _over_memory(buffer_bytes: int) -> str | None:
+  """Why a job whose buffers take `buffer_bytes` is not run here (it would be killed for memory, and say nothing), or None."""
+  need, have = buffer_bytes * EXEC_COPIES, _available_bytes()
+  if have is None or need <= have: return None
+  return (f"its buffers need about {need / 2**30:.1f} GiB here ({buffer_bytes / 2**30:.1f} GiB, {EXEC_COPIES} copies), more than "
+          f"this machine can spare ({have / 2**30:.1f} GiB; REPLAY_EXEC_MEM_MB sets the budget)")
+
+def _fresh(device: str, host: dict[int, np.ndarray], specs: dict[int, tuple[int, Any]]) -> dict[int, Any]:
+  return {i: Buffer(device, specs[i][0], specs[i][1]).allocate().copyin(host[i]) for i in host}
+
+def _outputs_of(it, side) -> list[int]:
+  """The buffers one kernel item writes."""
+  if it[0] != "ast": return sorted({s.src[0].arg for s in side.ast.src if s.op is Ops.STORE})
+  _, ast, m = it
+  if ast.op is Ops.SINK: return sorted({m[s.src[0].arg] for s in ast.src if s.op is Ops.STORE})
+  return [m[0]] if m else []
+
+def _interpret(it, side, bufs: dict[int, np.ndarray], names: dict[str, int]) -> None:
+  """One kernel item on numpy buffers, in place, by the reference interpreter (floats accumulate in float64).
+  A stored OpenCL source (program level) is checked against the AST it was generated from."""
+  ast, m = (it[1], it[2]) if it[0] == "ast" else (side.ast, sorted(bufs))  # program level: DEFINE_GLOBAL i is buffer i
+  args = [bufs[i] for i in m]
+  if ast.op is Ops.COPY: args[0][:] = args[1].view(args[0].dtype)[:args[0].size]
+  elif ast.op is Ops.SINK: exec_ast(ast, args, {v: names[v.arg[0]] for v in kernel_vars(ast)}, reference=True)

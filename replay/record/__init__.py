@@ -1,0 +1,1 @@
+"""Recording: the hook tinysched calls while a program runs, written into a store (`recorder`)."""

@@ -1,0 +1,310 @@
+"""Capture: record what tinysched's scheduler and code generator do, into a capture store.
+
+Switch it on with
+- the environment: `TINYSCHED_CAPTURE=path.db` (+ `TINYSCHED_CAPTURE_LABEL`, `TINYSCHED_CAPTURE_LEVELS=kernel,schedule,program`);
+  tinysched finds this module through the `tinysched.capture` entry point, so tinysched never imports replay;
+- the context manager `with replay.capture(path, label=...)`;
+- the command `replay capture --db PATH --label L -- <command ...>`.
+
+Each capture is encoded when it happens (cheap: the graphs are small and encodings are memoized by node),
+queued, and written in batches: every `FLUSH_EVERY` captures, when capture stops, at exit, on SIGTERM and
+on KeyboardInterrupt.
+"""
+from __future__ import annotations
+import atexit, contextlib, datetime, json, os, platform, signal, socket, sys, threading
+from pathlib import Path
+from typing import Callable, Any, Iterator
+import numpy
+import tinysched
+from tinysched import capture_hook
+from tinysched.codegen.program import to_program
+from tinysched.codegen.target import TARGETS, UnknownTargetError, named_target
+from tinysched.device import Device
+from tinysched.uop import UOp
+from replay import levels
+from replay.levels import LEVELS, RowWriter, names as level_names
+from replay.store.encode import key_of
+from replay.store.sqlite import Store, StoreError, graph_row, dumps, pause_point
+from replay.git import query as _git, code_commit  # metadata: None when git cannot tell, within 10s
+
+FLUSH_EVERY = 512
+# the level whose calls list the kernels of a schedule (big graphs: flushed more often; a capture target renders each of
+# their kernels for another device) and the level those renders come back as (rendered sources)
+SCHEDULE = next(n for n in LEVELS if levels.get(n).lists_kernels)
+RENDERED = next(n for n in LEVELS if levels.get(n).runs_stored_source)
+SCHEDULE_FLUSH_EVERY = 16
+ENV_FLAGS = ("TINYSCHED_DEVICE", "FUSE_ARANGE", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_THRESHOLD", "REDUCEOP_SPLIT_SIZE", "CAST_BEFORE_VIEW", "NOOPT")
+
+def run_info(label: str, levels: tuple[str, ...]) -> dict[str, Any]:
+  src = Path(tinysched.__file__).resolve().parent.parent
+  try:
+    import pyopencl  # optional: only its version is recorded (a machine without OpenCL captures on NUMPY)
+    pcl = pyopencl.VERSION_TEXT
+  except Exception: pcl = None
+  sha, dirty = code_commit()
+  return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "git_commit": sha, "git_dirty": dirty,
+          "git_branch": _git(["rev-parse", "--abbrev-ref", "HEAD"], src), "label": label, "argv": json.dumps(sys.argv),
+          "device": Device.DEFAULT, "python": platform.python_version(), "numpy": numpy.__version__, "pyopencl": pcl,
+          "tinysched": getattr(tinysched, "__version__", "0.1.0"), "levels": ",".join(levels),
+          "env": dumps({k: os.environ[k] for k in ENV_FLAGS if k in os.environ}), "host": socket.gethostname()}
+
+class Capturer:
+  """Receives hook calls and writes them to one store; one per process.
+
+  The hook itself only queues references (UOps are immutable, so that is safe) and drops exact repeats
+  (same nodes, same values); encoding, hashing and the SQLite transaction happen in `flush`, every
+  FLUSH_EVERY queued captures (or SCHEDULE_FLUSH_EVERY schedules, whose graphs are big), at stop, at exit
+  and on SIGTERM."""
+  def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None):
+    bad = [lv for lv in levels if lv not in level_names()]
+    if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(level_names())}")
+    if target is not None and RENDERED not in levels:
+      raise ValueError(f"a capture target renders {RENDERED}-level captures: add the {RENDERED} level")
+    # a named Target (tinysched/codegen/target.py TARGETS): every scheduled kernel is also rendered for it, with its
+    # default opts, under capture (program rows only; nothing runs), so a machine without the device captures its code
+    self.target = target
+    self.rendered: set[UOp] = set()  # kernel ASTs already rendered for `target` (membership only)
+    self.target_failed: list[str] = []
+    self.path, self.label, self.levels = Path(path), label, tuple(levels)
+    self.store = Store(self.path)
+    try: self.run_id = self.store.new_run(run_info(label, self.levels))
+    except BaseException:
+      self.store.close()
+      raise
+    pause_point("run:started")
+    self.seq = 0
+    self.queue: list[tuple[str, Any, Any, dict | None, str]] = []  # (level, inputs, output, info, label)
+    self.yields = False  # a session capture (pytest --replay-capture): an explicit capture inside it pauses it
+    self.accept: Callable[[], bool] | None = None  # asked before each capture: False drops it (a test patched the rules)
+    self.dropped = 0
+    self.queued_schedules = 0
+    self.recent: set = set()     # identity keys of queued or written captures (membership only)
+    self.seen: set[tuple[str, str]] = set()  # (level, input_key) written by this run
+    self.lock = threading.RLock()
+    self.closed = False
+    self.depth = 0                      # > 0 while this process is inside the capturer (see _on_sigterm)
+    self.exit_code: int | None = None   # set by SIGTERM arriving inside the capturer
+
+  def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
+    if self.closed or (level not in self.levels and not (level == SCHEDULE and self.target is not None)): return
+    if self.accept is not None and not self.accept():
+      self.dropped += 1
+      return
+    self.depth += 1
+    try:
+      self._record(level, inputs, output, info)
+      if level == SCHEDULE and self.target is not None: self._render_for_target(output)
+    finally:
+      self.depth -= 1
+      if self.exit_code is not None and self.depth == 0: self._exit_now()
+
+  def _render_for_target(self, asts: list[UOp]) -> None:
+    """Render each new kernel of a schedule for the capture target: to_program's own hook records the program row. A
+    kernel the target cannot take (an unsupported dtype, a limit) is counted and named at close, never raised into the
+    program being captured."""
+    for ast in asts:
+      if ast in self.rendered: continue
+      self.rendered.add(ast)
+      try: to_program(ast, None, self.target)
+      except Exception as e:  # noqa: BLE001 (the user's program must not fail because another device could not take a kernel)
+        self.target_failed.append(f"{type(e).__name__}: {e}".splitlines()[0][:200])
+
+  def _exit_now(self) -> None:
+    code = self.exit_code or 143
+    try: stop()
+    finally: os._exit(code)
+
+  def _record(self, level: str, inputs: Any, output: Any, info: dict | None) -> None:
+    if level not in self.levels: return  # a schedule call seen only for the capture target
+    with self.lock:
+      ident, inputs = levels.get(level).identity(inputs, output)
+      if ident in self.recent and not levels.get(level).capture_always: return
+      self.recent.add(ident)
+      self.queue.append((level, inputs, output, info, self.label))  # the label when it happened (relabel may change it)
+      if level == SCHEDULE: self.queued_schedules += 1
+      if len(self.queue) >= FLUSH_EVERY or self.queued_schedules >= SCHEDULE_FLUSH_EVERY: self.flush()
+
+  def flush(self) -> None:
+    with self.lock:
+      # the queue is only emptied once its transaction committed: a flush interrupted by SIGTERM (SystemExit)
+      # or an error leaves everything queued for the flush at exit
+      queue = list(self.queue)
+      if not queue: return
+      graphs: dict[str, dict] = {}
+      rows: list[dict] = []
+      def graph(data: bytes, kind: str, stats: dict | None = None) -> str:
+        key = key_of(data)
+        if key not in graphs: graphs[key] = graph_row(key, data, kind, (stats or {}).get("node_count"), (stats or {}).get("ops", ()))
+        return key
+      seen_now: set[tuple[str, str]] = set()  # merged into self.seen only once written
+      def written(level: str, in_key: str) -> bool: return (level, in_key) in self.seen or (level, in_key) in seen_now
+      def add(level: str, in_key: str, out_key: str, label: str, **summary: Any) -> dict | None:
+        if written(level, in_key): return None
+        seen_now.add((level, in_key))
+        row = {"run_id": self.run_id, "seq": self.seq + len(rows) + 1, "level": level, "label": label, "input_key": in_key, "output_key": out_key,
+               "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
+               "metadata": None, "extra": None, **summary}
+        rows.append(row)
+        return row
+      # kernel_rows: output AST -> row, so the schedule call that follows names the Tensor methods of its kernels
+      w = RowWriter(graph, add, written, kernel_rows={})
+      for level, inputs, output, info, label in queue: levels.get(level).write(w, inputs, output, info, label)
+      self.store.write_batch(list(graphs.values()), rows)
+      self.seen |= seen_now
+      self.seq += len(rows)
+      del self.queue[:len(queue)]
+      self.queued_schedules = sum(1 for q in self.queue if q[0] == SCHEDULE)
+
+  def close(self) -> None:
+    with self.lock:
+      if self.closed: return
+      self.flush()
+      if self.target_failed:
+        sys.stderr.write(f"replay: capture target {self.target.name}: {len(self.target_failed)} kernel(s) could not be rendered for it "
+                         f"(not captured), first: {self.target_failed[0]}\n")
+      if self.dropped:  # pytest --replay-capture: calls made while a test had patched the scheduler's or codegen's rules
+        sys.stderr.write(f"replay: {self.dropped} call(s) not captured into {self.store.path}: made while the rules were patched\n")
+      self.store.finish_run(self.run_id, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+      self.store.close()
+      self.closed = True
+
+# *** switching capture on and off ***
+
+_active: Capturer | None = None
+
+_paused: list[Capturer] = []  # session captures paused by an explicit capture inside them (innermost last)
+
+def relabel(label: str) -> None:
+  """Label what the active capture records from now on (pytest --replay-capture: the running test's node id)."""
+  if _active is not None: _active.label = label
+
+def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None) -> Capturer:
+  global _active
+  if _active is not None and _active.yields:  # a test of capture itself, inside a session capture: pause the session
+    _active.flush()
+    _paused.append(_active)
+    _active = capture_hook.HOOK = None
+  if _active is not None: raise RuntimeError(f"capture is already on (into {_active.path}); stop it first")
+  if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None  # an explicit start wins over the environment
+  _active = Capturer(path, label, levels, target)
+  capture_hook.HOOK = _active
+  return _active
+
+def stop() -> None:
+  global _active
+  if _active is None: return
+  capture_hook.HOOK = None
+  c, _active = _active, None
+  try: c.close()
+  finally:
+    if _paused and not c.yields:  # the explicit capture is over: the session capture goes on
+      _active = _paused.pop()
+      capture_hook.HOOK = _active
+
+@contextlib.contextmanager
+def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None) -> Iterator[Capturer]:
+  """Capture everything tinysched schedules and compiles inside the block into the store at `path`. `target` (a
+  Target, e.g. TARGETS["nvidia-like-gpu"]): also render every scheduled kernel for it (program level)."""
+  c = start(path, label, levels, target)
+  try: yield c
+  finally: stop()
+
+def _on_sigterm(signum, frame):
+  # Flush, then leave at once. Raising SystemExit instead can be swallowed (when the signal lands in a weakref
+  # callback or __del__) and the process would run on. If the signal interrupted the capturer itself, it exits
+  # when that call returns, so no half-built batch is written twice.
+  c = _active
+  if c is not None and c.depth > 0:
+    c.exit_code = 128 + signum
+    return
+  try: stop()
+  except Exception as e: _say_lost(c, e)
+  finally: os._exit(128 + signum)
+
+def _say_lost(c: Capturer | None, e: BaseException) -> None:
+  where = c.path if c is not None else "the capture store"
+  sys.stderr.write(f"replay: error: capture into {where} failed while writing its last captures: {type(e).__name__}: {e}\n"
+                   "  next: what was flushed before is kept; fix the store (or choose another TINYSCHED_CAPTURE) and run again\n")
+  sys.stderr.flush()
+
+def _stop_at_exit() -> None:
+  c = _active
+  try: stop()
+  except Exception as e:
+    # an exception in an atexit hook is printed and then ignored (exit status 0): a capture that lost its last
+    # batch must not look like a success
+    _say_lost(c, e)
+    sys.stdout.flush()
+    os._exit(2)
+
+class CaptureConfigError(SystemExit):
+  """TINYSCHED_CAPTURE* names something unusable: the process stops with status 2 and says which variable."""
+
+def _config_error(var: str, value: str, why: str, hint: str) -> CaptureConfigError:
+  sys.stderr.write(f"replay: error: {var}={value!r}: {why}\n  next: {hint}\n")
+  sys.stderr.flush()
+  return CaptureConfigError(2)
+
+def env_config() -> tuple[Path, str, tuple[str, ...]] | None:
+  """(path, label, levels) from the environment, validated; None when TINYSCHED_CAPTURE is unset or empty.
+  Raises CaptureConfigError, naming the variable and its value, for anything that would fail later."""
+  raw = os.environ.get("TINYSCHED_CAPTURE")
+  if not raw: return None
+  raw_levels = os.environ.get("TINYSCHED_CAPTURE_LEVELS")
+  levels = LEVELS if raw_levels is None else tuple(x.strip() for x in raw_levels.split(",") if x.strip())
+  if bad := [lv for lv in levels if lv not in level_names()]:
+    raise _config_error("TINYSCHED_CAPTURE_LEVELS", raw_levels or "", f"unknown capture level(s) {', '.join(bad)}",
+                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for all levels")
+  if not levels:
+    raise _config_error("TINYSCHED_CAPTURE_LEVELS", raw_levels or "", "names no capture level",
+                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for all levels")
+  path = Path(raw).expanduser()
+  if path.is_dir(): raise _config_error("TINYSCHED_CAPTURE", raw, "is a directory", "name a .db file, e.g. TINYSCHED_CAPTURE=run.db")
+  if not path.parent.is_dir():
+    raise _config_error("TINYSCHED_CAPTURE", raw, f"directory {path.parent} does not exist (replay does not create it)",
+                        "create the directory, or name a file in an existing one")
+  return path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels
+
+def env_target(levels: tuple[str, ...] = LEVELS):
+  """The Target TINYSCHED_CAPTURE_TARGET names (tinysched/codegen/target.py TARGETS), or None when unset; exits 2
+  naming the value and the known names for an unknown one."""
+  raw = os.environ.get("TINYSCHED_CAPTURE_TARGET")
+  if not raw: return None
+  try: t = named_target(raw)
+  except UnknownTargetError:
+    raise _config_error("TINYSCHED_CAPTURE_TARGET", raw, "names no known target", f"use one of {', '.join(TARGETS)}, or unset it") from None
+  if RENDERED not in levels:
+    raise _config_error("TINYSCHED_CAPTURE_TARGET", raw, f"renders {RENDERED}-level captures, but TINYSCHED_CAPTURE_LEVELS leaves {RENDERED} out",
+                        f"add {RENDERED} to TINYSCHED_CAPTURE_LEVELS, or unset TINYSCHED_CAPTURE_TARGET")
+  return t
+
+def check_env() -> None:
+  """Called by tinysched at import when TINYSCHED_CAPTURE is set (capture_hook.autoload): the settings are checked
+  before any user code runs, though capture itself starts at the first capture point. Exits 2 naming the variable."""
+  if (cfg := env_config()) is None: return
+  env_target(cfg[2])
+  path = cfg[0]
+  if path.is_file() and path.stat().st_size:
+    with open(path, "rb") as f: head = f.read(16)
+    if head != b"SQLite format 3\x00":
+      raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"],
+                          "not an SQLite file, so not a capture store (an existing file is never overwritten)",
+                          "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE")
+
+def install_from_env() -> None:
+  """Entry point `tinysched.capture`: start capturing when TINYSCHED_CAPTURE names a file. Every setting is
+  checked here, at the first point replay is loaded, so a misconfiguration stops the program with a message
+  naming the variable instead of failing later (at exit, or in the middle of the user's work)."""
+  if _active is not None: return
+  if capture_hook.HOOK is capture_hook._first_call: capture_hook.HOOK = None
+  if (cfg := env_config()) is None: return
+  path, label, levels = cfg
+  target = env_target(levels)
+  try: start(path, label, levels, target)
+  except StoreError as e:
+    raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"], f"not usable as a capture store: {e}",
+                        "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE") from None
+  atexit.register(_stop_at_exit)
+  if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    signal.signal(signal.SIGTERM, _on_sigterm)
