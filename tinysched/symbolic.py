@@ -25,6 +25,14 @@ def decompose_sum(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
     else: terms.append((u, 1))
   return terms, const
 
+def no_wrap(terms: list[tuple[UOp, int]], const: int, dtype) -> bool:
+  """const + sum(k*term) stays inside `dtype` for every value of the terms: then the sum is the integer sum, and
+  splitting it by a divisor is exact (a sum that may wrap around is a different number; replay prove found
+  ((i*3)//3 -> i) wrong for a uint32 i near 2**32)."""
+  lo = const + sum(min(k*t.vmin, k*t.vmax) for t, k in terms)
+  hi = const + sum(max(k*t.vmin, k*t.vmax) for t, k in terms)
+  return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
+
 def build_sum(dtype, terms: list[tuple[UOp, int]], const: int) -> UOp:
   ret: UOp | None = None
   for t, c in terms:
@@ -59,7 +67,9 @@ def _merge_divmod(merged: dict[UOp, int]) -> dict[UOp, int] | None:
     if out.get(div) == k*c.arg: partner, new = div, x
     else:
       for u, ku in out.items():
-        if ku == k*c.arg and u.op is Ops.MOD and u.src[0] is div and u.src[1].op is Ops.CONST and u.src[1].arg > 0:
+        # (c*e must be a value of the dtype: x % (c*e) with a wrapped c*e is another number)
+        if ku == k*c.arg and u.op is Ops.MOD and u.src[0] is div and u.src[1].op is Ops.CONST and u.src[1].arg > 0 \
+           and c.arg*u.src[1].arg <= dtypes.max(t.dtype):
           partner, new = u, UOp(Ops.MOD, t.dtype, (x, UOp.const(t.dtype, c.arg*u.src[1].arg)))
           break
     if partner is None: continue
@@ -105,6 +115,7 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
   if d <= 0 or x.vmin < 0: return None
   if x.vmax < d: return UOp.const(x.dtype, 0)
   terms, const = decompose_sum(x)
+  if not no_wrap(terms, const, x.dtype): return None
   if any(t.vmin < 0 for t, _ in terms): return None
   g = math.gcd(d, const, *(k for _, k in terms))
   if g > 1 and all(k > 0 for _, k in terms) and const >= 0:
@@ -130,7 +141,7 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
   # (y % (k*d)) % d -> y % d
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0: return UOp(Ops.MOD, x.dtype, (x.src[0], c))
   terms, const = decompose_sum(x)
-  if any(t.vmin < 0 for t, _ in terms): return None
+  if not no_wrap(terms, const, x.dtype) or any(t.vmin < 0 for t, _ in terms): return None
   new_terms = [(t, k % d) for t, k in terms]
   if all(k == nk for (_, k), (_, nk) in zip(terms, new_terms)) and const == const % d: return None
   rem = build_sum(x.dtype, new_terms, const % d)

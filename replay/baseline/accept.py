@@ -309,10 +309,11 @@ def write_captures_readme(root: Path, cap: Path) -> Path:
   text = f"""# Capture baseline
 
 The process-replay baseline: what the model suite (`tinysched/models/suite.py`, quick versions) made the
-scheduler and code generator produce, plus two members beside it (replay/baseline/extras.py): `tests.db`, this
+scheduler and code generator produce, plus three members beside it (replay/baseline/extras.py): `tests.db`, this
 project's Tensor/scheduler tests captured and distilled to the few rows that exercise rules no model does
-(`replay distill`), and `gpu_target.db`, program-level captures rendered for an NVIDIA-like GPU target on this
-CPU machine. CI replays these stores through every change (`replay check`, `ci/replay-gate`). Written by
+(`replay distill`), `gpu_target.db`, program-level captures rendered for an NVIDIA-like GPU target on this
+CPU machine, and `index_past_2_31.db`, kernels whose indices pass 2**31 (scheduled, not run: `replay prove` checks
+their int64 indexing). CI replays these stores through every change (`replay check`, `ci/replay-gate`). Written by
 `replay accept`; regenerate it rather than editing by hand. `replay coverage` shows which rules they exercise
 (each store's `coverage` table keeps the counts measured at accept time).
 

@@ -8,6 +8,10 @@
               tinysched/codegen/target.py) on this machine, with no such device: local memory, barriers and the GPU
               work-group choice are replayed (with --reoptimize, re-chosen) on every change. Execution runs them
               wherever an OpenCL device can take their work-group sizes
+  index_past_2_31  kernels whose indices pass 2**31 (a 4 GiB int8 buffer read through a Variable-sized shrink, a read at
+              the last element of a 2.5 GiB buffer), scheduled and not run: the
+              real sizes users have, so the index proofs (replay prove) check int64 indexing and narrowing on the
+              baseline itself. Their buffers are past what the execution check may allocate here: it skips them, saying so
 
 Both are made with the current checkout's code, like the model stores; a failing test run or a model that fails
 stops the accept before any store is replaced.
@@ -22,7 +26,7 @@ from replay.baseline.distill import distill, summary
 from replay.baseline.suite import run_model
 
 Log = Callable[[str], None]
-EXTRAS = ("gpu_target", "tests")
+EXTRAS = ("gpu_target", "index_past_2_31", "tests")
 TEST_PATHS = ("tests/tinysched",)
 GPU_MODELS = ("cnn_train", "gpt2_tiny", "mlp_digits")
 TARGET = "nvidia-like-gpu"
@@ -72,9 +76,33 @@ def capture_gpu_target(out: Path, root: Path, timeout: float | None, log: Log) -
     log(f"    {m} for {TARGET}: done in {r['seconds']}s")
   return {"model": "gpu_target", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
 
+# scheduled only (Tensor.empty holds no data): capture records the kernel and schedule levels without allocating anything
+BIG_INDEX_CODE = """
+from tinysched import Tensor
+from tinysched.dtype import dtypes
+from tinysched.uop import Variable
+n = Variable("n", 1, 2**20)
+(Tensor.empty(2**20, 4096, dtype=dtypes.int8).shrink(((0, n.bind(7)), None)) + 1).schedule_with_vars()
+Tensor.empty(5, 2**29, dtype=dtypes.int8)[4, 2**29 - 1].contiguous().schedule_with_vars()
+"""
+
+def capture_index_past_2_31(out: Path, root: Path, timeout: float | None, log: Log) -> dict:
+  """The `index_past_2_31` member: BIG_INDEX_CODE scheduled with capture on (kernel and schedule levels) into `out`."""
+  t0 = time.perf_counter()
+  env = {**subprocess_env(root), "TINYSCHED_CAPTURE": str(out.resolve()), "TINYSCHED_CAPTURE_LABEL": "index_past_2_31",
+         "TINYSCHED_CAPTURE_LEVELS": "kernel,schedule"}
+  try: r = subprocess.run([sys.executable, "-c", BIG_INDEX_CODE], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+  except subprocess.TimeoutExpired: raise BaselineError(f"index_past_2_31: timed out after {timeout}s", "raise --timeout") from None
+  if r.returncode != 0:
+    raise BaselineError(f"index_past_2_31: the kernels could not be scheduled: {(r.stderr.strip().splitlines() or ['?'])[-1]}",
+                        "fix the scheduler (the error above), or accept the others with --models")
+  log(f"    scheduled in {time.perf_counter() - t0:.1f}s")
+  return {"model": "index_past_2_31", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
+
 def capture_extra(name: str, out: Path, root: Path, model_stores: list[Path], timeout: float | None, log: Log) -> dict:
   if name == "tests": return capture_tests(out, root, model_stores, timeout, log)
   if name == "gpu_target": return capture_gpu_target(out, root, timeout, log)
+  if name == "index_past_2_31": return capture_index_past_2_31(out, root, timeout, log)
   raise BaselineError(f"no baseline member {name!r}", f"the members beside the models are {', '.join(EXTRAS)}")
 
 __all__ = ["EXTRAS", "TEST_PATHS", "GPU_MODELS", "TARGET", "PER_RULE", "BaselineError", "capture_extra"]

@@ -20,6 +20,8 @@ from replay.store.sqlite import StoreError
 from replay.execute.pool import DeviceUnusable, check_device
 from replay.check.results import OUTCOMES, Report, Result
 from replay.check import determinism, execution, pairs, pool
+from replay.prove import run as prove_run
+from replay.prove.cache import ProofCache
 
 EXEC_MODES = (None, "changed", "all")
 
@@ -53,6 +55,8 @@ class Options:
   timing_runs: int | None = None
   perf_gate: float | None = None
   progress: Callable[[int, int], None] | None = None
+  prove: bool = False                # the rule proofs, and the changed captures' indexing proven (replay.prove; needs z3)
+  prove_timeout_ms: int = 10_000
 
 class CheckError(HintedError):
   """A check that cannot run as asked (bad options, an unusable device, a failed determinism replay): exit 2."""
@@ -94,6 +98,11 @@ def run(selection: Selection, options: Options = Options()) -> Report:
                      timing_runs=runs, timeout_s=options.timeout)
     except DeviceUnusable as e:
       raise CheckError(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec") from None
+  if options.prove:
+    # every integer rule (cached while the code is unchanged) and the changed captures' indexing: a counterexample fails
+    changed = {(r.db, r.level, r.input_key) for r in rep.results if r.outcome == "changed"}
+    proofs = prove_run.run(paths, do_captures=bool(changed), rows=changed, timeout_ms=options.prove_timeout_ms, cache=ProofCache())
+    rep.proofs = proofs.to_json()
   return rep
 
 __all__ = ["CheckError", "OUTCOMES", "Options", "Report", "Result", "Selection", "run", "validate"]

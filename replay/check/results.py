@@ -42,6 +42,7 @@ class Report:
   perf_gate: float | None = None                     # --perf-gate PCT
   paired: bool = False                               # replay diff/commits: results pair rows of two stores
   accepted: list[dict] = field(default_factory=list) # per-key accepts recorded in the stores (Store.accepts(), with "db")
+  proofs: dict | None = None                         # replay.prove.run.ProofReport.to_json() of a check with proofs
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1
@@ -61,8 +62,12 @@ class Report:
     c = self.counts()
     verdicts = {r.exec.get("verdict") for r in self.results if r.exec}
     if self.fatal or c["error"] or c["incompatible"] or verdicts & set(EXIT_2_VERDICTS): return 2
-    if verdicts & set(FAIL_VERDICTS) or self.perf_failures() or c["unstable"]: return 1
+    if verdicts & set(FAIL_VERDICTS) or self.perf_failures() or c["unstable"] or self.refuted(): return 1
     return 1 if c["changed"] else 0
+  def refuted(self) -> list[dict]:
+    """The proofs' counterexamples (rules, view cases, captures): each fails like a wrong number."""
+    p = self.proofs or {}
+    return [x for k in ("rules", "views", "captures") for x in p.get(k) or [] if x.get("status") == "counterexample"]
   def perf_failures(self) -> list[Result]:
     """Captures whose new kernels are slower than the old by more than --perf-gate PCT beyond noise (none when off)."""
     if self.perf_gate is None: return []

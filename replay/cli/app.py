@@ -19,6 +19,8 @@ from replay.report.html import capture_page
 from replay.report.info import show, stats
 from replay.baseline import coverage as C, twice as D
 from replay.baseline.distill import distill, summary
+from replay.prove import run as prove_run, smt
+from replay.prove.cache import ProofCache
 from replay.baseline.suite import run_model, suite_models
 from replay.cli.common import _fail, _dbs, exec_options, report_options, write_reports, report_paths_writable, run_check, terminal_progress
 from replay.cli.ci import commits_cmd, accept_cmd, gate_cmd, bisect_cmd
@@ -49,15 +51,18 @@ def main() -> None:
 @click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
 @click.option("--reoptimize", is_flag=True, help="program level: choose the opts again with the current heuristic (stored AST and "
               "target) instead of rendering the stored opts, so a heuristic change shows as changed opts and source")
+@click.option("--prove", is_flag=True, help="also prove every integer rule and the changed captures' indexing with z3 (a counterexample "
+              "fails like a wrong number); needs z3-solver")
 @exec_options
 @report_options()
-def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, reoptimize, timeout, perf_gate,
-              report_md, report_json, junit, report_html, verbose) -> None:
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, reoptimize, prove, timeout,
+              perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   report_paths_writable(report_md, report_json, junit, report_html)
   selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard))
   options = Options(jobs=jobs, reoptimize=reoptimize, twice=twice, hash_seeds=_seeds(twice, hash_seeds), exec=exec_mode, device=device,
-                    timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate, progress=terminal_progress())
+                    timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate, progress=terminal_progress(), prove=prove)
+  if prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or leave out --prove")
   rep = run_check(selection, options)
   if reoptimize: _say_not_reoptimized(rep, verbose)
   _emit(rep, report_md, report_json, junit, report_html, verbose)
@@ -83,6 +88,33 @@ def _seeds(twice: bool, hash_seeds: str) -> tuple[int, int]:
   if hash_seeds != "1,2" and not twice: _fail("--hash-seeds goes with --twice")
   try: return parse_seeds(hash_seeds)
   except ValueError as e: _fail(f"--hash-seeds {e}"); raise
+
+@main.command("prove")
+@click.argument("dbs", nargs=-1)
+@click.option("--rules", "only_rules", is_flag=True, help="only the integer rules and the view algebra (no captures)")
+@click.option("--level", type=click.Choice(LEVELS), help="captures of this level only")
+@click.option("--label", help="captures with this label (model) only")
+@click.option("--key", help="captures whose input or output key starts with this only")
+@click.option("--timeout-ms", type=int, default=10_000, show_default=True, help="the solver's limit per claim (then: unknown)")
+@click.option("--no-cache", is_flag=True, help="prove everything again (the cache keys on the code and the capture contents)")
+@click.option("--report-json", type=click.Path(dir_okay=False), help="write every proof result as JSON")
+@click.option("-v", "--verbose", is_flag=True, help="also list unknown, unreached and listed rules with their reasons")
+def prove_cmd(dbs, only_rules, level, label, key, timeout_ms, no_cache, report_json, verbose) -> None:
+  """Prove with z3, for every value rather than the values a test reaches: each integer rewrite rule (symbolic
+  simplifier, closed-form folds) and the view algebra, and each capture's indexing (every load and store in bounds,
+  every int32-narrowed index fits) in the stores (default captures/*.db). Exit 1 on a counterexample."""
+  if not smt.available(): _fail("z3 is not installed", "pip install z3-solver (the `proofs` extra)")
+  report_paths_writable(report_json)
+  paths = [] if only_rules and not dbs else _dbs(dbs)
+  cache = None if no_cache else ProofCache()
+  if cache is not None and cache.unusable: click.echo(f"replay: {cache.status()}", err=True)
+  rep = prove_run.run(paths, do_captures=not only_rules, level=level, label=label, key=key, timeout_ms=timeout_ms, cache=cache,
+                      progress=terminal_progress())
+  click.echo(prove_run.text(rep, verbose))
+  if report_json:
+    try: Path(report_json).write_text(json.dumps(rep.to_json(), indent=1, sort_keys=True, default=str), encoding="utf-8")
+    except OSError as e: _fail(f"cannot write the report {report_json}: {e.strerror or e}", "name a file in a folder you can write")
+  sys.exit(rep.exit_code())
 
 @main.command("diff")
 @click.argument("old_db")

@@ -14,6 +14,7 @@ from replay.check import CheckError, Options, Selection
 from replay.cli.common import _fail, _dbs, exec_device, run_check, report_options, terminal_progress, write_reports, report_paths_writable
 from replay.report.files import html_drawings
 from replay.report import text as R
+from replay.prove import smt
 from replay.report.files import ReportPaths
 from replay.baseline import gate as G
 from replay.baseline.accept import AcceptError, accept_rows, run_accept, select_groups, select_keys
@@ -204,13 +205,15 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, f
 @click.option("--exec/--no-exec", "do_exec", default=True, show_default=True, help="run changed kernels old vs new on the device")
 @click.option("--device", default=None, help="device for --exec")
 @click.option("-j", "--jobs", type=int, default=None, help="parallel replay workers")
+@click.option("--prove/--no-prove", "do_prove", default=None, help="prove every integer rule and the changed captures' indexing with "
+              "z3 (default: when z3 is installed; a counterexample fails)")
 @report_options(leave_out=("verbose",), report_md="Markdown report (written by the check, or read with --from-report)",
                 report_json="where the check writes its JSON report", junit="JUnit XML of the check")
 @click.option("--accept/--no-accept", "accept", default=None,
               help="override: treat changes as accepted (or not) instead of looking for [replay:accept]")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
               help="append the decision and the Markdown report here (default: $GITHUB_STEP_SUMMARY when set)")
-def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, report_json, junit, report_html, accept, summary_path) -> None:
+def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, report_md, report_json, junit, report_html, accept, summary_path) -> None:
   """Gate CI on process replay: run `replay check` (default captures/*.db, with --exec) or read a report, then
   pass when nothing changed, or when changes are accepted with [replay:accept] in the PR title or head commit
   message. Errors, incompatible captures and numerical mismatches always fail."""
@@ -233,7 +236,10 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, report_md, repo
     for p in paths.given():  # a stale report must never decide this run
       Path(p).unlink(missing_ok=True)
     selection = Selection(tuple(_dbs(dbs)))
-    options = Options(jobs=jobs, exec="changed" if do_exec else None, device=device, progress=terminal_progress())
+    if do_prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or --no-prove")
+    if do_prove is None and not smt.available(): click.echo("replay gate: note: z3 is not installed: no proofs in this run", err=True)
+    options = Options(jobs=jobs, exec="changed" if do_exec else None, device=device, progress=terminal_progress(),
+                      prove=smt.available() if do_prove is None else do_prove)
     report, code = G.run_check(selection, options, paths, log=lambda s: click.echo(s, err=True), show=click.echo)
   accepted_by = None
   if accept is None: accepted_by = G.accept_marker()

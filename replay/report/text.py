@@ -32,6 +32,8 @@ NEXT_STEPS = {
   "failed": "a kernel could not be compiled or run (see the error); its numbers are unverified",
   "timeout": "a job ran past its time limit twice (the second time alone): a hung kernel, or raise the limit with --timeout SECONDS",
   "perf": "kernels got slower beyond --perf-gate and their noise margin",
+  "counterexample": "a proof found values for which a rule or a kernel's index is wrong (shown above), whether or not a test reaches "
+                    "them; [replay:accept] cannot waive it. `replay prove --rules -v` or `replay prove DB --key KEY` shows it again",
   "unstable_output": "the same stored input gave different outputs in two processes with different PYTHONHASHSEED (replay check "
                      "--twice): something iterates a set or an id()-ordered dict into the output; [replay:accept] cannot waive it. "
                      "The group's diff is between the two processes' outputs",
@@ -49,7 +51,7 @@ def to_json(rep: Report) -> dict[str, Any]:
   return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
           "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep),
                                                             "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
-          "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted,
+          "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted, "proofs": rep.proofs,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
@@ -62,7 +64,7 @@ def from_json(doc: dict) -> Report:
     raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
   rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
                workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"),
-               accepted=list(doc.get("accepted", [])))
+               accepted=list(doc.get("accepted", [])), proofs=doc.get("proofs"))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -143,6 +145,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
   for r in rep.perf_failures()[:5]: lines.append(f"  SLOWER (--perf-gate): {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}")
   for f in rep.fatal: lines.append(f"  FATAL {f}")
+  lines += ["  " + ln for ln in proof_lines(rep)]
   lines += ["  " + ln for ln in accepted_lines(rep)]
   groups = rep.groups()
   for g in groups[:max_groups]:
@@ -166,7 +169,9 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   if code == 0: lines.append("OK: every capture replays identically.")
   else:
     bad = [v for v in _failing_kinds(rep)]
-    found = ", ".join([f"exec {v}" for v in bad] + (["changes"] if c["changed"] else []) + (["unstable outputs"] if c["unstable"] else []))
+    named = {"counterexample": "proof counterexamples", "perf": "exec perf"}
+    found = ", ".join([named.get(v, f"exec {v}") for v in bad] + (["changes"] if c["changed"] else [])
+                      + (["unstable outputs"] if c["unstable"] else []))
     lines.append(f"exit {code}: " + ("errors, incompatible captures, or kernels that failed or timed out" if code == 2
                                      else f"{found or 'changes'} found"))
     for v in _failing_kinds(rep): lines.append(f"  next ({v}): {NEXT_STEPS[v]}")
@@ -177,7 +182,24 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
 
 def _failing_kinds(rep: Report) -> list[str]:
   kinds = {verdict_of(r) for r in exec_failures(rep)}
-  return [v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else [])
+  return [v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else []) + (["counterexample"] if rep.refuted() else [])
+
+def _refutation(x: dict) -> str:
+  """One counterexample of a proof, on one line: what (a rule, a view case, a capture) and the values that show it."""
+  if "rule" in x: what = f"rule {x.get('matcher')}.{x['rule']}"
+  elif "case" in x: what = f"view case {x['case']}"
+  else: what = f"capture {x.get('label') or '-'} {x.get('level')} {(x.get('input_key') or '')[:16]} ({x.get('db')})"
+  return f"{what}: {json.dumps(x.get('counterexample'), sort_keys=True, default=str)[:500]}"
+
+def proof_lines(rep: Report) -> list[str]:
+  """The proofs of a check (replay.prove): counts per kind, then every counterexample."""
+  p = rep.proofs
+  if p is None: return []
+  if not p.get("available", True): return ["proofs: skipped: z3 is not installed (pip install z3-solver)"]
+  out = ["proofs: " + "; ".join(f"{k} " + ", ".join(f"{s} {n}" for s, n in c.items()) for k, c in (p.get("counts") or {}).items())
+         + (f" ({p['cache']})" if p.get("cache") else "")]
+  out += [f"COUNTEREXAMPLE: {_refutation(x)}" for x in rep.refuted()[:20]]
+  return out
 
 # *** Markdown: fits a GitHub PR comment (65,536 characters) and says what it leaves out ***
 MD_LIMIT = 60_000  # UTF-8 bytes of the whole Markdown report; `replay gate` puts its decision (under 2 kB) above it
@@ -284,6 +306,7 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
   if len(rep.fatal) > 20: head.append(f"- ❌ {len(rep.fatal) - 20} more fatal store errors in {elsewhere}")
   if rep.fatal: head.append("")
   if acc := accepted_lines(rep, md=True): head += [*acc, ""]
+  if pl := proof_lines(rep): head += [f"- {_md(ln)}" for ln in pl] + [""]
   if fails or c["error"] or c["incompatible"] or c["unstable"] or rep.perf_failures():  # what no accept marker waives comes first
     n_fail = len(fails) + c["error"] + c["incompatible"] + c["unstable"]
     head += [f"### ❌ Failures: {n_fail} capture(s), not waivable by [replay:accept]", ""]
