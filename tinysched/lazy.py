@@ -7,7 +7,7 @@ LazyBuffer (common-subexpression caching), and trivial ops on constants fold at 
 from __future__ import annotations
 import contextvars, itertools, weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from tinysched.dtype import DType, dtypes, ConstType
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, exec_alu, resolve, sint, sym_ne
@@ -291,7 +291,7 @@ def _sees_nothing(src: ShapeTracker, new: ShapeTracker) -> bool:
   if src.size == 0: return True
   mask = new.views[-1].mask
   return mask is not None and any(_upper(hi - lo) == 0 for lo, hi in mask)
-_EXACT = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: max,
+_EXACT: dict[Ops, Callable[[int, int], int]] = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: max,
           Ops.IDIV: lambda a, b: cdiv(a, b) if b else 0, Ops.MOD: lambda a, b: cmod(a, b) if b else 0}
 
 def _max_size(size: sint) -> int:
