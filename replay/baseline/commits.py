@@ -114,6 +114,11 @@ def run_commits(base_ref: str, head_ref: str, models: list[str] | None = None, q
       _capture(s, [m for m in names if m in suites[s.name]], quick, levels, timeout, log)
     for s in (base, head): s.counts = store_counts(s.db) if s.db is not None else {}
     rep = check.run(Selection((str(head.db),), level=level, against=str(base.db), allow_empty=True), options)
+    if not rep.results:  # a comparison of nothing must not read as "nothing changed"
+      skipped = sorted({f"{r['model']} ({r['skipped']})" for s in (base, head) for r in s.runs if r.get("skipped")})
+      why = "nothing was compared: no model captured anything at either commit"
+      raise CommitsError(why + (f"; skipped: {'; '.join(skipped)}" if skipped else ""),
+                         "install what the skipped models need, or name models that run here with --models")
     if after_compare is not None: after_compare(rep)
     if keep:
       wt.keep = True

@@ -35,7 +35,7 @@ class Selection:
   key: str | None = None             # a prefix of the input or output key
   shard: tuple[int, int] | None = None  # (I, N): shard I of N, split by capture key
   against: str | None = None
-  allow_empty: bool = False          # with `against`: a side with no captures compares (everything added or removed)
+  allow_empty: bool = False          # a selection of no row is a result, not an error; with `against`, an empty side compares
 
 @dataclass(frozen=True)
 class Options:
@@ -75,6 +75,12 @@ def validate(selection: Selection, options: Options) -> str | None:
     raise CheckError(str(e), "pick an existing device: OPENCL, OPENCL:<n> or NUMPY (`python -c 'from tinysched.runtime.opencl import "
                              "list_devices as l; print(l())'` lists OpenCL devices)") from None
 
+def _emptied_by(s: Selection) -> str:
+  """The filters of a selection that left no row, as the command line names them."""
+  given = [f"--{k} {v}" for k, v in (("level", s.level), ("label", s.label), ("key", s.key)) if v is not None]
+  if s.shard is not None: given.append(f"--shard {s.shard[0]}/{s.shard[1]}")
+  return (" ".join(given) + " selects no capture") if given else "the stores hold no capture to compare"
+
 def run(selection: Selection, options: Options = Options()) -> Report:
   """Replay the selected rows with the current code (or pair two stores), then check determinism and run the execution
   check as `options` ask; the Report holds every result, grouped changes and the exit code. Raises CheckError."""
@@ -90,6 +96,10 @@ def run(selection: Selection, options: Options = Options()) -> Report:
     if options.twice and not rep.fatal:
       try: determinism.mark_unstable(rep, paths, selection.level, selection.label, selection.key, selection.shard, options.hash_seeds)
       except determinism.DeterminismError as e: raise CheckError(str(e), e.hint) from None
+  if not rep.results and not rep.fatal and not selection.allow_empty:
+    # a run that checked nothing must never read as "nothing changed"
+    raise CheckError(f"nothing to replay: {_emptied_by(selection)} in {', '.join(paths + ([selection.against] if selection.against else []))}",
+                     "check the filter (`replay stats DB` lists levels and labels), or pass --allow-empty where an empty run is expected")
   rep.perf_gate = options.perf_gate
   if options.exec:
     # every kernel of the store (exec "all") is a correctness sweep: fewer timing runs than for the changed ones

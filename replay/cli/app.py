@@ -51,15 +51,17 @@ def main() -> None:
 @click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
 @click.option("--reoptimize", is_flag=True, help="program level: choose the opts again with the current heuristic (stored AST and "
               "target) instead of rendering the stored opts, so a heuristic change shows as changed opts and source")
+@click.option("--allow-empty", is_flag=True, help="a selection of no capture exits 0 (by default it is an error, exit 2: a run that "
+              "checked nothing must not pass)")
 @click.option("--prove", is_flag=True, help="also prove every integer rule and the changed captures' indexing with z3 (a counterexample "
               "fails like a wrong number); needs z3-solver")
 @exec_options
 @report_options()
-def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, reoptimize, prove, timeout,
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, reoptimize, allow_empty, prove, timeout,
               perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   report_paths_writable(report_md, report_json, junit, report_html)
-  selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard))
+  selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard), allow_empty=allow_empty)
   options = Options(jobs=jobs, reoptimize=reoptimize, twice=twice, hash_seeds=_seeds(twice, hash_seeds), exec=exec_mode, device=device,
                     timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate, progress=terminal_progress(), prove=prove)
   if prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or leave out --prove")
@@ -121,12 +123,14 @@ def prove_cmd(dbs, only_rules, level, label, key, timeout_ms, no_cache, report_j
 @click.argument("new_db")
 @click.option("--level", type=click.Choice(LEVELS))
 @click.option("--label")
+@click.option("--allow-empty", is_flag=True, help="no capture to compare exits 0 (by default an error, exit 2)")
 @exec_options
 @report_options()
-def diff_cmd(old_db, new_db, level, label, exec_mode, device, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
+def diff_cmd(old_db, new_db, level, label, allow_empty, exec_mode, device, timeout, perf_gate, report_md, report_json, junit, report_html,
+             verbose) -> None:
   """Compare two capture stores produced by different code (--exec: run the paired kernels old vs new vs the reference)."""
   report_paths_writable(report_md, report_json, junit, report_html)
-  rep = run_check(Selection((new_db,), level=level, label=label, against=old_db),
+  rep = run_check(Selection((new_db,), level=level, label=label, against=old_db, allow_empty=allow_empty),
                   Options(exec=exec_mode, device=device, timeout=timeout, perf_gate=perf_gate, progress=terminal_progress()))
   _emit(rep, report_md, report_json, junit, report_html, verbose)
 

@@ -135,6 +135,14 @@ def test_commits_bad_ref_says_what_to_do(repo, tmp_path, monkeypatch):
   assert r.exit_code == 2 and "unknown model(s) ['nope']" in r.output and "HEAD's has tiny, slow" in r.output, r.output
   assert_clean(repo["path"], tmp)
 
+def test_commits_that_compare_nothing_fail(repo, tmp_path, monkeypatch):
+  # every model skipped at both commits (a missing optional package): nothing was compared, which must not pass
+  tmp = tmp_path / "wt"; tmp.mkdir()
+  monkeypatch.delenv("REPLAY_TEST_SLOW", raising=False)
+  r = invoke(repo["path"], monkeypatch, "commits", repo["c1"], repo["c2"], "--models", "slow", "--tmp-dir", tmp)
+  assert r.exit_code == 2 and "nothing was compared" in r.output and "skipped: slow (set REPLAY_TEST_SLOW=1" in r.output, r.output
+  assert_clean(repo["path"], tmp)
+
 def test_commits_ctrl_c_removes_worktrees(repo, tmp_path, monkeypatch):
   tmp = tmp_path / "wt"; tmp.mkdir()
   calls = []

@@ -289,3 +289,8 @@ def test_replay_gate_catches_a_gpu_work_group_change_on_the_committed_baseline(t
   assert changed and all("LOCAL(" in (x["signature"] or "") for x in changed)
   r = run_script(tmp_path, str(ROOT / "captures/mlp_digits.db"), "--level", "program", **env)
   assert r.returncode == 0 and "replay gate: PASS" in r.stdout, r.stdout + r.stderr
+
+def test_replay_gate_fails_when_its_filter_selects_nothing(db, tmp_path):
+  # a shard, label or key that empties the run: the check says so (exit 2) and the gate fails, accept marker or not
+  r = run_script(tmp_path, str(db), "--label", "no-such-model", REPLAY_PR_TITLE=ACCEPT_TITLE, REPLAY_EXEC="0", REPLAY_PROVE="0")
+  assert r.returncode == 2 and "nothing to replay" in r.stderr and "replay gate: FAIL" in r.stdout, r.stdout + r.stderr

@@ -211,3 +211,27 @@ def test_diff_pairs_schedule_calls_by_input_before_call_order(tmp_path):
   rep = compare(str(tmp_path / "old.db"), str(tmp_path / "new.db"))
   got = sorted((r.outcome, r.reason or "") for r in rep.results)
   assert got == [("changed", "only in the new capture"), ("identical", ""), ("identical", "")], got
+
+def test_a_run_that_replays_nothing_fails(db, tmp_path):
+  # every filter that can empty a run: exit 2, naming the filter; --allow-empty makes the empty run a result (exit 0)
+  for args, named in ((["--label", "no-such-model"], "--label no-such-model"), (["--key", "ffffffffffff"], "--key ffffffffffff"),
+                      (["--level", "program", "--label", "no-such-model"], "--level program --label no-such-model")):
+    r = invoke("check", db, *args)
+    assert r.exit_code == 2 and "nothing to replay" in r.output and named in r.output, r.output
+    assert invoke("check", db, *args, "--allow-empty").exit_code == 0
+  # a shard that holds no row: with more shards than rows one of them is empty
+  from replay.store.sqlite import Store
+  s = Store(db, readonly=True)
+  try: n = len(list(s.captures()))
+  finally: s.close()
+  outs = [invoke("check", db, "--shard", f"{i}/{n + 1}") for i in range(n + 1)]
+  empty = [r for r in outs if "nothing to replay" in r.output]
+  assert empty and all(r.exit_code == 2 and "--shard" in r.output for r in empty)
+  # the same through the library: CheckError, never an empty Report that passes
+
+  from replay.check import CheckError, Selection, run
+  with pytest.raises(CheckError, match="--label no-such-model selects no capture"): run(Selection((str(db),), label="no-such-model"))
+  assert run(Selection((str(db),), label="no-such-model", allow_empty=True)).exit_code() == 0
+  # replay diff of two stores filtered to nothing
+  r = invoke("diff", db, db, "--label", "no-such-model")
+  assert r.exit_code == 2 and "nothing to replay" in r.output
