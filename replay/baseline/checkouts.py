@@ -6,7 +6,7 @@ the current checkout's runner files copied into its worktree (never over files i
 success, failure, Ctrl-C or SIGTERM (SIGTERM is turned into the same exception as Ctrl-C, so every `finally` runs).
 """
 from __future__ import annotations
-import contextlib, json, os, shutil, signal, subprocess, sys, tempfile, threading
+import atexit, contextlib, json, os, shutil, signal, subprocess, sys, tempfile, threading
 from pathlib import Path
 from typing import Callable, Iterator
 from replay import git as G
@@ -16,6 +16,37 @@ HOOK_FILE = "tinysched/capture_hook.py"
 RUNNER_FILES = ("replay/baseline/suite.py", "tinysched/models/suite.py")
 MODELS_DIR = "tinysched/models"
 Log = Callable[[str], None]
+# a checkout from before replay/ had packages (flat modules: replay/suite.py, replay/recorder.py) runs its models with
+# its own runner and records with its own recorder
+FLAT_RUNNER, FLAT_RECORDER = "replay/suite.py", "replay/recorder.py"
+
+def has_runner_file(tree: Path, rel: str) -> bool:
+  """`tree` has runner file `rel`, or, for the replay runner, the flat one of an older checkout."""
+  return (tree / rel).exists() or (rel == RUNNER_FILES[0] and (tree / FLAT_RUNNER).exists())
+
+def runner_module(tree: Path | None) -> str:
+  """The module a checkout runs one model with (`python -m MODULE NAME`): today's, or the flat one of an older checkout."""
+  if tree is not None and (tree / FLAT_RUNNER).is_file() and not (tree / RUNNER_FILES[0]).is_file(): return "replay.suite"
+  return "replay.baseline.suite"
+
+_ENTRY_POINTS: dict[str, str] = {}  # recorder module -> a folder whose metadata names it (made once per process)
+
+def capture_tool_path(tree: Path | None) -> str | None:
+  """A folder to put first on PYTHONPATH for a model process in `tree` when that checkout's recorder is not where the
+  installed `tinysched.capture` entry point says (replay.record.recorder): there a `tinysched` distribution's metadata
+  names the checkout's own (replay.recorder), and the first distribution of a name on the path is the one whose entry
+  points count. None when the checkout has today's recorder."""
+  if tree is None or not (tree / FLAT_RECORDER).is_file() or (tree / "replay/record/recorder.py").is_file(): return None
+  module = "replay.recorder"
+  if module not in _ENTRY_POINTS:
+    d = Path(tempfile.mkdtemp(prefix="replay-entry-points-"))
+    info = d / "tinysched-0.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinysched\nVersion: 0.0.0\n")
+    (info / "entry_points.txt").write_text(f"[tinysched.capture]\nreplay = {module}:install_from_env\n")
+    atexit.register(shutil.rmtree, d, True)
+    _ENTRY_POINTS[module] = str(d)
+  return _ENTRY_POINTS[module]
 
 class CommitsError(HintedError):
   """A failure the user can act on: the message and what to do next."""
@@ -105,7 +136,7 @@ def add_runner(tree: Path, checkout: Path) -> list[str]:
   """Copy the suite runner files `tree` lacks from `checkout` (never over files `tree` has); returns what was copied."""
   copied: list[str] = []
   for rel in RUNNER_FILES:
-    if (tree / rel).exists(): continue
+    if has_runner_file(tree, rel): continue
     if not (checkout / rel).exists():
       raise CommitsError(f"{rel} is missing both in {tree.name}'s commit and in the current checkout {checkout}",
                          "run this from a checkout that has the model suite (tinysched/models/suite.py)")

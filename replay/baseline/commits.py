@@ -19,7 +19,8 @@ from replay.check import Options, Report, Selection
 from replay.levels import LEVELS
 from replay.store.sqlite import Store
 from replay.baseline.suite import run_model
-from replay.baseline.checkouts import (HOOK_FILE, RUNNER_FILES, CommitsError, Log, Worktrees, _ask, add_runner, interruptible, list_models,
+from replay.baseline.checkouts import (HOOK_FILE, RUNNER_FILES, CommitsError, Log, Worktrees, _ask, add_runner, has_runner_file, interruptible,
+                                       list_models,
                                        pythonpath, repo_root, resolve)
 
 @dataclass
@@ -95,7 +96,7 @@ def run_commits(base_ref: str, head_ref: str, models: list[str] | None = None, q
       if not (s.tree / HOOK_FILE).exists():
         raise CommitsError(f"{s.name} {s.ref} ({s.sha[:8]}) predates the capture hooks ({HOOK_FILE} is missing)",
                            "pick a newer commit that has the capture hooks")
-      missing = [r for r in RUNNER_FILES if not (s.tree / r).exists()]
+      missing = [r for r in RUNNER_FILES if not has_runner_file(s.tree, r)]
       s.copied = add_runner(s.tree, root)
       if missing:
         notes.append(f"{s.name} {s.sha[:8]} has no suite runner ({', '.join(missing)} missing): using the current checkout's "

@@ -9,6 +9,7 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 from tinysched.models.suite import SUITE, available
 from replay.levels import LEVELS
+from replay.baseline.checkouts import capture_tool_path, runner_module
 from replay.process import parent_death_signal
 from replay.store.sqlite import Store, StoreError, remove_stale_temps, replace_store
 
@@ -34,10 +35,12 @@ def run_model(name: str, db: Path, quick: bool, levels: tuple[str, ...] = LEVELS
   out_db = target.with_name(f".{target.name}.capture-{os.getpid()}.tmp") if atomic else target
   env = {**os.environ, **(env or {}), "TINYSCHED_CAPTURE": str(out_db.resolve()), "TINYSCHED_CAPTURE_LABEL": name,
          "TINYSCHED_CAPTURE_LEVELS": ",".join(levels)}
+  tree = Path(cwd) if cwd is not None else None
+  if (shim := capture_tool_path(tree)) is not None: env["PYTHONPATH"] = shim + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
   t0 = time.perf_counter()
   try:
     try:
-      r = subprocess.run([python, "-m", "replay.baseline.suite", name, "--quick" if quick else "--full"], env=env, cwd=cwd, capture_output=True,
+      r = subprocess.run([python, "-m", runner_module(tree), name, "--quick" if quick else "--full"], env=env, cwd=cwd, capture_output=True,
                          text=True, timeout=timeout, preexec_fn=parent_death_signal())
     except subprocess.TimeoutExpired:
       return {"model": name, "ok": False, "seconds": time.perf_counter() - t0, "error": f"timed out after {timeout}s"}

@@ -218,3 +218,25 @@ def test_accept_failure_keeps_the_baseline(repo, tmp_path, monkeypatch):
   assert r.exit_code == 2 and "nope" in r.output and "baseline" in r.output and "next:" in r.output, r.output
   assert (cap / "tiny.db").read_bytes() == b"old baseline" and not list(repo["path"].glob(".replay-accept-*"))
   shutil.rmtree(cap)
+
+LAST_FLAT = "5946e77"  # the last commit whose replay/ was flat modules (replay/suite.py, replay/recorder.py)
+
+def test_a_checkout_from_before_the_packages_captures_with_its_own_runner_and_recorder(tmp_path):
+  # `replay commits` across the re-layout: the old checkout has no replay.baseline.suite, and the installed entry point
+  # names replay.record.recorder, which it lacks; its models must still run and record with its own modules
+  root = Path(__file__).resolve().parents[2]
+  if subprocess.run(["git", "cat-file", "-e", f"{LAST_FLAT}^{{commit}}"], cwd=root, capture_output=True).returncode != 0:
+    pytest.skip(f"{LAST_FLAT} is not in this clone's history")
+  from replay.baseline.checkouts import Worktrees, capture_tool_path, runner_module
+  from replay.baseline.suite import run_model
+  from replay.store.sqlite import Store
+  with Worktrees(root, str(tmp_path)) as wt:
+    old = wt.add("old", LAST_FLAT)
+    (old / "tinysched/models/suite.py").write_text(FAKE_SUITE)
+    assert runner_module(old) == "replay.suite" and capture_tool_path(old) is not None
+    assert runner_module(root) == "replay.baseline.suite" and capture_tool_path(root) is None
+    r = run_model("tiny", tmp_path / "old.db", quick=True, cwd=str(old), env={"PYTHONPATH": str(old)})
+    assert r.get("ok") and not r.get("skipped"), r
+    s = Store(tmp_path / "old.db", readonly=True)
+    try: assert {"kernel", "schedule"} <= {row["level"] for row in s.captures()}  # (program rows too on an OpenCL device)
+    finally: s.close()
