@@ -25,6 +25,7 @@ from replay.check import Options, Selection
 from replay.errors import HintedError
 from replay.git import query
 from replay.report import text as R
+from replay.prove.run import refuted_in
 from replay.report.files import ReportPaths, write_reports
 from replay.execute.verdicts import FAIL_VERDICTS as ALWAYS_FAIL_VERDICTS
 
@@ -52,9 +53,7 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
     return False, (f"{unstable} capture(s) give different outputs in processes with different PYTHONHASHSEED (unstable, from "
                    "`replay check --twice`): a determinism bug (a set or id()-ordered dict reaches the output), which [replay:accept] "
                    "cannot accept; see the unstable groups' diffs, fix the iteration order, then run again")
-  refuted = [x for k in ("rules", "views", "captures") for x in (report_json.get("proofs") or {}).get(k) or []
-             if isinstance(x, dict) and x.get("status") == "counterexample"]
-  if refuted:
+  if refuted := refuted_in(report_json.get("proofs")):
     return False, (f"{len(refuted)} proof(s) found a counterexample (a rule or a kernel's index is wrong for the values shown, whether "
                    "or not a test reaches them), which [replay:accept] cannot accept; see the report's proofs, fix the rule or the indexing")
   bad = {v: sum(_verdict(r) == v for r in results) for v in ALWAYS_FAIL_VERDICTS}

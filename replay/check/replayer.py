@@ -73,11 +73,6 @@ def take(res: Result, ch: Change) -> None:
   res.signature, res.text_diff, res.changes, res.change_count = ch.signature, ch.text_diff, ch.changes, ch.change_count
   res.kernel_list = ch.kernel_list
 
-def describe_diff(res: Result, level: Level, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "") -> bool:
-  """The diff from output `old` to output `new` into `res` (no rules): False when they are too large for a detailed diff."""
-  if (why := level.too_big(old, new)) is not None:
-    res.signature = f"{level.name}: {prefix or 'output '}changed (too large for a detailed diff)"
-    res.text_diff = f"(no detailed diff: an output has {why})"
-    return False
-  take(res, level.diff(old, new, names, prefix))
-  return True
+def describe_diff(res: Result, level: Level, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "") -> None:
+  """The diff from output `old` to output `new` into `res` (no rules), bounded in size as a changed row's is."""
+  take(res, level.bounded_diff(old, new, names, prefix)[0])

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, asdict
 from typing import Any
 from replay.execute.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
+from replay.prove.run import refuted_in
 
 OUTCOMES = ("identical", "changed", "error", "incompatible", "unstable")
 
@@ -66,8 +67,7 @@ class Report:
     return 1 if c["changed"] else 0
   def refuted(self) -> list[dict]:
     """The proofs' counterexamples (rules, view cases, captures): each fails like a wrong number."""
-    p = self.proofs or {}
-    return [x for k in ("rules", "views", "captures") for x in p.get(k) or [] if x.get("status") == "counterexample"]
+    return refuted_in(self.proofs)
   def perf_failures(self) -> list[Result]:
     """Captures whose new kernels are slower than the old by more than --perf-gate PCT beyond noise (none when off)."""
     if self.perf_gate is None: return []

@@ -28,7 +28,6 @@ class Change:
   changes: list[dict] = field(default_factory=list)
   change_count: int = 0
   kernel_list: dict | None = None
-  detailed: bool = True  # False: the outputs are too large for a detailed diff (the text says so)
 
 @dataclass
 class RowWriter:
@@ -101,12 +100,18 @@ class Level:
   def rules_behind(self, data: bytes, old: Any) -> list[str]:
     """The rules (or passes) whose results make the current output differ from `old`, most frequent first."""
     return []
+  def bounded_diff(self, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "",
+                   too_big: str = "(no detailed diff: an output has {why})") -> tuple[Change, bool]:
+    """(`diff`, True), or, when the outputs are too large for a detailed diff, (a Change saying so with `too_big`
+    formatted with why, False)."""
+    if (why := self.too_big(old, new)) is None: return self.diff(old, new, names, prefix), True
+    return Change(f"{self.name}: {prefix or 'output '}changed (too large for a detailed diff)", too_big.format(why=why)), False
   def describe(self, data: bytes, old: Any, new: Any, full: dict | None, reoptimized: bool, names: tuple[str, str],
                too_big: str) -> tuple[Change, list[str]]:
-    """A changed row's diff and the rules behind it (`data`: its stored input; `full`: what `run` filled)."""
-    if (why := self.too_big(old, new)) is not None:
-      return Change(f"{self.name}: output changed (too large for a detailed diff)", too_big.format(why=why), detailed=False), []
-    return self.diff(old, new, names), self.rules_behind(data, old)
+    """A changed row's diff and the rules behind it (`data`: its stored input; `full`: what `run` filled); no rules for
+    outputs too large for a detailed diff (tracing them grows with the output)."""
+    ch, detailed = self.bounded_diff(old, new, names, too_big=too_big)
+    return ch, (self.rules_behind(data, old) if detailed else [])
 
   # *** the execution check ***
   def build_job(self, sides: Any, names: dict) -> dict:

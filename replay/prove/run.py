@@ -39,10 +39,22 @@ class ProofReport:
 
   def exit_code(self) -> int: return 1 if self.refuted() else 0
 
+  @staticmethod
+  def from_json(doc: dict) -> ProofReport:
+    """A report back from `to_json` (a check's JSON report carries one)."""
+    return ProofReport([rules.RuleProof(**d) for d in doc.get("rules") or []], [views.ViewProof(**d) for d in doc.get("views") or []],
+                       [indexing.IndexProof(**d) for d in doc.get("captures") or []], doc.get("cache"), doc.get("seconds", 0.0),
+                       doc.get("available", True))
+
   def to_json(self) -> dict[str, Any]:
     return {"available": self.available, "seconds": round(self.seconds, 2), "cache": self.cache, "counts": self.counts(),
             "rules": [asdict(p) for p in self.rules], "views": [asdict(p) for p in self.views],
             "captures": [asdict(p) for p in self.captures]}
+
+def refuted_in(doc: Any) -> list[dict]:
+  """The counterexamples of a `ProofReport.to_json()` document (one read from a file: anything else has none)."""
+  if not isinstance(doc, dict): return []
+  return [x for k in ("rules", "views", "captures") for x in doc.get(k) or [] if isinstance(x, dict) and x.get("status") == "counterexample"]
 
 def prove_rules_and_views(timeout_ms: int = 5000, cache: ProofCache | None = None,
                           progress: Callable[[str], None] | None = None) -> tuple[list[rules.RuleProof], list[views.ViewProof]]:

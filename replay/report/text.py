@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape, quoteattr
 from replay.check.results import Report
 from replay.check.results import Result, OUTCOMES
 from replay.execute.verdicts import FAIL_VERDICTS
+from replay.prove import run as prove_run
 
 SCHEMA, VERSION = "tinysched-replay-report", 1
 NEXT_STEPS = {
@@ -184,22 +185,10 @@ def _failing_kinds(rep: Report) -> list[str]:
   kinds = {verdict_of(r) for r in exec_failures(rep)}
   return [v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else []) + (["counterexample"] if rep.refuted() else [])
 
-def _refutation(x: dict) -> str:
-  """One counterexample of a proof, on one line: what (a rule, a view case, a capture) and the values that show it."""
-  if "rule" in x: what = f"rule {x.get('matcher')}.{x['rule']}"
-  elif "case" in x: what = f"view case {x['case']}"
-  else: what = f"capture {x.get('label') or '-'} {x.get('level')} {(x.get('input_key') or '')[:16]} ({x.get('db')})"
-  return f"{what}: {json.dumps(x.get('counterexample'), sort_keys=True, default=str)[:500]}"
-
 def proof_lines(rep: Report) -> list[str]:
-  """The proofs of a check (replay.prove): counts per kind, then every counterexample."""
-  p = rep.proofs
-  if p is None: return []
-  if not p.get("available", True): return ["proofs: skipped: z3 is not installed (pip install z3-solver)"]
-  out = ["proofs: " + "; ".join(f"{k} " + ", ".join(f"{s} {n}" for s, n in c.items()) for k, c in (p.get("counts") or {}).items())
-         + (f" ({p['cache']})" if p.get("cache") else "")]
-  out += [f"COUNTEREXAMPLE: {_refutation(x)}" for x in rep.refuted()[:20]]
-  return out
+  """The proofs of a check (replay.prove), as `replay prove` prints them: counts per kind, then every counterexample."""
+  if rep.proofs is None: return []
+  return prove_run.text(prove_run.ProofReport.from_json(rep.proofs)).splitlines()
 
 # *** Markdown: fits a GitHub PR comment (65,536 characters) and says what it leaves out ***
 MD_LIMIT = 60_000  # UTF-8 bytes of the whole Markdown report; `replay gate` puts its decision (under 2 kB) above it
@@ -306,7 +295,7 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
   if len(rep.fatal) > 20: head.append(f"- ❌ {len(rep.fatal) - 20} more fatal store errors in {elsewhere}")
   if rep.fatal: head.append("")
   if acc := accepted_lines(rep, md=True): head += [*acc, ""]
-  if pl := proof_lines(rep): head += [f"- {_md(ln)}" for ln in pl] + [""]
+  if pl := proof_lines(rep): head += ["```", *pl, "```", ""]
   if fails or c["error"] or c["incompatible"] or c["unstable"] or rep.perf_failures():  # what no accept marker waives comes first
     n_fail = len(fails) + c["error"] + c["incompatible"] + c["unstable"]
     head += [f"### ❌ Failures: {n_fail} capture(s), not waivable by [replay:accept]", ""]
