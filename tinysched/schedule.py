@@ -79,7 +79,9 @@ TENSOR_SCHEDULES = KernelMemo.MAX_SCHEDULES  # whole schedules the Tensor front 
 
 def tensor_memo() -> KernelMemo:
   """The memo `Tensor.realize` schedules with, kept across calls so repeated steps rewrite nothing. It is checked
-  against the rules on every use: after any change to a rule or the view algebra, it starts empty."""
+  against the rules on every use: after any change to a function, method, matcher or class of a module the scheduler
+  runs (kernel_ast.rule_modules: shape, symbolic, uop, dtype, helpers... included), it starts empty, and the view
+  algebra's tables are emptied with it."""
   global _TENSOR_MEMO
   _TENSOR_MEMO = KernelMemo.kept(_TENSOR_MEMO, TENSOR_SCHEDULES)
   return _TENSOR_MEMO

@@ -757,7 +757,8 @@ class ShapeTracker:
 intern_plainly(ShapeTracker)  # a VIEW's argument: its equality already tells trackers of 1 and True apart
 
 def clear_caches() -> None:
-  """Forget every memoized view/tracker result (benchmarks measure cold paths with it; results never change)."""
+  """Forget every memoized view/tracker result: benchmarks measure cold paths with it, and kernel_ast.rules_fingerprint
+  calls it when a rule changes (a patched helper, `_compose`, would otherwise still be answered from these tables)."""
   for table in _MEMOS: table.cache_clear()
 
 __all__ = ["View", "ShapeTracker", "strides_for_shape", "clear_caches"]

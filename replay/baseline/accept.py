@@ -22,7 +22,7 @@ Nothing is written unless every selected row can be accepted: a row whose input 
 current code raises, stops the command before any store is touched. Each store is updated in one transaction.
 """
 from __future__ import annotations
-import datetime, getpass, os, re, shutil, tempfile
+import datetime, getpass, os, re, shutil, tempfile, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -126,9 +126,15 @@ def _who() -> str:
   try: return getpass.getuser()
   except Exception: return os.environ.get("USER", "") or "unknown"
 
-def _new_output(store: Store, row: dict) -> dict | None:
-  """The update of one row (new key, payload, output summary), or None when it already replays identically.
-  Raises AcceptError when the row cannot be accepted."""
+def reoptimize_default() -> bool:
+  """Whether rows are replayed as the gate replays them by default: program rows choose their opts again (--reoptimize)
+  unless REPLAY_REOPTIMIZE=0, as in ci/replay-gate."""
+  return os.environ.get("REPLAY_REOPTIMIZE", "1") != "0"
+
+def _new_output(store: Store, row: dict, reoptimize: bool) -> dict | None:
+  """The update of one row (new key, payload, output summary, extra), or None when it already replays identically.
+  The row is replayed as `replay check` replays it (`reoptimize`: a program row chooses its opts again, Level.reoptimizes),
+  so what the gate reports as changed is what is accepted. Raises AcceptError when the row cannot be accepted."""
   name = f"{row['level']} {row['input_key'][:16]} ({store.path})"
   try:
     level = levels.get(row["level"])
@@ -136,8 +142,10 @@ def _new_output(store: Store, row: dict) -> dict | None:
   except Exception as e:  # noqa: BLE001 (any decoding failure is the input's)
     raise AcceptError(f"{name}: its stored input cannot be decoded ({e}); there is no current output to accept",
                       "re-capture the baseline with `replay accept` (without --key)") from None
+  reopt, host, _ = level.reoptimizes(row, reoptimize)
+  full: dict = {}
   try:
-    with capture_hook.paused(): out, data = level.run(inputs)  # accepting must not capture itself
+    with capture_hook.paused(): out, data = level.run(inputs, full, None, reopt, host)  # accepting must not capture itself
   except IncompatibleCapture as e:
     raise AcceptError(f"{name}: the current code cannot read it ({e})", "re-capture the baseline with `replay accept` (without --key)") from None
   except Exception as e:  # noqa: BLE001 (the code under test raised: that is not an output)
@@ -146,11 +154,13 @@ def _new_output(store: Store, row: dict) -> dict | None:
   key = key_of(data)
   if key == row["output_key"]: return None
   return {"id": row["id"], "output_key": key, "op_names": row["op_names"], "output_shapes": row["output_shapes"],
-          "kernel_count": row["kernel_count"], **level.output_summary(out, data, key)}
+          "kernel_count": row["kernel_count"], **level.output_summary(out, data, key), "extra": level.accepted_extra(row, full)}
 
-def accept_rows(rows: list[Row], message: str, log: Log = print) -> AcceptResult:
-  """Re-baseline `rows` with the current code's outputs: all of them are replayed first, and nothing is written when
-  any cannot be accepted (AcceptError); then each store is updated in one transaction."""
+def accept_rows(rows: list[Row], message: str, log: Log = print, reoptimize: bool | None = None) -> AcceptResult:
+  """Re-baseline `rows` with the current code's outputs: all of them are replayed first (as the gate replays them:
+  `reoptimize`, default `reoptimize_default()`), and nothing is written when any cannot be accepted (AcceptError); then
+  each store is updated in one transaction."""
+  reoptimize = reoptimize_default() if reoptimize is None else reoptimize
   if not message.strip(): raise AcceptError("--message is empty", "say why these outputs are right, e.g. -m 'ADD operands reordered: cosmetic'")
   res = AcceptResult()
   by_db: dict[str, list[dict]] = {}
@@ -163,10 +173,10 @@ def accept_rows(rows: list[Row], message: str, log: Log = print) -> AcceptResult
     except StoreError as e: raise AcceptError(str(e)) from None
     try:
       updates, entries = [], []
-      memo: dict[tuple[str, str, str], dict | None] = {}
+      memo: dict[tuple, dict | None] = {}
       for row in by_db[db]:
-        k = (row["level"], row["input_key"], row["output_key"])
-        if k not in memo: memo[k] = _new_output(s, row)
+        k = (row["level"], row["input_key"], row["output_key"], *levels.get(row["level"]).replay_key(row, reoptimize))
+        if k not in memo: memo[k] = _new_output(s, row, reoptimize)
         u = memo[k] and {**memo[k], "id": row["id"]}  # type: ignore[dict-item]
         if u is None:
           res.unchanged.append(Row(db, row))
@@ -238,10 +248,11 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           if m in EXTRAS:  # after the models: `tests` is distilled against the other stores (the new ones where made)
             found = [*cap.glob("*.db"), *tmp.glob("*.db")]
             stores = sorted({p.stem: p for p in found if p.stem != m and (p.stem in suite or p.stem in EXTRAS)}.values())
+            t0 = time.perf_counter()
             try: r = capture_extra(m, tmp / f"{m}.db", root, stores, timeout, log)
             except (HintedError, StoreError) as e:  # BaselineError, or a store or coverage error from distilling
               hint = e.hint if isinstance(e, HintedError) else None
-              r = {"model": m, "ok": False, "seconds": 0, "error": f"{e} ({hint})" if hint else str(e)}
+              r = {"model": m, "ok": False, "seconds": round(time.perf_counter() - t0, 2), "error": f"{e} ({hint})" if hint else str(e)}
           else: r = run_model(m, tmp / f"{m}.db", quick=True, levels=levels, cwd=str(root), timeout=timeout)
           results.append(r)
           if r.get("skipped"): log(f"    skipped ({r['skipped']}): its baseline is kept")

@@ -35,17 +35,22 @@ PER_RULE = 3
 class BaselineError(HintedError):
   """A baseline member that cannot be made (failing tests, a failed model): the message and what to do next."""
 
-def _xdist() -> list[str]:
-  try: import xdist  # noqa: F401 (optional: the test run is spread over workers only where pytest-xdist is installed)
+def _serial() -> list[str]:
+  # one process, in file order: a test's captured inputs depend on what the tests before it in its process left (buffers
+  # realized, buffer numbers, memo state), so workers that take tests in whatever order they come (pytest-xdist) capture
+  # other inputs in every run, and the distilled store would change on an unchanged main
+  try: import xdist  # noqa: F401 (installed: switched off for this run)
   except ImportError: return []
-  return ["-n", str(min(4, os.cpu_count() or 1))]
+  return ["-p", "no:xdist"]
 
 def capture_tests(out: Path, root: Path, model_stores: list[Path], timeout: float | None, log: Log) -> dict:
   """The `tests` member: capture the test run into a scratch store beside `out`, distill it into `out`."""
   raw = out.with_name(f".{out.name}.raw-{os.getpid()}.db")
   for suffix in ("", "-wal", "-shm"): Path(f"{raw}{suffix}").unlink(missing_ok=True)
   env = {**subprocess_env(root), "TINYSCHED_DEVICE": "OPENCL"}  # capture variables stripped: only --replay-capture records
-  cmd = [sys.executable, "-m", "pytest", *TEST_PATHS, "-q", "-x", "-p", "no:cacheprovider", "-p", "replay.baseline.pytest_plugin", *_xdist(),
+  # (one order, and hypothesis' examples derandomized by tests/conftest.py's profile: the same inputs in every run)
+  cmd = [sys.executable, "-m", "pytest", *TEST_PATHS, "-q", "-x", "-p", "no:cacheprovider", "-p", "replay.baseline.pytest_plugin", *_serial(),
+         "--hypothesis-profile=replay-capture",
          "--replay-capture", str(raw)]
   t0 = time.perf_counter()
   try:

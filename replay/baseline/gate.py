@@ -7,10 +7,14 @@ Rules (`decide`), in order; the first that applies wins:
    and new agree), `mismatch` (old and new kernels compute different numbers), `unstable` (different bits on
    two runs), `failed` (a kernel could not be run) or `timeout` (it hung): FAIL, always: wrong or unverified
    numbers are not a reviewable change; the same for a `--perf-gate` regression, and for a capture whose replay
-   `outcome` is `unstable` (`replay check --twice`: its output depends on PYTHONHASHSEED, a determinism bug);
+   `outcome` is `unstable` (the determinism check, on by default: its output differs between processes, and the
+   reason says whether the hash seed or the allocation order exposed it);
 3. exit code 0 and nothing changed: PASS;
 4. changes (exit code 1): PASS only when accepted (`[replay:accept]` in the PR title or the head commit
-   message), else FAIL.
+   message) and every changed capture's execution verdict is `equivalent`: a change whose numbers were not
+   checked (verdict `skipped`, or none: no execution check ran, as with --no-exec or REPLAY_EXEC=0) is never
+   accepted by the marker; it is re-baselined with `replay accept` in the same commit, or checked where the
+   execution check can run it. Else FAIL.
 
 `accept_marker` finds the marker in $REPLAY_PR_TITLE, the GitHub event file ($GITHUB_EVENT_PATH:
 pull_request.title, or head_commit.message on a push) and the head commit message (`git log -1 --format=%B`,
@@ -28,6 +32,7 @@ from replay.report import text as R
 from replay.prove.run import refuted_in
 from replay.report.files import ReportPaths, write_reports
 from replay.execute.verdicts import FAIL_VERDICTS as ALWAYS_FAIL_VERDICTS
+from replay.check.determinism import EXPOSED
 
 MARKER = "[replay:accept]"
 
@@ -48,11 +53,8 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
     what = ", ".join(f"{n} {k}" for k, n in (("error(s)", errors), ("incompatible capture(s)", incompatible)) if n)
     return False, (f"{what}: the current code raised on stored inputs or cannot read them; [replay:accept] does not accept "
                    "errors: fix the regression, or re-capture obsolete inputs with `replay accept`")
-  unstable = max(int(summary.get("unstable", 0) or 0), sum(isinstance(r, dict) and r.get("outcome") == "unstable" for r in results))
-  if unstable:
-    return False, (f"{unstable} capture(s) give different outputs in processes with different PYTHONHASHSEED (unstable, from "
-                   "`replay check --twice`): a determinism bug (a set or id()-ordered dict reaches the output), which [replay:accept] "
-                   "cannot accept; see the unstable groups' diffs, fix the iteration order, then run again")
+  unstable_rows = [r for r in results if isinstance(r, dict) and r.get("outcome") == "unstable"]
+  if unstable := max(int(summary.get("unstable", 0) or 0), len(unstable_rows)): return False, _unstable_reason(unstable, unstable_rows)
   if refuted := refuted_in(report_json.get("proofs")):
     return False, (f"{len(refuted)} proof(s) found a counterexample (a rule or a kernel's index is wrong for the values shown, whether "
                    "or not a test reaches them), which [replay:accept] cannot accept; see the report's proofs, fix the rule or the indexing")
@@ -79,9 +81,54 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
     return False, "replay check exited 1 but the report shows no change; look at its output above"
   exec_ok = summary.get("exec", {}).get("equivalent")
   numbers = f" ({exec_ok} checked numerically equivalent)" if exec_ok else ""
-  if accept: return True, f"{changed} changed capture(s){numbers} accepted by {MARKER}"
+  if accept:
+    changed_rows = [r for r in results if isinstance(r, dict) and r.get("outcome") == "changed"]
+    # the marker waives a reviewable change of checked numbers only: every changed row needs the verdict `equivalent`
+    if (n := changed - sum(_verdict(r) == "equivalent" for r in changed_rows)) > 0:
+      return False, _unverified_reason(n, [r for r in changed_rows if _verdict(r) != "equivalent"])
+    return True, f"{changed} changed capture(s){numbers} accepted by {MARKER}"
   return False, (f"{changed} capture(s) changed{numbers}; review the diffs. If intended: run `replay accept` and commit the new "
                  f"captures, or put {MARKER} in the PR title or head commit message")
+
+def _row(r: dict) -> str:
+  return f"{r.get('level')} {str(r.get('input_key') or '')[:16]} ({r.get('label') or '-'}, {r.get('db')})"
+
+def _unstable_reason(n: int, rows: list[dict]) -> str:
+  """Why unstable captures fail: what differed (an example row and its processes' outputs) and which perturbation exposed it."""
+  by: dict[str, int] = {}
+  for r in rows:
+    e = (r.get("unstable") or {}).get("exposed_by") or "not attributed"
+    by[e] = by.get(e, 0) + 1
+  exposed = "; ".join(f"{k} for {v} capture(s)" + (f" ({EXPOSED[k]})" if k in EXPOSED else "") for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
+  eg = f". E.g. {_row(rows[0])}: {(rows[0].get('reason') or '').splitlines()[0]}" if rows else ""
+  return (f"{n} capture(s) give different outputs in different processes (unstable): a determinism bug, which {MARKER} cannot "
+          f"accept. Exposed by: {exposed}{eg}. See the unstable groups' diffs (one process's output against another's), fix the "
+          "iteration order, then run again")
+
+def _unverified_reason(n: int, rows: list[dict], shown: int = 5) -> str:
+  """Why changed captures without the verdict `equivalent` are not accepted by the marker, which rows, and what to do."""
+  why: dict[str, list[dict]] = {}
+  for r in rows:
+    v, skip = _verdict(r), (r.get("exec") or {}).get("reason")
+    if not v: k = "not executed (no execution check ran: --no-exec, REPLAY_EXEC=0, or a level it does not run)"
+    else: k = f"exec {v}" + (f": {skip}" if v == "skipped" and skip else "")
+    why.setdefault(k, []).append(r)
+  parts = [f"{len(rs)} {k}" for k, rs in sorted(why.items(), key=lambda kv: -len(kv[1]))]
+  listed = ", ".join(_row(r) for r in rows[:shown]) + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+  return (f"{n} changed capture(s) have no `equivalent` execution verdict ({'; '.join(parts) or 'not in the report'}), and {MARKER} accepts "
+          f"only changes whose numbers were checked: {listed or '(rows not listed in the report)'}. Run the execution check where it can "
+          "run them (a machine with OpenCL: `replay check --exec --device OPENCL`, or ci/replay-gate without REPLAY_EXEC=0), or "
+          "re-baseline them with `replay accept` in the same commit")
+
+def determinism_note(report_json: dict | None) -> str | None:
+  """A line for the gate when the report's determinism check did not run or could not compare (nothing then fails on it)."""
+  if not isinstance(report_json, dict) or report_json.get("schema") != "tinysched-replay-report": return None
+  d = report_json.get("determinism")
+  if not isinstance(d, dict):
+    return ("determinism was not checked (a report of `replay check --no-determinism`, or of an older replay): outputs that differ "
+            "between processes would pass unseen")
+  if d.get("skipped"): return f"determinism not checked: {d['skipped']}"
+  return None
 
 def failure_exit(report_json: dict | None, exit_code: int) -> int:
   """Exit code of a failed gate: 2 when the replay itself did not work (errors, incompatible, no report), else 1."""
@@ -127,9 +174,10 @@ def accept_marker(env: Mapping[str, str] | None = None, cwd: str | None = None) 
     if MARKER in text.lower(): return where
   return None
 
-def summary_markdown(passed: bool, reason: str, report_md: str | None, accepted_by: str | None) -> str:
+def summary_markdown(passed: bool, reason: str, report_md: str | None, accepted_by: str | None, note: str | None = None) -> str:
   head = f"## {'✅' if passed else '❌'} replay gate: {'PASS' if passed else 'FAIL'}\n\n{reason}\n"
   if accepted_by: head += f"\n{MARKER} found in {accepted_by}.\n"
+  if note: head += f"\nNote: {note}.\n"
   return head + ("\n" + report_md if report_md else "") + "\n"
 
 def write_step_summary(text: str, path: str | None = None) -> str | None:

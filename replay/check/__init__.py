@@ -9,8 +9,9 @@ determinism -> execution verdicts.
 `run` is what the `replay check` and `replay diff` commands, the CI gate, the pytest plugin and per-row accept call:
 options travel as one typed object, and a problem the user can act on is a `CheckError` with a hint (the CLI prints it
 and exits 2). The steps are modules of this package: `pool` (rows cut into chunks for worker processes), `replayer`
-(one row through its level), `pairs` (`replay diff`: rows of two stores paired), `determinism` (`--twice`),
-`execution` (kernels run old vs new vs the reference), `results` (Result, Report).
+(one row through its level), `pairs` (`replay diff`: rows of two stores paired), `determinism` (rows replayed again
+in fresh processes with another hash seed and allocation order: `unstable`), `execution` (kernels run old vs new vs the
+reference), `results` (Result, Report).
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from replay.store.sqlite import StoreError
 from replay.execute.pool import DeviceUnusable, check_device
 from replay.check.results import OUTCOMES, Report, Result
 from replay.check import determinism, execution, pairs, pool
+from replay.check.determinism import DEFAULT_SEEDS
 from replay.prove import run as prove_run
 from replay.prove.cache import ProofCache
 
@@ -40,14 +42,17 @@ class Selection:
 @dataclass(frozen=True)
 class Options:
   """How a check runs. `exec`: None, "changed" (run changed kernels old vs new vs the reference) or "all" (every kernel);
-  `twice`: replay again in two processes with the `hash_seeds` (outputs that differ are `unstable`); `reoptimize`:
-  program rows choose their optimizations with the current heuristic; `timing_runs`: per job (default 5 for changed
-  kernels, 1 for a sweep of all); `perf_gate`: fail when new kernels are slower by more than this percentage."""
+  `determinism`: replay the changed rows, the errors and a sample of the identical rows again in a fresh process with
+  another hash seed and a perturbed allocation order (outputs that differ are `unstable`; `replay check` and `replay gate`
+  turn it on unless told not to); `twice`: the same with every row, in two processes (the `hash_seeds`, may be equal);
+  `reoptimize`: program rows choose their optimizations with the current heuristic; `timing_runs`: per job (default 5 for
+  changed kernels, 1 for a sweep of all); `perf_gate`: fail when new kernels are slower by more than this percentage."""
   jobs: int | None = None
   detail: bool = True
   reoptimize: bool = False
+  determinism: bool = False
   twice: bool = False
-  hash_seeds: tuple[int, int] = determinism.DEFAULT_SEEDS
+  hash_seeds: tuple[int, int] = DEFAULT_SEEDS
   exec: str | None = None
   device: str | None = None
   timeout: float | None = None
@@ -65,10 +70,8 @@ def validate(selection: Selection, options: Options) -> str | None:
   """Check what can be checked before any replay runs; returns the canonical execution device (None without exec)."""
   if options.exec not in EXEC_MODES: raise CheckError(f"exec mode {options.exec!r}: choose from changed, all")
   if options.jobs is not None and options.jobs < 1: raise CheckError(f"-j {options.jobs}: needs at least one worker")
-  if options.twice and options.reoptimize:
-    raise CheckError("--twice and --reoptimize cannot be combined (--twice replays the stored opts)", "run them one at a time")
-  if selection.against is not None and (options.twice or options.reoptimize or selection.shard or selection.key):
-    raise CheckError("comparing two stores replays nothing: --twice, --reoptimize, --shard and --key do not apply")
+  if selection.against is not None and (options.twice or options.determinism or options.reoptimize or selection.shard or selection.key):
+    raise CheckError("comparing two stores replays nothing: --twice, --determinism, --reoptimize, --shard and --key do not apply")
   if not options.exec: return None
   try: return check_device(options.device)
   except ValueError as e:
@@ -93,8 +96,10 @@ def run(selection: Selection, options: Options = Options()) -> Report:
   else:
     rep = pool.check(paths, level=selection.level, label=selection.label, key=selection.key, jobs=options.jobs, shard=selection.shard,
                      detail=options.detail, progress=options.progress, exec_mode=options.exec, reoptimize=options.reoptimize)
-    if options.twice and not rep.fatal:
-      try: determinism.mark_unstable(rep, paths, selection.level, selection.label, selection.key, selection.shard, options.hash_seeds)
+    if (options.twice or options.determinism) and not rep.fatal:
+      # before the execution check: an unstable row is not executed (its "new" side is not one output)
+      recheck = determinism.Recheck(options.hash_seeds, every_row=options.twice, reoptimize=options.reoptimize, jobs=options.jobs)
+      try: rep.determinism = recheck.run(rep)
       except determinism.DeterminismError as e: raise CheckError(str(e), e.hint) from None
   if not rep.results and not rep.fatal and not selection.allow_empty:
     # a run that checked nothing must never read as "nothing changed"

@@ -2,8 +2,9 @@
 
 Outcomes: `identical` (same output key), `changed` (a different output: diffs attached), `error` (the
 current code raised: the traceback is kept), `incompatible` (the stored input cannot be decoded by this
-code: the reason is kept), `unstable` (only with `replay check --twice`, set by replay/check/determinism.py: the same
-input gave different outputs in processes with different PYTHONHASHSEED). Replaying never writes to the store.
+code: the reason is kept), `unstable` (set by replay/check/determinism.py, on by default
+for changed rows and a sample, every row with --twice: the same input gave different outputs in another process with
+another PYTHONHASHSEED and allocation order). Replaying never writes to the store.
 
 Blame: only an exception raised while running the current code on a decoded input is an `error` (a regression
 to fix). A stored input or output that cannot be read or decoded, for whatever reason, is `incompatible`: a bad

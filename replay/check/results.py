@@ -30,6 +30,7 @@ class Result:
   exec: dict | None = None             # filled by the execution check
   pair: dict | None = None             # replay diff: {"old_db", "old": [run_id, seq], "new": [run_id, seq]} of the two stored rows
   note: str | None = None              # replay check --reoptimize: why a program row was replayed with its stored opts
+  unstable: dict | None = None         # outcome unstable: {"outputs": {process: key or exception}, "exposed_by"} (check/determinism.py)
   def to_dict(self) -> dict[str, Any]: return asdict(self)
 
 @dataclass
@@ -44,6 +45,7 @@ class Report:
   paired: bool = False                               # replay diff/commits: results pair rows of two stores
   accepted: list[dict] = field(default_factory=list) # per-key accepts recorded in the stores (Store.accepts(), with "db")
   proofs: dict | None = None                         # replay.prove.run.ProofReport.to_json() of a check with proofs
+  determinism: dict | None = None                    # what the determinism step replayed again, and how (check/determinism.py Recheck)
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1

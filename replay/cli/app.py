@@ -46,9 +46,13 @@ def main() -> None:
 @click.option("-j", "--jobs", type=int, default=None, help="parallel workers (default: all cores)")
 @click.option("--shard", help="replay only shard I of N (I/N), split deterministically by capture key")
 @click.option("--slower-threshold", type=float, default=0.10, show_default=True, help="flag kernels slower by more than this fraction")
-@click.option("--twice", is_flag=True,
-              help="also replay every capture in two processes with different PYTHONHASHSEED: outputs that differ are `unstable`")
-@click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
+@click.option("--determinism/--no-determinism", default=True, show_default=True,
+              help="replay the changed captures, the errors and a sample of the identical ones (1 in 8, by key) again in a fresh "
+              "process with another PYTHONHASHSEED and a perturbed allocation order: outputs that differ are `unstable`")
+@click.option("--twice", is_flag=True, help="the determinism check on every capture, in two processes (PYTHONHASHSEED A, and B with the "
+              "allocation order perturbed)")
+@click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B",
+              help="the determinism check's PYTHONHASHSEED values (its process gets B; with --twice, A and B); may be equal")
 @click.option("--reoptimize", is_flag=True, help="program level: choose the opts again with the current heuristic (stored AST and "
               "target) instead of rendering the stored opts, so a heuristic change shows as changed opts and source")
 @click.option("--allow-empty", is_flag=True, help="a selection of no capture exits 0 (by default it is an error, exit 2: a run that "
@@ -57,13 +61,14 @@ def main() -> None:
               "fails like a wrong number); needs z3-solver")
 @exec_options
 @report_options()
-def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, twice, hash_seeds, reoptimize, allow_empty, prove, timeout,
-              perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
+def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, determinism, twice, hash_seeds, reoptimize, allow_empty,
+              prove, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   report_paths_writable(report_md, report_json, junit, report_html)
   selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard), allow_empty=allow_empty)
-  options = Options(jobs=jobs, reoptimize=reoptimize, twice=twice, hash_seeds=_seeds(twice, hash_seeds), exec=exec_mode, device=device,
-                    timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate, progress=terminal_progress(), prove=prove)
+  options = Options(jobs=jobs, reoptimize=reoptimize, determinism=determinism, twice=twice, hash_seeds=_seeds(twice or determinism, hash_seeds, True),
+                    exec=exec_mode, device=device, timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate,
+                    progress=terminal_progress(), prove=prove)
   if prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or leave out --prove")
   rep = run_check(selection, options)
   if reoptimize: _say_not_reoptimized(rep, verbose)
@@ -86,9 +91,12 @@ def _emit(rep, report_md, report_json, junit, report_html, verbose) -> None:
   write_reports(rep, report_md, report_json, junit, report_html)
   sys.exit(rep.exit_code())
 
-def _seeds(twice: bool, hash_seeds: str) -> tuple[int, int]:
-  if hash_seeds != "1,2" and not twice: _fail("--hash-seeds goes with --twice")
-  try: return parse_seeds(hash_seeds)
+def _seeds(twice: bool, hash_seeds: str, perturbed: bool = False) -> tuple[int, int]:
+  """--hash-seeds A,B. `perturbed`: the processes also differ in their allocation order (replay check's determinism
+  check), so two equal seeds still compare two processes; `replay suite --twice` varies the seed alone."""
+  if hash_seeds != "1,2" and not twice:
+    _fail("--hash-seeds goes with --twice" + (" or the determinism check (--no-determinism is given)" if perturbed else ""))
+  try: return parse_seeds(hash_seeds, allow_equal=perturbed)
   except ValueError as e: _fail(f"--hash-seeds {e}"); raise
 
 @main.command("prove")

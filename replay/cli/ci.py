@@ -17,7 +17,7 @@ from replay.report import text as R
 from replay.prove import smt
 from replay.report.files import ReportPaths
 from replay.baseline import gate as G
-from replay.baseline.accept import AcceptError, accept_rows, run_accept, select_groups, select_keys
+from replay.baseline.accept import AcceptError, accept_rows, reoptimize_default, run_accept, select_groups, select_keys
 from replay.baseline.checkouts import CommitsError, repo_root
 from replay.baseline.commits import counts_table, run_commits
 from replay.triage.bisect import BisectError, run_bisect
@@ -147,17 +147,20 @@ def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
 @click.option("--level", type=click.Choice(LEVELS), help="with --key/--group: only captures of this level")
 @click.option("--label", help="with --key/--group: only captures with this label (model)")
 @click.option("-j", "--jobs", type=int, default=None, help="with --group: parallel workers of the check that finds the groups")
-def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message, level, label, jobs) -> None:
+@click.option("--reoptimize/--stored-opts", default=None,
+              help="with --key/--group: program rows choose their opts again with the current heuristic, as the gate replays them "
+                   "(default: on, unless REPLAY_REOPTIMIZE=0 as for ci/replay-gate), or keep their stored opts")
+def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message, level, label, jobs, reoptimize) -> None:
   """Re-capture the suite as the new baseline: show what changed against captures/, then replace
   captures/<model>.db and captures/README.md, ready to commit.
 
   With --key/--group (per-kernel accept): update only those rows of the stores DBS (default: DIR/*.db, relative to the
   current directory as for `replay check`) to the current code's outputs, recording the commit, who and --message."""
   if keys or groups:
-    _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, {"models": models, "levels": levels, "timeout": timeout})
+    _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, reoptimize, {"models": models, "levels": levels, "timeout": timeout})
     return
-  if given := [f"--{n}" for n, v in (("message", message), ("level", level), ("label", label), ("jobs",
-                                                                                                jobs)) if v is not None] + (["DB"] if dbs else []):
+  if given := [f"--{n}" for n, v in (("message", message), ("level", level), ("label", label), ("jobs", jobs), ("reoptimize", reoptimize))
+               if v is not None] + (["DB"] if dbs else []):
     _fail(f"{', '.join(given)} go(es) with --key/--group (a per-kernel accept); a full accept re-captures the suite",
           "name the captures with --key K or --group G, or leave those out")
   lv = _levels(levels)
@@ -172,7 +175,7 @@ def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message
   click.echo(f"replaced {len(res.replaced)} store(s) in {rel(res.captures)}; updated {rel(res.readme)}")
   click.echo("ready to commit:\n  git add " + " ".join(rel(p) for p in [*res.replaced, res.readme]))
 
-def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, full_only: dict) -> None:
+def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, reoptimize, full_only: dict) -> None:
   """`replay accept --key/--group`: replay/baseline/accept.py does the work; exit 2 (nothing written) when anything cannot be accepted."""
   ctx = click.get_current_context()
   if given := [f"--{n}" for n in full_only if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]:
@@ -180,14 +183,15 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, f
   if not message: _fail("a per-kernel accept needs --message", "say why the new outputs are right, e.g. -m 'ADD operands reordered: same numbers'")
   paths = list(dbs) or sorted(str(p) for p in Path(captures_dir).glob("*.db"))
   if not paths: _fail(f"no capture stores given and none match {captures_dir}/*.db in {os.getcwd()}", "pass the stores to accept in (DB ...)")
+  reoptimize = reoptimize_default() if reoptimize is None else reoptimize  # the groups and outputs the gate sees
   try:
     rows = select_keys(paths, list(keys), level, label) if keys else []
     if groups:
-      rep = run_check(Selection(tuple(paths), level=level, label=label), Options(jobs=jobs))
+      rep = run_check(Selection(tuple(paths), level=level, label=label), Options(jobs=jobs, reoptimize=reoptimize))
       if rep.fatal: _fail(rep.fatal[0], "pass capture stores written by `replay capture` or `replay suite`")
       seen = {(r.db, r.row["id"]) for r in rows}
       rows += [r for r in select_groups(rep, list(groups)) if (r.db, r.row["id"]) not in seen]
-    res = accept_rows(rows, message, log=click.echo)
+    res = accept_rows(rows, message, log=click.echo, reoptimize=reoptimize)
   except AcceptError as e: _fail(str(e), e.hint)
   except KeyboardInterrupt: _fail("interrupted; every store is as it was, or fully updated (one transaction each)", "run `replay check` to see which")
   for r in res.unchanged: click.echo(f"note: {r.row['level']} {r.row['input_key'][:16]} ({r.db}) already replays identically: nothing to accept")
@@ -207,16 +211,20 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, f
 @click.option("-j", "--jobs", type=int, default=None, help="parallel replay workers")
 @click.option("--prove/--no-prove", "do_prove", default=None, help="prove every integer rule and the changed captures' indexing with "
               "z3 (default: when z3 is installed; a counterexample fails)")
+@click.option("--determinism/--no-determinism", default=True, show_default=True, help="replay the changed captures and a sample of the "
+              "identical ones again in a fresh process (another PYTHONHASHSEED, a perturbed allocation order): `unstable` fails")
 @report_options(leave_out=("verbose",), report_md="Markdown report (written by the check, or read with --from-report)",
                 report_json="where the check writes its JSON report", junit="JUnit XML of the check")
 @click.option("--accept/--no-accept", "accept", default=None,
               help="override: treat changes as accepted (or not) instead of looking for [replay:accept]")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
               help="append the decision and the Markdown report here (default: $GITHUB_STEP_SUMMARY when set)")
-def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, report_md, report_json, junit, report_html, accept, summary_path) -> None:
+def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, determinism, report_md, report_json, junit, report_html, accept,
+             summary_path) -> None:
   """Gate CI on process replay: run `replay check` (default captures/*.db, with --exec) or read a report, then
   pass when nothing changed, or when changes are accepted with [replay:accept] in the PR title or head commit
-  message. Errors, incompatible captures and numerical mismatches always fail."""
+  message. Errors, incompatible captures, numerical mismatches and unstable outputs always fail, and the marker
+  accepts only changes whose numbers the execution check found `equivalent`."""
   if from_report and dbs: _fail("pass either capture stores to check or --from-report, not both")
   report_paths_writable(report_html, *(() if from_report else (report_md, report_json, junit)))  # --from-report reads its --report-md
   if from_report:
@@ -239,7 +247,7 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, repor
     if do_prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or --no-prove")
     if do_prove is None and not smt.available(): click.echo("replay gate: note: z3 is not installed: no proofs in this run", err=True)
     options = Options(jobs=jobs, exec="changed" if do_exec else None, device=device, progress=terminal_progress(),
-                      prove=smt.available() if do_prove is None else do_prove)
+                      prove=smt.available() if do_prove is None else do_prove, determinism=determinism)
     report, code = G.run_check(selection, options, paths, log=lambda s: click.echo(s, err=True), show=click.echo)
   accepted_by = None
   if accept is None: accepted_by = G.accept_marker()
@@ -249,7 +257,8 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, repor
     reason += " (replay.execute.pool is missing, so `replay check --exec` cannot run: update replay, or set REPLAY_EXEC=0 / --no-exec)"
   click.echo(f"\nreplay gate: {'PASS' if passed else 'FAIL'}: {reason}")
   if accepted_by and (report or {}).get("summary", {}).get("changed"): click.echo(f"  {G.MARKER} found in {accepted_by}")
+  if note := G.determinism_note(report): click.echo(f"  note: {note}")
   md = G.report_markdown(report, report_md)
-  if where := G.write_step_summary(G.summary_markdown(passed, reason, md, accepted_by), summary_path):
+  if where := G.write_step_summary(G.summary_markdown(passed, reason, md, accepted_by, note), summary_path):
     click.echo(f"  summary written to {where}")
   sys.exit(0 if passed else G.failure_exit(report, code))

@@ -36,6 +36,7 @@ from tinysched.uop import UOp, sym_infer
 from tinysched.reduce import reduce_identity
 from tinysched.dtype import DType, dtypes, bf16_bits, bf16_float, bf16_round
 from tinysched.runtime import interpreter as I
+from tinysched.helpers import prod
 
 ELEMENT_BUDGET = 1 << 25  # the largest intermediate (elements) evaluated whole
 
@@ -116,19 +117,29 @@ def _positions(st, var_vals: dict[UOp, int]) -> tuple[tuple[int, ...], np.ndarra
   idx, valid = I.view_positions(views)
   return shape, np.broadcast_to(np.asarray(idx, dtype=np.int64), shape), np.broadcast_to(np.asarray(valid, dtype=np.bool_), shape)
 
+# a view stack of more elements than this is bounded in closed form instead of evaluated position by position (a
+# 16e9-element reduce view would take 119 GiB of positions to enumerate)
+EXACT_REACH_ELEMENTS = 1 << 24
+
+def _view_reach(view) -> int:
+  """One past the largest position one resolved view reaches (each dim independently at the end of its valid range
+  that its stride's sign favours), 0 if it has no valid element."""
+  shape, strides, off, mask = view
+  top = off
+  for d, (s, st_) in enumerate(zip(shape, strides)):
+    lo, hi = (max(mask[d][0], 0), min(mask[d][1], s)) if mask is not None else (0, s)
+    if lo >= hi: return 0
+    top += st_ * ((hi - 1) if st_ > 0 else lo)
+  return top + 1
+
 def reach(st, var_vals: dict[UOp, int]) -> int:
   """One past the largest buffer position any valid element of `st` reads or writes (0 if none is valid). A single
-  view in closed form (each dim independently at the end of its valid range that its stride's sign favours), a
-  stack of views by evaluating every position."""
+  view in closed form; a stack of views by evaluating every position, or, past EXACT_REACH_ELEMENTS elements, bounded
+  by its innermost view's reach (every valid element of the stack lands in that view's valid range: a bound from
+  above, which sizes a buffer safely)."""
   views = I.resolve_views(st, var_vals)
-  if len(views) == 1:
-    shape, strides, off, mask = views[0]
-    top = off
-    for d, (s, st_) in enumerate(zip(shape, strides)):
-      lo, hi = (max(mask[d][0], 0), min(mask[d][1], s)) if mask is not None else (0, s)
-      if lo >= hi: return 0
-      top += st_ * ((hi - 1) if st_ > 0 else lo)
-    return top + 1
+  if len(views) == 1: return _view_reach(views[0])
+  if prod(views[-1][0]) > EXACT_REACH_ELEMENTS: return _view_reach(views[0])
   _, idx, valid = _positions(st, var_vals)
   return int(idx[valid].max()) + 1 if valid.any() else 0
 

@@ -8,7 +8,7 @@ level a row is. Adding a level is adding one class.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, MutableMapping
 from tinysched.ops import Ops
 from tinysched.uop import UOp
 from replay.store.encode import IncompatibleCapture
@@ -38,7 +38,7 @@ class RowWriter:
   graph: Callable[..., str]
   add: Callable[..., dict | None]
   written: Callable[[str, str], bool]
-  kernel_rows: dict[UOp, dict]
+  kernel_rows: MutableMapping[UOp, dict]
 
 class Level:
   name: ClassVar[str]
@@ -86,6 +86,10 @@ class Level:
     """What `replay accept` writes for a row's new output: its payload ("graph", a store graph row) and any summary
     columns that change with it (op_names, output_shapes, kernel_count; the others keep their values)."""
     return {"graph": graph_row(key, data, "output")}
+  def accepted_extra(self, row: dict, full: dict) -> str | None:
+    """A row's new `extra` (JSON) when its output is accepted, or None to keep it: what the row records beside its
+    output that the output decides (`full`: what `run` filled in)."""
+    return None
 
   # *** describing a change ***
   def graphs(self, output: Any) -> list[UOp]:

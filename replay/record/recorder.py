@@ -7,11 +7,12 @@ Switch it on with
 - the command `replay capture --db PATH --label L -- <command ...>`.
 
 Each capture is encoded when it happens (cheap: the graphs are small and encodings are memoized by node),
-queued, and written in batches: every `FLUSH_EVERY` captures, when capture stops, at exit, on SIGTERM and
-on KeyboardInterrupt.
+kept as rows and payloads, and written in batches: every `FLUSH_EVERY` captures, when capture stops, at exit, on
+SIGTERM and on KeyboardInterrupt. The capturer keeps no strong reference to what it was shown (a pre-sink, a big
+graph): the program it observes frees them exactly when it would without capture.
 """
 from __future__ import annotations
-import atexit, contextlib, datetime, json, os, platform, signal, socket, sys, threading
+import atexit, contextlib, datetime, json, os, platform, signal, socket, sys, threading, weakref
 from pathlib import Path
 from typing import Callable, Any, Iterator
 import numpy
@@ -52,10 +53,10 @@ def run_info(label: str, levels: tuple[str, ...]) -> dict[str, Any]:
 class Capturer:
   """Receives hook calls and writes them to one store; one per process.
 
-  The hook itself only queues references (UOps are immutable, so that is safe) and drops exact repeats
-  (same nodes, same values); encoding, hashing and the SQLite transaction happen in `flush`, every
-  FLUSH_EVERY queued captures (or SCHEDULE_FLUSH_EVERY schedules, whose graphs are big), at stop, at exit
-  and on SIGTERM."""
+  The hook drops exact repeats (same nodes, same values) and encodes the rest at once into pending rows and payloads
+  (bytes, no references to the caller's graphs: capture must not keep a graph alive that the program dropped); the
+  SQLite transaction happens in `flush`, every FLUSH_EVERY pending rows (or SCHEDULE_FLUSH_EVERY schedules, whose
+  graphs are big), at stop, at exit and on SIGTERM."""
   def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None):
     bad = [lv for lv in levels if lv not in level_names()]
     if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(level_names())}")
@@ -64,7 +65,7 @@ class Capturer:
     # a named Target (tinysched/codegen/target.py TARGETS): every scheduled kernel is also rendered for it, with its
     # default opts, under capture (program rows only; nothing runs), so a machine without the device captures its code
     self.target = target
-    self.rendered: set[UOp] = set()  # kernel ASTs already rendered for `target` (membership only)
+    self.rendered: weakref.WeakSet[UOp] = weakref.WeakSet()  # kernel ASTs already rendered for `target` (weak: see the class)
     self.target_failed: list[str] = []
     self.path, self.label, self.levels = Path(path), label, tuple(levels)
     self.store = Store(self.path)
@@ -74,12 +75,20 @@ class Capturer:
       raise
     pause_point("run:started")
     self.seq = 0
-    self.queue: list[tuple[str, Any, Any, dict | None, str]] = []  # (level, inputs, output, info, label)
+    # encoded, not yet written (kept until their transaction commits: a failed flush is retried at the next)
+    self.graphs: dict[str, dict] = {}  # payload key -> graphs row
+    self.rows: list[dict] = []         # capture rows, in call order
+    self.seen_now: set[tuple[str, str]] = set()  # (level, input_key) of `rows` (merged into `seen` once written)
+    # output AST -> its pending row, for the schedule call that follows (RowWriter; weak: see the class)
+    self.kernel_rows: weakref.WeakKeyDictionary[UOp, dict] = weakref.WeakKeyDictionary()
     self.yields = False  # a session capture (pytest --replay-capture): an explicit capture inside it pauses it
     self.accept: Callable[[], bool] | None = None  # asked before each capture: False drops it (a test patched the rules)
     self.dropped = 0
     self.queued_schedules = 0
-    self.recent: set = set()     # identity keys of queued or written captures (membership only)
+    # identities of the calls already recorded, by the first node of each (weak: a repeat is only a repeat while its
+    # nodes live; one made again later is dropped by its input key instead, in `written`)
+    self.recent: weakref.WeakKeyDictionary[UOp, set] = weakref.WeakKeyDictionary()
+    self.recent_plain: set = set()  # the identities of calls that hold no node (membership only)
     self.seen: set[tuple[str, str]] = set()  # (level, input_key) written by this run
     self.lock = threading.RLock()
     self.closed = False
@@ -118,43 +127,47 @@ class Capturer:
   def _record(self, level: str, inputs: Any, output: Any, info: dict | None) -> None:
     if level not in self.levels: return  # a schedule call seen only for the capture target
     with self.lock:
-      ident, inputs = levels.get(level).identity(inputs, output)
-      if ident in self.recent and not levels.get(level).capture_always: return
-      self.recent.add(ident)
-      self.queue.append((level, inputs, output, info, self.label))  # the label when it happened (relabel may change it)
+      lv = levels.get(level)
+      ident, inputs = lv.identity(inputs, output)
+      anchor = next((x for x in ident if isinstance(x, UOp)), None)  # (a level whose calls hold no node: kept as it is)
+      seen = self.recent_plain if anchor is None else self.recent.setdefault(anchor, set())
+      rest = _weak(tuple(x for x in ident if x is not anchor))
+      if rest in seen and not lv.capture_always: return
+      seen.add(rest)
+      lv.write(self._writer(), inputs, output, info, self.label)  # the label when it happened (relabel may change it)
       if level == SCHEDULE: self.queued_schedules += 1
-      if len(self.queue) >= FLUSH_EVERY or self.queued_schedules >= SCHEDULE_FLUSH_EVERY: self.flush()
+      if len(self.rows) >= FLUSH_EVERY or self.queued_schedules >= SCHEDULE_FLUSH_EVERY: self.flush()
+
+  def _writer(self) -> RowWriter:
+    def graph(data: bytes, kind: str, stats: dict | None = None) -> str:
+      key = key_of(data)
+      if key not in self.graphs: self.graphs[key] = graph_row(key, data, kind, (stats or {}).get("node_count"), (stats or {}).get("ops", ()))
+      return key
+    def written(level: str, in_key: str) -> bool: return (level, in_key) in self.seen or (level, in_key) in self.seen_now
+    def add(level: str, in_key: str, out_key: str, label: str, **summary: Any) -> dict | None:
+      if written(level, in_key): return None
+      self.seen_now.add((level, in_key))
+      row = {"run_id": self.run_id, "seq": self.seq + len(self.rows) + 1, "level": level, "label": label, "input_key": in_key,
+             "output_key": out_key, "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None,
+             "output_shapes": None, "metadata": None, "extra": None, **summary}
+      self.rows.append(row)
+      return row
+    return RowWriter(graph, add, written, kernel_rows=self.kernel_rows)
 
   def flush(self) -> None:
     with self.lock:
-      # the queue is only emptied once its transaction committed: a flush interrupted by SIGTERM (SystemExit)
-      # or an error leaves everything queued for the flush at exit
-      queue = list(self.queue)
-      if not queue: return
-      graphs: dict[str, dict] = {}
-      rows: list[dict] = []
-      def graph(data: bytes, kind: str, stats: dict | None = None) -> str:
-        key = key_of(data)
-        if key not in graphs: graphs[key] = graph_row(key, data, kind, (stats or {}).get("node_count"), (stats or {}).get("ops", ()))
-        return key
-      seen_now: set[tuple[str, str]] = set()  # merged into self.seen only once written
-      def written(level: str, in_key: str) -> bool: return (level, in_key) in self.seen or (level, in_key) in seen_now
-      def add(level: str, in_key: str, out_key: str, label: str, **summary: Any) -> dict | None:
-        if written(level, in_key): return None
-        seen_now.add((level, in_key))
-        row = {"run_id": self.run_id, "seq": self.seq + len(rows) + 1, "level": level, "label": label, "input_key": in_key, "output_key": out_key,
-               "var_vals": None, "assigns": None, "node_count": None, "kernel_count": None, "op_names": None, "output_shapes": None,
-               "metadata": None, "extra": None, **summary}
-        rows.append(row)
-        return row
-      # kernel_rows: output AST -> row, so the schedule call that follows names the Tensor methods of its kernels
-      w = RowWriter(graph, add, written, kernel_rows={})
-      for level, inputs, output, info, label in queue: levels.get(level).write(w, inputs, output, info, label)
-      self.store.write_batch(list(graphs.values()), rows)
-      self.seen |= seen_now
+      # the pending rows are only dropped once their transaction committed: a flush interrupted by SIGTERM (SystemExit)
+      # or an error leaves them for the flush at exit
+      if not self.rows: return
+      rows = list(self.rows)
+      self.store.write_batch(list(self.graphs.values()), rows)
+      self.seen |= self.seen_now
       self.seq += len(rows)
-      del self.queue[:len(queue)]
-      self.queued_schedules = sum(1 for q in self.queue if q[0] == SCHEDULE)
+      self.rows.clear()
+      self.graphs.clear()
+      self.seen_now.clear()
+      self.kernel_rows.clear()
+      self.queued_schedules = 0
 
   def close(self) -> None:
     with self.lock:
@@ -172,6 +185,11 @@ class Capturer:
 # *** switching capture on and off ***
 
 _active: Capturer | None = None
+
+def _weak(x: Any) -> Any:
+  """An identity with its nodes weakly referenced (equal while they live, hashed as they are)."""
+  if isinstance(x, UOp): return weakref.ref(x)
+  return tuple(_weak(y) for y in x) if isinstance(x, tuple) else x
 
 _paused: list[Capturer] = []  # session captures paused by an explicit capture inside them (innermost last)
 

@@ -59,7 +59,7 @@ def class_counts(rep: Report) -> dict[str, int]:
   out = {k: 0 for k in CLASSES}
   out["fatal"] = len(rep.fatal)
   out["error"], out["incompatible"], out["identical"] = c["error"], c["incompatible"], c["identical"]
-  out["unstable"] = c["unstable"]  # the outcome (replay check --twice); changed captures whose exec is unstable are added below
+  out["unstable"] = c["unstable"]  # the outcome (the determinism check); changed captures whose exec is unstable are added below
   for r in rep.results:
     v = (r.exec or {}).get("verdict")
     if r.outcome == "identical" and v in FAIL_VERDICTS: out["identical"] -= 1; out[v] += 1  # --exec all: unchanged, yet failing

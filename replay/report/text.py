@@ -4,11 +4,13 @@ JSON schema `tinysched-replay-report` version 1:
   {"schema", "version", "sources": [db paths], "shard": "I/N"|null, "elapsed_s", "workers",
    "summary": {"total", "identical", "changed", "error", "incompatible", "unstable", "exec": {verdict: count}},
    "exit_code", "fatal": [messages], "accepted": [per-key accepts in the stores: Store.accepts() rows with "db"],
+   "determinism": null | {"mode", "this_process", "processes": [names], "rows", "inputs", "by_outcome": {outcome: rows},
+                          "unstable", "exposed_by": {how: rows}, "skipped": why not compared | null}   (replay/check/determinism.py)
    "groups": [{"outcome", "signature", "count", "example": <result>, "members": [input keys]}],   largest first
    "results": [<result>]}                                                                          in store order
   <result> = {"db", "run_id", "seq", "level", "label", "input_key", "stored_key", "new_key", "outcome", "reason",
               "traceback", "changes": [{"kind","path","old","new"}], "change_count", "text_diff", "kernel_list",
-              "signature", "rules", "metadata", "exec"}
+              "signature", "rules", "metadata", "exec", "unstable": {"outputs": {process: key}, "exposed_by"} | null}
 """
 from __future__ import annotations
 import json
@@ -35,9 +37,10 @@ NEXT_STEPS = {
   "perf": "kernels got slower beyond --perf-gate and their noise margin",
   "counterexample": "a proof found values for which a rule or a kernel's index is wrong (shown above), whether or not a test reaches "
                     "them; [replay:accept] cannot waive it. `replay prove --rules -v` or `replay prove DB --key KEY` shows it again",
-  "unstable_output": "the same stored input gave different outputs in two processes with different PYTHONHASHSEED (replay check "
-                     "--twice): something iterates a set or an id()-ordered dict into the output; [replay:accept] cannot waive it. "
-                     "The group's diff is between the two processes' outputs",
+  "unstable_output": "the same stored input gave different outputs in two processes (the determinism check: another PYTHONHASHSEED, "
+                     "another allocation order): something iterates a set, or objects in id() order, into the output; each capture's "
+                     "reason says which perturbation exposed it. [replay:accept] cannot waive it. The group's diff is between two "
+                     "processes' outputs",
 }
 FAIL_ORDER = FAIL_VERDICTS  # worst first
 
@@ -52,7 +55,7 @@ def to_json(rep: Report) -> dict[str, Any]:
   return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
           "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep),
                                                             "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
-          "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted, "proofs": rep.proofs,
+          "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted, "proofs": rep.proofs, "determinism": rep.determinism,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
@@ -65,7 +68,7 @@ def from_json(doc: dict) -> Report:
     raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
   rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
                workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"),
-               accepted=list(doc.get("accepted", [])), proofs=doc.get("proofs"))
+               accepted=list(doc.get("accepted", [])), proofs=doc.get("proofs"), determinism=doc.get("determinism"))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -79,7 +82,35 @@ def merge(reports: list[Report]) -> Report:
     out.accepted += [a for a in rep.accepted if a not in out.accepted]
     for r in rep.results: seen.setdefault((r.db, r.run_id, r.seq, r.level, r.input_key), r)
   out.results = sorted(seen.values(), key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
+  out.determinism = merge_determinism([r.determinism for r in reports])
   return out
+
+def merge_determinism(records: list[dict | None]) -> dict | None:
+  """The shards' determinism records as one: counts added, processes listed once; a shard without one (checked with
+  --no-determinism) leaves the whole unchecked (None), and one that could not compare marks the whole `skipped`."""
+  have = [d for d in records if isinstance(d, dict)]
+  if not have or len(have) < len(records): return None
+  out: dict[str, Any] = {"mode": have[0].get("mode"), "this_process": have[0].get("this_process"), "processes": [], "rows": 0, "inputs": 0,
+                         "by_outcome": {}, "unstable": 0, "exposed_by": {}, "skipped": None, "shards": len(have)}
+  for d in have:
+    out["processes"] += [p for p in d.get("processes") or [] if p not in out["processes"]]
+    for k in ("rows", "inputs", "unstable"): out[k] += int(d.get(k) or 0)
+    for k in ("by_outcome", "exposed_by"):
+      for n, v in (d.get(k) or {}).items(): out[k][n] = out[k].get(n, 0) + int(v)
+    out["skipped"] = out["skipped"] or d.get("skipped")
+  return out
+
+def determinism_line(rep: Report) -> str | None:
+  """One line: how many rows the determinism check replayed again, in which processes, and what it found."""
+  d = rep.determinism
+  if not d: return None
+  if d.get("skipped"): return f"determinism: not checked: {d['skipped']}"
+  by = d.get("by_outcome") or {}
+  what = ", ".join(f"{n} {o}" for o, n in by.items() if n)
+  found = f"{d.get('unstable', 0)} unstable" + (f" (exposed by {', '.join(f'{k}: {v}' for k, v in d['exposed_by'].items())})"
+                                                if d.get("exposed_by") else "")
+  return (f"determinism: {d.get('rows', 0)} rows, {d.get('inputs', 0)} inputs ({d.get('mode')}; as first replayed: {what or 'none'}) "
+          f"replayed again in {' and '.join(d.get('processes') or []) or 'no process'}, against {d.get('this_process')}: {found}")
 
 def accepted_lines(rep: Report, md: bool = False, limit: int = 20) -> list[str]:
   """What `replay accept --key/--group` accepted in the checked stores since their last full capture (newest first)."""
@@ -141,6 +172,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   lines.append("  " + "  ".join(f"{o}: {c[o]}" for o in OUTCOMES))
   if ec := exec_counts(rep): lines.append("  exec: " + "  ".join(f"{k}: {v}" for k, v in ec.items()))
   if et := exec_timing(rep): lines.append("  " + et)
+  if dl := determinism_line(rep): lines.append("  " + dl)
   fails = exec_failures(rep)
   for r in fails[:10]: lines.append(f"  {verdict_of(r).upper()}: {r.label or '-'} {r.level} {r.input_key[:16]} ({r.db}): {_exec_line(r)}")
   if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
@@ -291,6 +323,7 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
           f"| {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
   if ec := exec_counts(rep): head += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
   if et := exec_timing(rep): head += [et, ""]
+  if dl := determinism_line(rep): head += [_md(dl), ""]
   for f in rep.fatal[:20]: head.append(f"- ❌ **fatal**: `{_cell(f, 400)}`")
   if len(rep.fatal) > 20: head.append(f"- ❌ {len(rep.fatal) - 20} more fatal store errors in {elsewhere}")
   if rep.fatal: head.append("")
@@ -307,7 +340,7 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
       head.append("")
     if c["error"] or c["incompatible"]:
       head.append(f"- {c['error']} error(s), {c['incompatible']} incompatible capture(s): the first groups below")
-    if c["unstable"]: head.append(f"- {c['unstable']} unstable capture(s), whose output depends on the hash seed: the first groups below")
+    if c["unstable"]: head.append(f"- {c['unstable']} unstable capture(s), whose output differs between processes: the first groups below")
     head += [f"- next ({v}): {NEXT_STEPS[v]}" for v in _failing_kinds(rep)] + [""]
   foot: list[str] = []
   if code:

@@ -399,7 +399,8 @@ class Store:
 
   def accept(self, updates: list[dict], log: list[dict]) -> None:
     """Per-key accept, in one transaction: the new output payloads (`graphs` rows, kept when present), each capture
-    row's new output key and output summary (`updates`: {"id", "output_key", "op_names", "output_shapes", "kernel_count"}),
+    row's new output key and output summary (`updates`: {"id", "output_key", "op_names", "output_shapes", "kernel_count"},
+    and "extra" where the level records more beside the output),
     and the log rows (`log`: the `accepts` columns but id). A version-1 store becomes version 2 in the same
     transaction, so a failure at any point leaves the store as it was."""
     graphs = [u["graph"] for u in updates if u.get("graph")]
@@ -414,6 +415,7 @@ class Store:
                               "kernel_count=:kernel_count WHERE id=:id", {k: u[k] for k in ("id", "output_key", "op_names", "output_shapes",
                                                                                               "kernel_count")}).rowcount
         if n != 1: raise StoreError(f"{self.path}: capture row {u['id']} vanished while accepting; nothing was changed")
+        if u.get("extra") is not None: self.conn.execute("UPDATE captures SET extra=? WHERE id=?", (u["extra"], u["id"]))
         # a row must never point at an output this store does not hold (it would read as incompatible from then on)
         if not self.conn.execute("SELECT EXISTS(SELECT 1 FROM graphs WHERE key=?)", (u["output_key"],)).fetchone()[0]:
           raise StoreError(f"{self.path}: no payload for the new output {u['output_key'][:16]} of capture row {u['id']}; nothing was changed")

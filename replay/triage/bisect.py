@@ -34,7 +34,7 @@ from replay.errors import HintedError
 
 Log = Callable[[str], None]
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128  # `git bisect run` exit codes of a step
-DIVERGED = ("changed", "error")  # what a replay check without --twice (replay_at) reports as diverging
+DIVERGED = ("changed", "error", "unstable")  # what a replay check (replay_at) reports as diverging (unstable: its determinism step)
 ProbeKey = tuple[str, str]  # (level, input_key)
 
 class BisectError(HintedError):

@@ -125,3 +125,65 @@ def test_accept_killed_mid_transaction_changes_nothing(db, tmp_path):
   finally: s.close()
   c = sqlite3.connect(p); c.execute("PRAGMA journal_mode=DELETE"); c.close()  # the hot journal rolled back by the next open
   assert sha(p) == before
+
+# *** a heuristic change, accepted row by row as the gate replays it (--reoptimize) ***
+
+@pytest.fixture
+def program_store(tmp_path) -> Path:
+  """Program rows of two matmuls and an elementwise kernel, rendered for the NVIDIA-like target (its heuristic tiles the
+  matmuls), with the host facts --reoptimize needs."""
+  import replay
+  from tinysched import Tensor
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  p = tmp_path / "programs.db"
+  with replay.capture(p, label="mm", levels=("program",), target=NVIDIA_LIKE_GPU):
+    Tensor.manual_seed(5)
+    a, b = Tensor.rand(64, 128), Tensor.rand(128, 64)
+    (a @ b).realize()
+    (b @ a).realize()
+    (a * 2 + 1).realize()
+  return p
+
+@pytest.mark.parametrize("stored_opts", [False, True])
+def test_a_heuristic_change_is_accepted_by_group_as_the_gate_replays_it(program_store, tmp_path, monkeypatch, stored_opts):
+  """The gate replays program rows with --reoptimize: a heuristic change shows there (not with the stored opts), and
+  `replay accept --group 1` accepts exactly that group's rows, with the launch sizes of the new source, so the gate passes
+  afterwards (and the execution check runs the accepted source as it was launched). Planted: the accept replaying with
+  the stored opts (--stored-opts, the behaviour before) finds nothing to accept."""
+  from tinysched.codegen import heuristic
+  from tinysched.codegen.program import to_program
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  from replay import levels
+  from replay.levels.program import launch_json
+  monkeypatch.setattr(heuristic, "_gpu_matmul", lambda *a: False)  # the planted heuristic change: no matmul tiles
+  rc, rep, _ = report(program_store, tmp_path)
+  assert rc == 0 and {r["outcome"] for r in rep["results"]} == {"identical"}  # the stored opts render as before
+  rc, rep, out = report(program_store, tmp_path, "--reoptimize")
+  changed = {r["input_key"] for r in rep["results"] if r["outcome"] == "changed"}
+  assert rc == 1 and len(changed) == 2 and "opts changed" in out, out
+  groups = [g for g in rep["groups"] if g["outcome"] == "changed"]
+  first = set(groups[0]["members"])
+  untouched = {r["input_key"]: r for r in rep["results"] if r["input_key"] not in changed}
+  r = invoke("accept", program_store, "--group", "1", "-m", "no matmul tiles", *(["--stored-opts"] if stored_opts else []))
+  if stored_opts:  # as before: the gate's change cannot be accepted, by group or by key
+    assert r.exit_code == 2 and "there are 0 group(s)" in r.output, r.output
+    r = invoke("accept", program_store, "--key", sorted(changed)[0][:16], "-m", "no matmul tiles", "--stored-opts")
+    assert r.exit_code == 0 and "nothing to accept" in r.output, r.output
+    assert report(program_store, tmp_path, "--reoptimize")[0] == 1
+    return
+  assert r.exit_code == 0 and r.output.count("accepted program") == len(first) >= 1, r.output
+  rc, rep, out = report(program_store, tmp_path, "--reoptimize")  # exactly the group's rows were accepted
+  assert {x["input_key"] for x in rep["results"] if x["outcome"] == "changed"} == changed - first, out
+  while rc == 1:  # the next group is group 1 now
+    assert invoke("accept", program_store, "--group", "1", "-m", "no matmul tiles").exit_code == 0
+    rc, rep, out = report(program_store, tmp_path, "--reoptimize")
+  assert rc == 0 and {x["outcome"] for x in rep["results"]} == {"identical"}, out
+  assert {x["input_key"]: x["new_key"] for x in rep["results"] if x["input_key"] in untouched} == \
+         {k: x["new_key"] for k, x in untouched.items()}
+  s = Store(program_store, readonly=True)
+  try:
+    for row in s.captures(level="program"):
+      if row["input_key"] not in changed: continue
+      doc = levels.get("program").decode_input(s.blob(row["input_key"]))
+      assert json.loads(row["extra"])["launch"] == launch_json(to_program(doc.roots()[0], None, NVIDIA_LIKE_GPU))
+  finally: s.close()

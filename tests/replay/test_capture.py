@@ -262,3 +262,49 @@ def test_capture_cli_runs_a_command(tmp_path):
   assert {lv for lv, _, _ in rows(db)} >= {"kernel", "schedule"}
   r = CliRunner().invoke(cli, ["capture", "--db", str(db), "--levels", "bogus", "--", "true"])
   assert r.exit_code == 2 and "unknown level" in r.output
+
+# *** capture keeps nothing alive that the program drops ***
+
+@pytest.mark.parametrize("plant", [None, "strong_repeats", "inputs_until_flush"])
+def test_capture_holds_no_reference_to_what_it_is_shown(tmp_path, monkeypatch, plant):
+  """A program under capture frees its graphs exactly when it would without capture (a test of freeing passes under
+  pytest --replay-capture; a training loop's memory is the same): after a kernel rewrite and a rendering under capture,
+  recorded but not yet written, the pre-sink and the kernel AST have the reference counts they have without capture, and
+  nothing the capture keeps holds them. Planted: repeats remembered by strong references (the set of
+  identities before), and the shown inputs held until the flush (the queue before)."""
+  import gc
+  from replay.record import recorder
+  from tinysched.codegen.program import to_program
+  from tinysched.codegen.target import NVIDIA_LIKE_GPU
+  from tinysched.scheduling.kernel_ast import KernelMemo
+  if plant == "strong_repeats":
+    monkeypatch.setattr(recorder, "weakref", type("W", (), {"WeakKeyDictionary": dict, "WeakSet": set, "ref": staticmethod(lambda x: x)}))
+  if plant == "inputs_until_flush":
+    held: list = []
+    orig = recorder.Capturer._record
+    def record(self, level, inputs, output, info):
+      held.append((inputs, output))
+      return orig(self, level, inputs, output, info)
+    monkeypatch.setattr(recorder.Capturer, "_record", record)
+    monkeypatch.setattr(recorder.Capturer, "flush", lambda self, orig=recorder.Capturer.flush: (held.clear(), orig(self))[1])
+  pres: list = []
+  monkeypatch.setattr(capture_hook, "HOOK", lambda level, inputs, output, info=None: pres.append(inputs) if level == "kernel" else None)
+  (Tensor.rand(6, 5).contiguous().realize() * 7 + 2).sum(1).schedule()
+  monkeypatch.setattr(capture_hook, "HOOK", None)
+  pre, var_vals, assigned = pres.pop()
+  pres.clear()
+  def work() -> tuple[int, int]:
+    ast, _ = full_ast_rewrite(pre, var_vals, assigned, KernelMemo())
+    to_program(ast, None, NVIDIA_LIKE_GPU)
+    return sys.getrefcount(pre), sys.getrefcount(ast)
+  gc.collect()
+  gc.disable()
+  try:
+    without = work()
+    with replay.capture(tmp_path / "c.db", label="free", levels=("kernel", "program")) as c:
+      c.accept = lambda: True
+      under = work()
+      assert len(c.rows) == 2  # recorded, not written yet
+  finally: gc.enable()
+  assert (under == without) == (plant is None), (under, without)
+  assert sorted(lv for lv, _, _ in rows(tmp_path / "c.db")) == ["kernel", "program"]

@@ -1,8 +1,9 @@
-"""Nondeterminism is its own outcome: `replay check --twice` replays every capture in two processes with different
-PYTHONHASHSEED and calls the captures whose outputs differ `unstable` (exit 1, a gate failure that [replay:accept] never
-waives); `replay suite --twice` reports models whose two captures differ. The planted bug (tests/replay/plants/
-sitecustomize.py `set_order`: a rewrite that orders ADD/MUL sources by iterating a set of their keys) is first shown to
-give different outputs under the two seeds, then caught; without it nothing is unstable."""
+"""Nondeterminism is its own outcome: `replay check --twice` replays every capture in two more processes (PYTHONHASHSEED
+A, and B with the allocation order perturbed) and calls the captures whose outputs differ `unstable` (exit 1, a gate
+failure that [replay:accept] never waives); `replay suite --twice` reports models whose two captures differ. The planted
+bug (tests/replay/plants/sitecustomize.py `set_order`: a rewrite that orders ADD/MUL sources by iterating a set of their
+keys) is first shown to give different outputs under the two seeds, then caught; without it nothing is unstable. The
+default check (a sample, in one more process) and the gate: tests/replay/test_gate_determinism.py."""
 from __future__ import annotations
 import json, os, subprocess, sys
 from pathlib import Path
@@ -34,17 +35,20 @@ def test_planted_set_order_is_unstable(db, tmp_path):
   _, one_again, _ = check(db, tmp_path, "set_order", PYTHONHASHSEED="1")
   differ = {k for k in keys(one) if keys(one)[k] != keys(two)[k]}
   assert differ and keys(one) == keys(one_again)
-  rc, rep, out = check(db, tmp_path, "set_order", "--twice", "--report-md", str(tmp_path / "r.md"))
+  # (this process with seed 1 too: its outputs are the first worker's, so exactly the rows the two seeds disagree on differ)
+  rc, rep, out = check(db, tmp_path, "set_order", "--twice", "--report-md", str(tmp_path / "r.md"), PYTHONHASHSEED="1")
   assert rc == 1, out
   unstable = {(r["level"], r["input_key"]) for r in rep["results"] if r["outcome"] == "unstable"}
   assert unstable == differ and rep["summary"]["unstable"] == len(differ)
+  assert rep["determinism"]["mode"] == "every row" and rep["determinism"]["rows"] == rep["summary"]["total"]
   ex = next(r for r in rep["results"] if r["outcome"] == "unstable" and r["level"] == "kernel")
-  assert "PYTHONHASHSEED=1" in ex["reason"] and "PYTHONHASHSEED=2" in ex["reason"]
-  assert ex["text_diff"].startswith("--- PYTHONHASHSEED=1") and ex["signature"].startswith("unstable kernel:")
+  assert "PYTHONHASHSEED=1" in ex["reason"] and "PYTHONHASHSEED=2, allocation perturbed" in ex["reason"]
+  assert "PYTHONHASHSEED=1" in ex["text_diff"].splitlines()[0] and ex["signature"].startswith("unstable kernel:")
   assert "unstable: " in out and "next (unstable)" in out and "unstable" in (tmp_path / "r.md").read_text()
+  assert set(rep["determinism"]["exposed_by"]) <= {"hash seed", "neither alone"} and "hash seed" in rep["determinism"]["exposed_by"]
   # a determinism bug fails the gate, with or without [replay:accept]
   assert decide(rep, rc, accept=False)[0] is False and decide(rep, rc, accept=True)[0] is False
-  assert "PYTHONHASHSEED" in decide(rep, rc, accept=True)[1] and failure_exit(rep, rc) == 1
+  assert "Exposed by: hash seed" in decide(rep, rc, accept=True)[1] and failure_exit(rep, rc) == 1
 
 def test_deterministic_code_is_never_unstable(db, tmp_path):
   rc, rep, out = check(db, tmp_path, None, "--twice")
@@ -52,7 +56,10 @@ def test_deterministic_code_is_never_unstable(db, tmp_path):
   # a change that is the same in every process is `changed`, not `unstable`
   rc, rep, out = check(db, tmp_path, "swap", "--twice")
   assert rc == 1 and rep["summary"]["unstable"] == 0 and rep["summary"]["changed"] > 0, out
-  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", str(db), "--twice", "--hash-seeds", "3,3"], env=env(), cwd=ROOT,
+  # equal seeds: the two processes still differ in their allocation order (`replay suite --twice` varies the seed alone)
+  rc, rep, out = check(db, tmp_path, None, "--twice", "--hash-seeds", "3,3")
+  assert rc == 0 and [p.split(",")[0] for p in rep["determinism"]["processes"]] == ["PYTHONHASHSEED=3"] * 2, out
+  r = subprocess.run([sys.executable, "-m", "replay.cli", "suite", "--twice", "--hash-seeds", "3,3"], env=env(), cwd=ROOT,
                      capture_output=True, text=True)
   assert r.returncode == 2 and "must differ" in r.stderr
 
@@ -69,7 +76,7 @@ def test_unstable_alone_fails_the_check_and_every_report():
   assert "- unstable:" in R.markdown(rep) and 'failures="1"' in R.junit(rep)
   doc = R.to_json(rep)
   assert doc["summary"]["unstable"] == 1 and R.from_json(doc).exit_code() == 1
-  assert decide(doc, 1, accept=True) == (False, decide(doc, 1, accept=False)[1]) and "PYTHONHASHSEED" in decide(doc, 1, accept=True)[1]
+  assert decide(doc, 1, accept=True) == (False, decide(doc, 1, accept=False)[1]) and "(unstable)" in decide(doc, 1, accept=True)[1]
   assert failure_exit(doc, 1) == 1
 
 # *** replay suite --twice ***

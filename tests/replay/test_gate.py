@@ -34,15 +34,15 @@ def test_decide_clean_passes(accept):
   assert G.decide(rep, 0, accept) == (True, "nothing changed: every capture replays identically")
 
 def test_decide_changes_need_accept():
-  rep = make_report(changed=2)
+  rep = make_report(verdicts=("equivalent", "equivalent"))
   ok, why = G.decide(rep, 1, False)
   assert not ok and "2 capture(s) changed" in why and "[replay:accept]" in why and "replay accept" in why
   assert G.failure_exit(rep, 1) == 1
   ok, why = G.decide(rep, 1, True)
-  assert ok and "accepted by [replay:accept]" in why
-  # changes the execution check found numerically equivalent are acceptable too
+  assert ok and "accepted by [replay:accept]" in why and "2 checked numerically equivalent" in why
+  # a change whose numbers were not checked (no execution check ran) is not: tests/replay/test_gate_unverified.py
   ok, why = G.decide(make_report(changed=1, verdicts=("equivalent",)), 1, True)
-  assert ok and "1 checked numerically equivalent" in why
+  assert not ok and "1 changed capture(s) have no `equivalent` execution verdict" in why
 
 @pytest.mark.parametrize("kind", ["mismatch", "wrong", "unstable", "failed", "timeout", "error", "incompatible", "fatal", "no report", "exit 2"])
 def test_decide_always_fails_even_when_accepted(kind):
@@ -121,9 +121,11 @@ def plant_error(monkeypatch):
     return ast
   plant(monkeypatch, boom)
 
-def gate(db, tmp, *extra):
-  args = ["gate", str(db), "--no-exec", "--report-json", str(tmp / "r.json"), "--report-md", str(tmp / "r.md"), "--junit", str(tmp / "r.xml"),
-          "--summary", str(tmp / "summary.md"), *extra]
+def gate(db, tmp, *extra, device: str | None = None):
+  """`replay gate` in this process (the planted change is a monkeypatch here: its determinism check says it cannot compare).
+  `device`: run the execution check there (the marker accepts only changes it found equivalent), else --no-exec."""
+  args = ["gate", str(db), *(["--device", device] if device else ["--no-exec"]), "--report-json", str(tmp / "r.json"), "--report-md",
+          str(tmp / "r.md"), "--junit", str(tmp / "r.xml"), "--summary", str(tmp / "summary.md"), *extra]
   return CliRunner().invoke(cli, args)
 
 def test_gate_clean_passes(db, ci_env):
@@ -144,7 +146,7 @@ def test_gate_changed_fails_without_accept(db, ci_env, monkeypatch):
 def test_gate_changed_passes_with_accept_in_pr_title(db, ci_env, monkeypatch):
   plant_change(monkeypatch)
   monkeypatch.setenv("REPLAY_PR_TITLE", ACCEPT_TITLE)
-  r = gate(db, ci_env)
+  r = gate(db, ci_env, device="NUMPY")
   assert r.exit_code == 0, r.output
   assert "replay gate: PASS" in r.output and "accepted by [replay:accept]" in r.output and "found in the PR title" in r.output
 
@@ -154,7 +156,7 @@ def test_gate_changed_passes_with_accept_in_event_file_and_step_summary(db, ci_e
   ev.write_text(json.dumps({"pull_request": {"title": ACCEPT_TITLE}}))
   monkeypatch.setenv("GITHUB_EVENT_PATH", str(ev))
   monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(ci_env / "step.md"))
-  r = CliRunner().invoke(cli, ["gate", str(db), "--no-exec"])
+  r = CliRunner().invoke(cli, ["gate", str(db), "--device", "NUMPY"])
   assert r.exit_code == 0, r.output
   s = (ci_env / "step.md").read_text()
   assert "replay gate: PASS" in s and "[replay:accept] found in the PR title" in s and "### Groups" in s
@@ -169,7 +171,7 @@ def test_gate_error_fails_even_with_accept(db, ci_env, monkeypatch):
 def test_gate_mismatch_fails_even_with_accept(db, ci_env, monkeypatch):
   # a real changed report, with the execution check's verdict on one changed kernel set to `mismatch`
   plant_change(monkeypatch)
-  assert gate(db, ci_env, "--accept").exit_code == 0
+  assert gate(db, ci_env, "--accept", device="NUMPY").exit_code == 0
   doc = json.loads((ci_env / "r.json").read_text())
   ch = next(r for r in doc["results"] if r["outcome"] == "changed")
   ch["exec"] = {"verdict": "mismatch", "max_abs_err": 0.5}

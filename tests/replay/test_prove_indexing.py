@@ -53,8 +53,8 @@ def test_whole_baseline_proven_in_bounds():
   proofs = prove_stores(ALL_STORES)
   secs = time.perf_counter() - t0
   s = _check_clean(proofs)
-  print(f"\ncaptures/*.db: {s} in {secs:.1f} s")
-  assert s["rows"] >= 700 and secs < 120
+  print(f"\ncaptures/*.db: {s} in {secs:.1f} s")  # (the time is printed, never asserted: a busy machine is no failure)
+  assert s["rows"] >= 700
 
 # *** (b) a wrong int32 decision ***
 

@@ -1,6 +1,6 @@
 """The disk cache of code generation (tinysched/codegen/program_cache.py): an entry gives back exactly what
-to_program renders, is reused only by the code that wrote it (the files and the code as loaded), is bypassed while a
-capture records, survives nothing it cannot parse, and is not written for symbolic launches. Each check has its plant;
+to_program renders, is reused only by the code that wrote it (the files and the code as loaded), is reported to a
+capture as a rendering, survives nothing it cannot parse, and is not written for symbolic launches. Each check has its plant;
 the execution check's plant tests (tests/replay/test_exec_plants.py, test_exec_bf16.py) run their workers with it on."""
 import hashlib, shutil
 from pathlib import Path
@@ -109,13 +109,21 @@ def test_the_digest_is_the_same_in_every_process():
           for s in ("1", "2")}
   assert len(outs) == 1
 
-def test_a_capture_in_progress_renders_and_captures(cache, monkeypatch):
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_capture_sees_a_hit_as_the_rendering_it_stands_for(cache, monkeypatch, planted):
+  """Capturing never changes what the cache does (a test of the cache passes under pytest --replay-capture): a hit is
+  served from disk and reported to the capture exactly as to_program reports a rendering (planted: a hit not reported)."""
+  if planted: monkeypatch.setattr(PC, "report_program", lambda *a: None)
   ast = _ast(Tensor.empty(512) * 3)
-  PC.cached_program(ast, None, GENERIC_GPU)
-  seen = []
-  monkeypatch.setattr(capture_hook, "HOOK", lambda level, inp, out, extra: seen.append(level))
-  assert PC.cached_program(ast, None, GENERIC_GPU) == to_program(ast, None, GENERIC_GPU)
-  assert seen and seen[0] == "program"
+  calls: list[tuple] = []
+  def hook(level, inp, out, extra): calls.append((level, inp, out, extra["program"], extra["opts_given"]))
+  with monkeypatch.context() as m:
+    m.setattr(capture_hook, "HOOK", hook)
+    rendered = PC.cached_program(ast, None, GENERIC_GPU)  # a miss: to_program renders and reports it
+    _no_render(m)
+    assert PC.cached_program(ast, None, GENERIC_GPU) == rendered  # a hit, under capture too
+  if planted: assert len(calls) == 1
+  else: assert len(calls) == 2 and calls[0] == calls[1] and calls[0][0] == "program" and calls[0][1] == (ast, rendered.opts, GENERIC_GPU)
 
 def test_a_broken_entry_is_rendered_again_and_rewritten(cache):
   ast = _ast(Tensor.empty(300) + 2)

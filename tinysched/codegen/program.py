@@ -10,7 +10,7 @@ from tinysched.dtype import DType
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, sym_infer
 from tinysched.codegen.kernel import Kernel, Opt
-from tinysched.codegen.target import Target, GENERIC_GPU
+from tinysched.codegen.target import Target, GENERIC_GPU, device_class
 from tinysched.codegen.lowerer import lower
 from tinysched.codegen.opencl import render
 from tinysched.codegen import heuristic
@@ -31,17 +31,23 @@ class Program:
     return tuple(sym_infer(g, var_vals) for g in self.global_size), self.local_size
 
 def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GENERIC_GPU) -> Program:
-  """Lower and render one kernel AST with explicit opts (None: `default_opts(ast, target)`)."""
-  lw, given = None, opts is not None
+  """Lower and render one kernel AST with explicit opts (None: `default_opts(ast, target)`), for the target's class
+  (`device_class`: its limits clamped to what code generation can use; the capture records that class)."""
+  lw, given, target = None, opts is not None, device_class(target)
   if opts is None:
     opts, lw = heuristic.choose_opts(ast, target)
   opts = tuple(opts)
   if lw is None: lw = lower(Kernel(ast, opts), target)
   src = render(lw, target)
   prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem)
-  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, opts, target), src, {"program": prg, "opts_given": given})
+  report_program(ast, target, prg, given)
   return prg
+
+def report_program(ast: UOp, target: Target, prg: Program, opts_given: bool) -> None:
+  """The program-level capture point: (ast, the opts it was rendered with, target) -> source. Called by to_program, and
+  by the program cache for a program it gives back without rendering (capture must see the same call either way)."""
+  if capture_hook.HOOK is not None: capture_hook.HOOK("program", (ast, prg.opts, target), prg.src, {"program": prg, "opts_given": opts_given})
 
 def is_kernel_ast(ast: UOp) -> bool: return ast.op is Ops.SINK
 
-__all__ = ["Program", "to_program"]
+__all__ = ["Program", "to_program", "report_program"]

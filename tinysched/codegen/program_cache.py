@@ -10,25 +10,27 @@ stable text. The fingerprint covers the code two ways:
 - the files: every .py file of the tinysched package (relative path and bytes), the Python and numpy versions;
 - the code as loaded: the bytecode of every function and method that the tinysched modules hold at the first use in the
   process, so a module attribute replaced before that (a plant installed at start-up, as replay's tests do) is part of
-  the key. A patch made *after* the first use is not seen: that is why the cache is off unless asked for.
-Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). Bypassed while a
-capture records (to_program is the program-level capture point). An entry that cannot be read or parsed is ignored and
-written again. `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `$TINYSCHED_CACHE/programs/`
-(`tinysched.helpers.cache_root`).
+  the key. Checked again on every use: a function, class, matcher or container replaced since (a monkeypatch after the
+  first use, a test's plant) makes the digest be taken again (`code_fingerprint`). Not seen: a function added to or
+  swapped inside a module-level container in place, a function's __code__ replaced, a module loaded after the digest,
+  the names of this module and of the capture slot (`_NOT_CHECKED`).
+Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). A hit is reported to a
+capture as to_program reports a rendering (`report_program`), so capturing never changes what the cache does. An entry
+that cannot be read or parsed is ignored and written again. `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON
+under `$TINYSCHED_CACHE/programs/` (`tinysched.helpers.cache_root`).
 """
 from __future__ import annotations
-import functools, hashlib, json, os, sys, types
+import functools, hashlib, itertools, json, operator, os, sys, types
 from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
-from tinysched import capture_hook
 from tinysched.helpers import cache_root, write_cache_entry
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
 from tinysched.rewrite import PatternMatcher
 from tinysched.codegen.kernel import Opt
-from tinysched.codegen.target import Target
-from tinysched.codegen.program import Program, to_program
+from tinysched.codegen.target import Target, device_class
+from tinysched.codegen.program import Program, report_program, to_program
 
 FORMAT = 1  # bump when the entry layout changes
 
@@ -95,9 +97,68 @@ def live_digest() -> str:
   return h.hexdigest()
 
 @functools.lru_cache(maxsize=1)
+def _files_fingerprint() -> str:
+  """fingerprint_of the tinysched package, read once per process (a process runs the code it loaded, not the files)."""
+  return fingerprint_of(Path(__file__).resolve().parent.parent)
+
+# what code_fingerprint's check leaves out of live_digest's namespaces, and why: neither renders anything
+_NOT_CHECKED = {"tinysched.capture_hook": "the capture slot: replay swaps its hook around every replay (capture_hook.paused)",
+                __name__: "this cache: its tests replace the names it calls (to_program, report_program) to watch it hit or miss; the "
+                          "code behind them (codegen.program, opencl, lowerer...) is checked"}
+
+def _digest_covers() -> list:
+  """The namespaces live_digest reads (every tinysched module loaded and the classes it defines) but _NOT_CHECKED."""
+  out: list = []
+  for mname in sorted(m for m in list(sys.modules) if m == "tinysched" or m.startswith("tinysched.")):
+    if mname in _NOT_CHECKED or (mod := sys.modules.get(mname)) is None: continue
+    out.append(ns := vars(mod))
+    out += [vars(v) for v in list(ns.values()) if isinstance(v, type) and v.__module__ == mname]
+  return out
+
+def _is_code(x: Any) -> bool: return callable(x) or isinstance(x, (PatternMatcher, staticmethod, classmethod, property, tuple, list, dict))
+
+# code_fingerprint's last take, updated in place: [the namespaces compared as one list, their values then (in one list,
+# and per namespace), the namespaces seen to hold state ([namespace, its values]: compared one by one), the fingerprint]
+_TAKEN: list = []
+
 def code_fingerprint() -> str:
-  """The files' fingerprint and the loaded code's digest, taken once per process (at the first use)."""
-  return hashlib.sha256((fingerprint_of(Path(__file__).resolve().parent.parent) + live_digest()).encode()).hexdigest()
+  """The files' fingerprint and the loaded code's digest: taken at the first use, and again whenever a value that is
+  code to live_digest (a function, class, matcher, container) has been replaced in the namespaces it covered, or
+  replaced one: a patch after the first use changes the key (a digest takes ~40 ms, so only then). Each call compares
+  those namespaces' values (~3,500) with the last ones in C (==: values that are equal give the same digest). Values
+  that are no code may change without a new digest; a namespace seen to (GlobalCounters' counts, after each realize)
+  is compared on its own from then on."""
+  if not _TAKEN: return _take()
+  spaces, values, per_space, moving, fp = _TAKEN
+  now: list = []
+  for ns in spaces: now.extend(ns.values())
+  try: same = now == values
+  except Exception: same = False  # (a replaced value whose == cannot answer, a numpy array)
+  if not same:
+    if not _only_state(values, now): return _take()
+    steady = [(ns, old) for ns, old in zip(spaces, per_space) if _same_values(old, ns.values())]
+    moving += [[ns, tuple(ns.values())] for ns, old in zip(spaces, per_space) if not _same_values(old, ns.values())]
+    _TAKEN[:] = [[ns for ns, _ in steady], [v for _, old in steady for v in old], [old for _, old in steady], moving, fp]
+  for m in moving:
+    if _same_values(m[1], m[0].values()): continue
+    if not _only_state(m[1], vals := tuple(m[0].values())): return _take()
+    m[1] = vals
+  return fp
+
+def _take() -> str:
+  """code_fingerprint taken afresh (with what it covers now)."""
+  spaces = _digest_covers()
+  per_space = [tuple(ns.values()) for ns in spaces]
+  fp = hashlib.sha256((_files_fingerprint() + live_digest()).encode()).hexdigest()
+  _TAKEN[:] = [spaces, list(itertools.chain.from_iterable(per_space)), per_space, [], fp]
+  return fp
+
+def _same_values(old: tuple, new: Any) -> bool: return len(old) == len(new) and all(map(operator.is_, old, new))
+
+def _only_state(old: Sequence, new: Sequence) -> bool:
+  """`new` has replaced no code of `old`'s and brought none (what changed is state: counters)."""
+  replaced = itertools.compress(zip(old, new), map(operator.is_not, old, new))  # (found in C)
+  return len(old) == len(new) and not any(_is_code(x) or _is_code(y) for x, y in replaced)
 
 def enabled() -> bool: return os.environ.get("TINYSCHED_PROGRAM_CACHE", "0") == "1"
 
@@ -120,10 +181,14 @@ def _decode(text: str) -> Program:
 
 def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Program:
   """to_program(ast, opts, target), read from the disk cache when this code rendered it before (module docstring)."""
-  if not enabled() or capture_hook.HOOK is not None: return to_program(ast, opts, target)
+  if not enabled(): return to_program(ast, opts, target)
+  target = device_class(target)  # (the key names the class to_program renders for: devices of one class share entries)
   path = _folder() / f"{entry_key(ast, opts, target)}.json"
-  try: return _decode(path.read_text())
+  try: hit = _decode(path.read_text())
   except (OSError, ValueError, KeyError, TypeError): pass  # missing, unreadable or not an entry: render it
+  else:
+    report_program(ast, target, hit, opts is not None)  # a capture records a hit as the rendering it stands for
+    return hit
   p = to_program(ast, opts, target)
   if not p.vars and all(isinstance(g, int) for g in p.global_size):
     write_cache_entry(path, _encode(p).encode())  # (a concurrent reader sees the whole entry or none)

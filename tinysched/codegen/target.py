@@ -11,7 +11,7 @@ NVIDIA_LIKE_GPU keeps has_fp16=True (unchanged, so code generated for it is unch
 compiler has half arithmetic but no half math builtins; runtime/opencl.py).
 """
 from __future__ import annotations
-from dataclasses import dataclass, fields, asdict
+from dataclasses import dataclass, fields, asdict, replace
 from typing import Any
 
 @dataclass(frozen=True)
@@ -43,18 +43,36 @@ class Target:
     if "max_work_item_sizes" in kw: kw["max_work_item_sizes"] = tuple(kw["max_work_item_sizes"])
     return Target(**kw)
 
+# *** the class of a device: the limits code generation can tell apart ***
+# A device reports its limits in full (PoCL: 2 MiB of local memory on one build, 1 MiB on another; 4096 or 8192
+# work-items), but code generation never asks for more than CLASS_LIMITS: the heuristic's largest work-group is 256
+# work-items and its local tiles a few KiB (codegen/heuristic.py; tests/tinysched/test_target_class.py measures both on the
+# model suite). Code is generated for the device's class, its limits
+# clamped to these, so every device of one class renders every kernel alike and a program-level capture records the
+# same input on each (its key names no host). Explicit opts that need more than the class allows are refused as they
+# would be on a smaller device.
+CLASS_LIMITS = {"max_work_group_size": 1024, "max_work_item_size": 1024, "local_mem_size": 64 << 10}
+
+def device_class(t: Target) -> Target:
+  """`t` with its limits clamped to CLASS_LIMITS (a Target within them is returned as is): what `to_program` renders for."""
+  wg, wi, lm = CLASS_LIMITS["max_work_group_size"], CLASS_LIMITS["max_work_item_size"], CLASS_LIMITS["local_mem_size"]
+  if t.max_work_group_size <= wg and t.local_mem_size <= lm and all(x <= wi for x in t.max_work_item_sizes): return t
+  return replace(t, max_work_group_size=min(t.max_work_group_size, wg), max_work_item_sizes=tuple(min(x, wi) for x in t.max_work_item_sizes),
+                 local_mem_size=min(t.local_mem_size, lm))
+
 # stand-ins for tests and for rendering without a device
 GENERIC_GPU = Target(name="generic-gpu", max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64), local_mem_size=49152,
                      has_fp16=True, has_fp64=True, max_alloc=1 << 32, is_gpu=True, compute_units=64)
-GENERIC_CPU = Target(name="generic-cpu", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096), local_mem_size=2 << 20,
-                     has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2)
+# (the CPUs as their class: a CPU reports more work-items and local memory than code generation uses, device_class)
+GENERIC_CPU = device_class(Target(name="generic-cpu", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096), local_mem_size=2 << 20,
+                                  has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2))
 
 # *** named targets: code generation for a device that is not present ***
 # Descriptions of real device kinds, so a machine without the device can generate (and capture, TINYSCHED_CAPTURE_TARGET)
 # its code: work-group limits, local memory size, fp16/fp64, GPU or not, and the compute units the heuristic sizes
 # work by. Vector widths are not a field: the code generator emits float4 for every target (codegen/lowerer.py).
-POCL_CPU = Target(name="pocl-cpu", vendor="The pocl project", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096),
-                  local_mem_size=2 << 20, has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2)
+POCL_CPU = device_class(Target(name="pocl-cpu", vendor="The pocl project", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096),
+                               local_mem_size=2 << 20, has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2))
 NVIDIA_LIKE_GPU = Target(name="nvidia-like-gpu", vendor="NVIDIA Corporation", max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
                          local_mem_size=49152, has_fp16=True, has_fp64=True, max_alloc=1 << 34, is_gpu=True, compute_units=132)
 # the registry: name -> Target (insertion order is the order names are listed in)
@@ -69,4 +87,5 @@ def named_target(name: str) -> Target:
   if name not in TARGETS: raise UnknownTargetError(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}")
   return TARGETS[name]
 
-__all__ = ["Target", "GENERIC_GPU", "GENERIC_CPU", "POCL_CPU", "NVIDIA_LIKE_GPU", "TARGETS", "named_target", "UnknownTargetError"]
+__all__ = ["Target", "CLASS_LIMITS", "device_class",
+           "GENERIC_GPU", "GENERIC_CPU", "POCL_CPU", "NVIDIA_LIKE_GPU", "TARGETS", "named_target", "UnknownTargetError"]

@@ -23,14 +23,15 @@ and movement VIEWs anywhere. The AST may have VIEWs only as the source-free inde
 from __future__ import annotations
 import itertools, operator, sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, make_uop, resolve, arg_identity
 from tinysched.rewrite import UPat, PatternMatcher, graph_rewrite
 from tinysched.shape import ShapeTracker, View, strides_for_shape
 from tinysched.helpers import prod, all_same
 from tinysched.scheduling.bigraph import ScheduleError, view_of, under_views, topo_of
-from tinysched import rewrite as RW, shape as SH
-from tinysched.scheduling import bigraph, stores, fusion, order
+from tinysched import shape as SH
 
 # read once for the rules' per-node code (an `Ops.X` read costs ~70 ns on 3.11, see scheduling/bigraph.py)
 _VIEW, _STORE, _LOAD, _DEFINE_GLOBAL, _BUFFER = Ops.VIEW, Ops.STORE, Ops.LOAD, Ops.DEFINE_GLOBAL, Ops.BUFFER
@@ -288,68 +289,188 @@ def structural_key(topo: dict[UOp, None]) -> tuple:
     else: out.append((op, u.dtype, tuple([pos[s] for s in u.src]), arg_identity(u.arg)))
   return tuple(out)
 
-_MODULES: list = []  # the modules _rule_namespaces reads, found once (import statements cost ~10 us a call)
+# *** what a memo must see: the rules of every module the memoized work runs ***
+
+# The modules of the tinysched package that rules_fingerprint does not read, and why: none of their code runs inside the
+# work a memo keeps (schedule_graph on a big graph, full_ast_rewrite on a pre-sink, the codegen passes schedule.py's
+# `_runnable` asks). Every other module of the package is read, with the classes defined in it, so a module added to the
+# package is read until it is named here. "pkg.*": the package and every module under it. tests/tinysched/
+# test_memo_sees_patches.py keeps the list honest: each entry names modules of the package, and no module read imports
+# one of them (but the capture slot).
+NOT_READ: dict[str, str] = {
+  "tinysched": "the package's names for users (Tensor, dtypes...): the passes import from the modules themselves",
+  "tinysched.tensor": "the Tensor front end: it builds the lazy graph, from which each schedule builds its big graph anew, "
+                      "and the memo is keyed by that graph (a patch there makes another graph, never a stale answer)",
+  "tinysched.function": "the front end's autograd functions (as tinysched.tensor)",
+  "tinysched.nn.*": "layers, optimizers, state dicts: front end (as tinysched.tensor)",
+  "tinysched.models.*": "model definitions: front end (as tinysched.tensor)",
+  "tinysched.realize": "runs a finished schedule",
+  "tinysched.memory": "plans the buffers of a finished schedule",
+  "tinysched.jit": "TinyJit: replays finished schedules",
+  "tinysched.runtime.*": "devices: run finished kernels",
+  "tinysched.cost": "FLOPs and bytes of a finished kernel (realize, replay's timings)",
+  "tinysched.symeval": "numpy evaluation of index expressions, for tests and the reference interpreter",
+  "tinysched.capture_hook": "the capture slot: its hook records what the passes made and changes none of it (replay swaps it "
+                            "on and off, which is no rule change)",
+  "tinysched.codegen": "the code generator's names for users: the scheduler imports its modules",
+  "tinysched.codegen.heuristic": "default Opts, chosen for a finished kernel when it is lowered",
+  "tinysched.codegen.opencl": "renders lowered kernels (after the passes _runnable asks)",
+  "tinysched.codegen.program": "to_program: lowering and rendering of a finished kernel",
+  "tinysched.codegen.program_cache": "the disk cache of to_program (it checks the code it keys on itself)",
+  "tinysched.codegen.provenance": "labels a rendered program's nodes for replay",
+}
+# (lazy.py and device.py are read although only build_big_graph runs them, anew at every schedule, as tensor.py's code:
+# they are the path from the lazy graph to the big graph, and cost ~170 values)
+_PACKAGE = __name__.split(".")[0]
+
+def not_read(name: str) -> bool:
+  """Whether NOT_READ leaves module `name` out."""
+  return name in NOT_READ or any(name == k[:-2] or name.startswith(k[:-1]) for k in NOT_READ if k.endswith(".*"))
+
+def package_modules() -> list[str]:
+  """Every module of the tinysched package: its files (found without importing anything), and any module of it loaded."""
+  root = Path(__file__).resolve().parent.parent
+  names = {".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+           for parts in (p.relative_to(root.parent).with_suffix("").parts for p in root.rglob("*.py"))}
+  return sorted(names | {m for m in list(sys.modules) if m == _PACKAGE or m.startswith(_PACKAGE + ".")})
+
+_RULE_MODULES: list[str] = []  # rule_modules(), found once (in place: this module's namespace is read too)
+
+def rule_modules() -> list[str]:
+  """The modules rules_fingerprint reads: those of the package but NOT_READ."""
+  if not _RULE_MODULES: _RULE_MODULES[:] = [m for m in package_modules() if not not_read(m)]
+  return _RULE_MODULES
+
+_CLASS_NAMES: dict[str, list[str]] = {}  # module -> the names that held a class defined there (only grows)
+
+def _rule_owners() -> tuple[list, list[str]]:
+  """(the modules and classes rules_fingerprint reads, the modules to read that are not loaded). Each loaded module,
+  then the classes under the names that held a class defined in it, whatever holds that name now (a class that replaced
+  one is read), with the bases of theirs that are defined in a module read. A module not loaded has run nothing yet."""
+  owners: list = []
+  seen: set[int] = set()  # ids of the classes in owners (membership only)
+  missing: list[str] = []
+  modules = rule_modules()
+  read = set(modules)  # (membership only)
+  for name in modules:
+    if (mod := sys.modules.get(name)) is None:
+      missing.append(name)
+      continue
+    ns = vars(mod)
+    held = _CLASS_NAMES.setdefault(name, [])
+    held += [k for k, v in ns.items() if isinstance(v, type) and v.__module__ == name and k not in held]
+    owners.append(mod)
+    for k in held:
+      if not isinstance(cls := ns.get(k), type): continue
+      for c in cls.__mro__:
+        if (c is cls or c.__module__ in read) and id(c) not in seen:
+          seen.add(id(c))
+          owners.append(c)
+  return owners, missing
 
 def _rule_namespaces() -> list:
-  """The namespaces whose objects rules_fingerprint reads: schedule.py and every pass module (fusion's methods too),
-  the rewrite engine, the view algebra, and the codegen passes FUSE_ARANGE asks (schedule.py `_runnable`). The
-  modules are found once; their classes are read from them on every call (a class replaced by a patch is seen)."""
-  if not _MODULES:
-    # deferred to keep import tinysched fast: the code generator (~9 ms) loads at the first schedule, not at import
-    from tinysched.codegen import kernel, lowerer, folds
-    mods = [sys.modules[__name__], bigraph, stores, fusion, order, sys.modules.get("tinysched.schedule"), RW, SH, kernel, lowerer, folds]
-    if mods[5] is None: return _namespaces_of(*mods)  # the facade is not loaded yet: looked for again next time
-    _MODULES[:] = mods
-  return _namespaces_of(*_MODULES)
-
-def _namespaces_of(me, bigraph, stores, fusion, order, facade, rewrite, shape, kernel, lowerer, folds) -> list:
-  return [vars(me), vars(bigraph), vars(stores), vars(fusion), vars(fusion._Fusion), vars(order), *([vars(facade)] if facade else []),
-          vars(rewrite), vars(rewrite.PatternMatcher), vars(shape.ShapeTracker), vars(shape.View), vars(kernel), vars(kernel.Kernel),
-          vars(lowerer), vars(folds)]
-
-# the last fingerprint and what it was read from: [each namespace's length, all their values in one tuple, fingerprint,
-# the positions (in that tuple) of the rules whose == is not identity]. Updated in place: this list is itself a value of
-# a namespace read, and must stay the same object
-_last_fingerprint: list = [(), (), (), ()]
+  """The namespaces rules_fingerprint reads, in its order."""
+  return [vars(o) for o in _rule_owners()[0]]
 
 def _is_rule(o) -> bool: return callable(o) or isinstance(o, (PatternMatcher, staticmethod, classmethod, property, tuple))
 
+class _Reads:
+  """What rules_fingerprint read at its last call. One object, updated in place (this module's namespace is read)."""
+  __slots__ = ("fp", "missing", "last", "changed", "steady", "values", "eq_of", "eq_objs", "moving", "moving_values", "started")
+  def __init__(self) -> None: self.clear()
+  def clear(self) -> None:
+    """Forget every read: the next call reads everything (and forgets the results memoized outside a KernelMemo)."""
+    self.fp: tuple = ()
+    self.missing: list[str] = []  # modules to read that were not loaded at the last full read
+    self.last: dict[int, tuple[Any, tuple]] = {}  # id(owner) -> (owner, its namespace's values at the last full read)
+    self.changed: set[int] = set()  # ids of the owners whose values changed without a rule changing (membership only)
+    # the namespaces compared as one list (`values`: all their values, `eq_of(values)`: the rules whose == is not
+    # identity, `eq_objs`), and those that changed a value that is no rule twice (GlobalCounters' counts after each
+    # realize), compared one by one so that such a change costs no full read
+    self.steady: list = []
+    self.values: list = []
+    self.eq_of: Callable[[list], tuple] = _none
+    self.eq_objs: tuple = ()
+    self.moving: list[tuple[Any, Any]] = []  # (owner, its namespace)
+    self.moving_values: list[tuple] = []
+    self.started = False
+
+def _none(values: list) -> tuple: return ()
+
+_READS = _Reads()
+
 def rules_fingerprint() -> tuple:
-  """Everything the scheduler runs: the functions and matchers of the namespaces of `_rule_namespaces`. Any monkeypatch
-  of one of them (a rule change in a running process) changes it. The objects themselves, compared by identity
-  (`same_rules`): a memo holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
-  Asked on every schedule: the filtered tuple is rebuilt only when a rule among the namespace values is another object
-  than at the last call (`_same_rules`). State that is no rule (the tensor memo of schedule.py, replaced when it is
-  reset) may change without a rebuild."""
-  spaces = _rule_namespaces()
-  # (all values in one tuple, each namespace's length beside them: one comparison in C instead of one call per namespace)
-  lens, now = tuple(map(len, spaces)), tuple(itertools.chain.from_iterable([ns.values() for ns in spaces]))
-  last_lens, last, fp, eq_rules = _last_fingerprint
-  if lens == last_lens and _same_rules(last, now, eq_rules):
-    _last_fingerprint[:] = [lens, now, fp, eq_rules]  # (in one step)
-    return fp
+  """Everything the memoized work runs: the functions, classes, matchers and tuples in the namespaces of the modules
+  `rule_modules` names and of the classes defined in them (`_rule_owners`). Any monkeypatch of one of them (a rule
+  change in a running process) changes it, and the results memoized outside a KernelMemo by code a patch may have
+  changed (`_forget_derived`) are dropped then. The objects themselves, compared by identity (`same_rules`): a memo
+  holding them keeps them alive, so a freed rule's id cannot come back as a new one's.
+  Asked on every schedule, so most calls are one comparison in C of all the namespaces' values (~1,850) with those of
+  the last call, and the rules are picked again only when one of those values is another object. A namespace seen to
+  change values that are no rules twice (counters) is compared on its own from then on."""
+  r = _READS
+  # (the first call, or a module to read that is loaded now)
+  if not r.started or r.missing and any(map(sys.modules.__contains__, r.missing)): return _full_read(r)
+  now: list = []
+  add = now.extend
+  for ns in r.steady: add(ns.values())
+  try: same = now == r.values  # in C, identity first: an element that is another object is compared by its ==
+  except Exception: same = False  # (a replaced value whose == cannot answer, a numpy array)
+  # equal: only a rule whose == is not identity (an equal tuple of passes, a bound method) can be another object. (No
+  # per-namespace lengths: a name added or deleted changes the list's length, and one moved from a namespace to the
+  # end of the next could leave the list equal only if every value of that next one were equal to it.)
+  if not same or not all(map(operator.is_, r.eq_of(now), r.eq_objs)): return _full_read(r)
+  for i, (_, ns) in enumerate(r.moving):
+    if len(ns) == len(last := r.moving_values[i]) and all(map(operator.is_, ns.values(), last)): continue
+    if len(ns) != len(last) or any(_is_rule(x) or _is_rule(y) for x, y in zip(last, ns.values()) if x is not y): return _full_read(r)
+    r.moving_values[i] = tuple(ns.values())
+  return r.fp
+
+def _full_read(r: _Reads) -> tuple:
+  """rules_fingerprint, reading every namespace afresh (~0.4 ms)."""
+  if not r.started:
+    # the passes schedule.py's _runnable asks are read (lowerer imports the modules they use); deferred to keep import
+    # tinysched fast: the code generator (~9 ms) loads at the first schedule, not at import
+    from tinysched.codegen import lowerer  # noqa: F401
+  owners, missing = _rule_owners()
+  spaces = [tuple(vars(o).values()) for o in owners]
+  flat = list(itertools.chain.from_iterable(spaces))
   # whether a value is a rule depends on its type alone (callable() asks the type, and so does isinstance here): asked
   # once per type present, then the values are picked in C (a Python call per value was ~1 ms per fingerprint)
-  types = list(map(type, now))
-  rule_type = {t: _is_rule(o) for t, o in dict(zip(types, now)).items()}
-  fp = tuple(itertools.compress(now, map(rule_type.__getitem__, types)))
-  # the rules whose == is not identity, by position (picked in C too)
+  types = list(map(type, flat))
+  rule_type = {t: _is_rule(o) for t, o in dict(zip(types, flat)).items()}
+  fp = tuple(itertools.compress(flat, map(rule_type.__getitem__, types)))
+  if r.started and same_rules(fp, r.fp):
+    fp = r.fp  # the same rules: the same tuple. A namespace whose values changed holds state (the tensor memo, replaced
+    # at the first schedule; counters): changed twice, it is compared on its own
+    changed = {id(o) for o, vals in zip(owners, spaces) if (was := r.last.get(id(o))) is not None and not _same_values(was[1], vals)}
+    moving = {id(o) for o, _ in r.moving} | (changed & r.changed)
+    r.changed |= changed
+  else:
+    _forget_derived()  # other rules (or the first read: a patch may precede it) than the results memoized so far
+    moving = {id(o) for o, _ in r.moving}
+  r.fp, r.missing, r.started = fp, missing, True
+  r.last = {id(o): (o, vals) for o, vals in zip(owners, spaces)}
+  steady = [(o, vals) for o, vals in zip(owners, spaces) if id(o) not in moving]
+  r.steady = [vars(o) for o, _ in steady]
+  r.values = list(itertools.chain.from_iterable(vals for _, vals in steady))
   eq_rule = {t: is_rule and t.__eq__ is not object.__eq__ for t, is_rule in rule_type.items()}
-  eq_rules = tuple(itertools.compress(range(len(now)), map(eq_rule.__getitem__, types)))
-  _last_fingerprint[:] = [lens, now, fp, eq_rules]
+  eq_at = tuple(itertools.compress(range(len(r.values)), map(eq_rule.__getitem__, map(type, r.values))))
+  # (an itemgetter of one position gives the element, not a 1-tuple)
+  r.eq_of = operator.itemgetter(*eq_at) if len(eq_at) > 1 else operator.itemgetter(slice(eq_at[0], eq_at[0] + 1)) if eq_at else _none
+  r.eq_objs = r.eq_of(r.values)
+  r.moving = [(o, vars(o)) for o in owners if id(o) in moving]
+  r.moving_values = [tuple(ns.values()) for _, ns in r.moving]
   return fp
 
-def _same_rules(last: tuple, now: tuple, eq_rules: tuple[int, ...]) -> bool:
-  """The namespaces' values at the last read and now (the caller has seen each namespace keep its length): the same
-  rules, as the same objects, in the same places?"""
-  try: equal = last == now  # in C, identity first: an element that is another object is compared by its ==
-  except Exception: equal = False  # (a replaced value whose == cannot answer, a numpy array: look closer)
-  # equal: only a rule whose == is not identity (a copied tuple of passes, a bound method) can be another object
-  if equal: return all([last[i] is now[i] for i in eq_rules])
-  # some value replaced: a rule, or a rule now? (the tensor memo is replaced when it is reset, and is no rule). The
-  # replaced pairs are found in C: a Python loop over all ~600 values was ~1% of an mlp schedule after each reset
-  replaced = itertools.compress(zip(last, now), map(operator.is_not, last, now))
-  return not any(_is_rule(x) or _is_rule(y) for x, y in replaced)
+def _same_values(a: tuple, b: tuple) -> bool: return len(a) == len(b) and all(map(operator.is_, a, b))
+
+def _forget_derived() -> None:
+  """Drop the results memoized outside a KernelMemo by code that a patch may have changed (each is taken again at its
+  next use, only speed depends on them): the view algebra's tables (a patched `shape._compose` would otherwise still be
+  answered by `View.__add__`'s table) and the lowerer's 64-bit index expressions (simplified by symbolic's rules)."""
+  SH.clear_caches()
+  if (lowerer := sys.modules.get("tinysched.codegen.lowerer")) is not None: lowerer._WIDE_CACHE.clear()
 
 def same_rules(a: tuple, b: tuple) -> bool:
   # (the same tuple: rules_fingerprint hands out its last one again while nothing changed)
