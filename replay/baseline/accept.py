@@ -142,10 +142,9 @@ def _new_output(store: Store, row: dict, reoptimize: bool) -> dict | None:
   except Exception as e:  # noqa: BLE001 (any decoding failure is the input's)
     raise AcceptError(f"{name}: its stored input cannot be decoded ({e}); there is no current output to accept",
                       "re-capture the baseline with `replay accept` (without --key)") from None
-  reopt, host, _ = level.reoptimizes(row, reoptimize)
   full: dict = {}
   try:
-    with capture_hook.paused(): out, data = level.run(inputs, full, None, reopt, host)  # accepting must not capture itself
+    with capture_hook.paused(): out, data, _ = level.run_row(inputs, row, reoptimize, full)  # accepting must not capture itself
   except IncompatibleCapture as e:
     raise AcceptError(f"{name}: the current code cannot read it ({e})", "re-capture the baseline with `replay accept` (without --key)") from None
   except Exception as e:  # noqa: BLE001 (the code under test raised: that is not an output)

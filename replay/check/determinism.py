@@ -113,8 +113,7 @@ def _replay(store: Store, rows: list[dict], out: Path, heap: Heap | None, reopti
       res: dict[str, Any] = {"new_key": None, "error": None}
       try:
         inputs = lv.decode_input(store.blob(row["input_key"]))
-        reopt, host, _ = lv.reoptimizes(row, reoptimize)
-        _, data = lv.run(inputs, {} if reopt else None, kernels, reopt, host)  # as replay_row runs it (the chosen opts go in `full`)
+        _, data, _ = lv.run_row(inputs, row, reoptimize, None, kernels)  # as replay_row runs it
         res["new_key"] = key_of(data)
         if not (f := out / "outputs" / res["new_key"]).exists(): f.write_bytes(data)
       except Exception as e:  # noqa: BLE001 (compared by exception type between the processes)

@@ -38,9 +38,9 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
     if full is not None: full["inputs"] = inputs  # the execution check's job builder needs them too (replay.check.execution)
-    reopt, host, res.note = level.reoptimizes(row, reoptimize)
-    if reopt and full is None: full = {}  # the chosen choices are in what `run` fills
-    try: new, new_bytes = level.run(inputs, full, memo, reopt, host)
+    reopt = level.reoptimizes(row, reoptimize)[0]
+    if reopt and full is None: full = {}  # the chosen choices are in what `run` fills (described below)
+    try: new, new_bytes, res.note = level.run_row(inputs, row, reoptimize, full, memo)
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # the code under test raised: that is the finding, keep going
       res.outcome, res.reason, res.traceback = "error", f"{type(e).__name__}: {e}", traceback.format_exc()

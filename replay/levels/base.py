@@ -79,6 +79,13 @@ class Level:
   def reoptimizes(self, row: dict, reoptimize: bool) -> tuple[bool, dict | None, str | None]:
     """(whether this row is replayed choosing its optimizations again, the host facts that needs, a note why not)."""
     return False, None, None
+  def run_row(self, inputs: Any, row: dict, reoptimize: bool = False, full: dict | None = None, memo: Any = None) -> tuple[Any, bytes, str | None]:
+    """`run` on a stored row's decoded input as `replay check` replays it (the check, per-row accept, the determinism
+    check): choosing its optimizations again where `reoptimize` asks and the row allows (`reoptimizes`; the choices
+    then go in `full`, a new dict when none is given). (new output, its bytes, the note why it was not reoptimized)."""
+    reopt, host, note = self.reoptimizes(row, reoptimize)
+    out, data = self.run(inputs, {} if reopt and full is None else full, memo, reopt, host)
+    return out, data, note
   def replay_key(self, row: dict, reoptimize: bool) -> tuple:
     """What besides (level, input key) decides a row's replay outcome (rows with equal keys are replayed once)."""
     return ()
