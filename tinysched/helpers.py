@@ -1,6 +1,6 @@
 """Small, dependency-free utilities shared by every module."""
 from __future__ import annotations
-import contextlib, contextvars, functools, itertools, math, os, tempfile
+import contextlib, contextvars, functools, itertools, math, os, stat, sys, tempfile
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar, Any
 
@@ -67,8 +67,75 @@ FUSE_CONV_BW = ContextFlag("FUSE_CONV_BW", 0)
 
 def cache_root() -> Path:
   """Where tinysched keeps its disk caches: $TINYSCHED_CACHE, else ~/.cache/tinysched (OpenCL binaries in `opencl/`,
-  rendered programs in `programs/`)."""
+  rendered programs in `programs/`). Read a cache folder through `trusted_cache_dir`, never directly."""
   return Path(os.environ.get("TINYSCHED_CACHE") or Path.home() / ".cache" / "tinysched")
+
+# *** whose cache folders are read, and which entries were refused ***
+# A cache entry is code that runs (an OpenCL binary) or decides what runs (a rendered program, a device's half support):
+# read from a folder another user can write, it is their code. Checks are per use (a stat or two), so a folder fixed
+# while a process runs is used again; warnings are once per folder per process.
+_warned_folders: set[str] = set()   # membership only
+_rejected: dict[str, int] = {}      # cache folder -> entries refused there by this process
+
+def _warn_once(key: str, text: str) -> None:
+  if key in _warned_folders: return
+  _warned_folders.add(key)
+  print(f"tinysched: {text}", file=sys.stderr)
+
+def _make_private(folder: Path) -> None:
+  """mkdir -p, each folder made here 0700 whatever the umask (mkdir's mode is masked by it: chmod after)."""
+  missing: list[Path] = []
+  p = folder
+  while not p.exists():
+    missing.append(p)
+    if p.parent == p: break
+    p = p.parent
+  for m in reversed(missing):
+    try: os.mkdir(m, 0o700)
+    except FileExistsError: continue  # another process made it first: checked like any other folder
+    os.chmod(m, 0o700)
+
+def _untrusted(folder: Path) -> tuple[str, str] | None:
+  """(the problem, what to do) when `folder` must not be read as a cache, made (0700) if missing; None when it is fine."""
+  try:
+    if not folder.exists(): _make_private(folder)
+    st = os.stat(folder)
+  except OSError as e: return f"it cannot be made or read ({e.strerror or e})", "set TINYSCHED_CACHE to a folder of your own"
+  if not stat.S_ISDIR(st.st_mode): return "it is not a folder", "remove it, or set TINYSCHED_CACHE to a folder of your own"
+  if st.st_uid != os.geteuid():
+    return (f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): its owner could put there what this process would run",
+            f"set TINYSCHED_CACHE to a folder of your own (or remove {folder}: it is made again, 0700)")
+  if st.st_mode & 0o022:
+    who = "group and others" if st.st_mode & 0o022 == 0o022 else "group" if st.st_mode & 0o020 else "others"
+    return (f"it is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}): they could put there what this process would run",
+            f"run `chmod 700 {folder}`, or set TINYSCHED_CACHE to a folder of your own")
+  return None
+
+def trusted_cache_dir(folder: Path) -> Path | None:
+  """`folder` (a cache under cache_root(), made 0700 with the root where missing) when it and the root belong to this
+  process's user and neither is writable by group or others; else None, with one warning per folder per process, and
+  the caller works without that disk cache (same results, rebuilt each time)."""
+  root = cache_root()
+  chain = [root, folder] if folder != root and folder.is_relative_to(root) else [folder]
+  for f in chain:
+    if (bad := _untrusted(f)) is not None:
+      why, fix = bad
+      _warn_once(f"folder:{f}", f"not using the disk cache folder {f}: {why}. To fix: {fix}. Until then that cache is off (same "
+                                "results, rebuilt each time).")
+      return None
+  return folder
+
+def reject_cache_entry(path: Path, why: str) -> None:
+  """Count an entry a cache refused to use (`cache_rejections`); the first one in a folder is reported on stderr."""
+  folder = str(path.parent)
+  _rejected[folder] = _rejected.get(folder, 0) + 1
+  _warn_once(f"entry:{folder}", f"ignored a disk cache entry in {folder} ({path.name}: {why}); what it held is built again. An entry "
+                                "is used only for the exact key it was stored under (later ones in this folder are counted, not shown: "
+                                "tinysched.helpers.cache_rejections()).")
+
+def cache_rejections() -> dict[str, int]:
+  """{cache folder: entries this process refused there} (copied from another key, corrupted, unparsable)."""
+  return dict(_rejected)
 
 def disk_cache_enabled() -> bool:
   """The OpenCL binary cache (and what fills it ahead: replay's batch compiles) is on unless TINYSCHED_DISK_CACHE is 0."""
@@ -129,11 +196,12 @@ def write_cache_entry(path: Path, data: bytes) -> bool:
 
 def write_atomic(path: Path, data: bytes) -> bool:
   """Write a disk cache entry whole: a concurrent reader sees the old file or the new one, never a part. False where the
-  disk refuses (read-only, full): a cache only costs a rebuild then; no temporary file is left behind."""
+  disk refuses (read-only, full): a cache only costs a rebuild then; no temporary file is left behind. Folders made
+  here are 0700 and the entry 0600, whatever the umask."""
   tmp = None
   try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    _make_private(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # 0600 whatever the umask (only this user reads an entry)
     with os.fdopen(fd, "wb") as f: f.write(data)
     os.replace(tmp, path)
     return True

@@ -95,7 +95,7 @@ def capture_index_past_2_31(out: Path, root: Path, timeout: float | None, log: L
   """The `index_past_2_31` member: BIG_INDEX_CODE scheduled with capture on (kernel and schedule levels) into `out`."""
   t0 = time.perf_counter()
   env = {**subprocess_env(root), "TINYSCHED_CAPTURE": str(out.resolve()), "TINYSCHED_CAPTURE_LABEL": "index_past_2_31",
-         "TINYSCHED_CAPTURE_LEVELS": "kernel,schedule"}
+         "TINYSCHED_CAPTURE_LEVELS": "kernel,schedule", "TINYSCHED_CAPTURE_STRICT": "1"}
   try: r = subprocess.run([sys.executable, "-c", BIG_INDEX_CODE], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
   except subprocess.TimeoutExpired: raise BaselineError(f"index_past_2_31: timed out after {timeout}s", "raise --timeout") from None
   if r.returncode != 0:

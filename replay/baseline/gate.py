@@ -21,7 +21,7 @@ pull_request.title, or head_commit.message on a push) and the head commit messag
 of the PR's head commit when the event names it).
 """
 from __future__ import annotations
-import importlib.util, json, os
+import importlib.util, json, os, signal
 from pathlib import Path
 from typing import Callable, Mapping
 from replay import check
@@ -47,7 +47,13 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
   results = report_json.get("results") or []
   code = max(int(exit_code), int(report_json.get("exit_code") or 0))
   fatal = report_json.get("fatal") or []
+  if report_json.get("stopped"):
+    return False, (f"the check was stopped by {report_json['stopped']} after {len(results)} of {report_json.get('selected', '?')} captures: "
+                   "a partial report decides nothing; run it again to the end")
   if fatal: return False, f"{len(fatal)} capture store(s) could not be read ({fatal[0]}); fix or re-capture them (replay accept)"
+  if not results and not report_json.get("allow_empty"):
+    return False, ("the check replayed no capture (its filters or shards selected none, or the stores are empty): a run that checked "
+                   "nothing does not pass; fix the selection, or pass --allow-empty to `replay check` where an empty run is expected")
   errors, incompatible = int(summary.get("error", 0)), int(summary.get("incompatible", 0))
   if errors or incompatible:
     what = ", ".join(f"{n} {k}" for k, n in (("error(s)", errors), ("incompatible capture(s)", incompatible)) if n)
@@ -133,6 +139,7 @@ def determinism_note(report_json: dict | None) -> str | None:
 def failure_exit(report_json: dict | None, exit_code: int) -> int:
   """Exit code of a failed gate: 2 when the replay itself did not work (errors, incompatible, no report), else 1."""
   if not isinstance(report_json, dict): return 2
+  if (sig := report_json.get("stopped")) in ("SIGINT", "SIGTERM", "SIGHUP"): return 128 + int(signal.Signals[sig])
   s = report_json.get("summary") or {}
   if report_json.get("fatal") or s.get("error") or s.get("incompatible") or max(exit_code, int(report_json.get("exit_code") or 0)) >= 2: return 2
   if any(_verdict(r) in ("failed", "timeout") for r in report_json.get("results") or []): return 2

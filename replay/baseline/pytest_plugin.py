@@ -82,6 +82,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
   from replay.record import recorder  # at use (see the module docstring): only --replay-capture records
   recorder.stop()
   session.config.stash[CAPTURE] = None
+  if recorder.FAILURES and session.exitstatus == 0:
+    # the tests ran on (capture never breaks them) but the store is incomplete: the run that asked for it must not pass
+    session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 def pytest_configure(config: pytest.Config) -> None:
   paths = [Path(p) for p in config.getoption("replay") or []]

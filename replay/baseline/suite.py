@@ -34,7 +34,7 @@ def run_model(name: str, db: Path, quick: bool, levels: tuple[str, ...] = LEVELS
   if atomic: remove_stale_temps(target.parent, f".{target.name}.capture-*.tmp*")
   out_db = target.with_name(f".{target.name}.capture-{os.getpid()}.tmp") if atomic else target
   env = {**os.environ, **(env or {}), "TINYSCHED_CAPTURE": str(out_db.resolve()), "TINYSCHED_CAPTURE_LABEL": name,
-         "TINYSCHED_CAPTURE_LEVELS": ",".join(levels)}
+         "TINYSCHED_CAPTURE_LEVELS": ",".join(levels), "TINYSCHED_CAPTURE_STRICT": "1"}  # (strict: a failed capture exits 2)
   tree = Path(cwd) if cwd is not None else None
   if (shim := capture_tool_path(tree)) is not None: env["PYTHONPATH"] = shim + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
   t0 = time.perf_counter()

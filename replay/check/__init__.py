@@ -16,6 +16,7 @@ reference), `results` (Result, Report).
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
+from replay import process
 from replay.errors import HintedError
 from replay.store.sqlite import StoreError
 from replay.execute.pool import DeviceUnusable, check_device
@@ -86,8 +87,19 @@ def _emptied_by(s: Selection) -> str:
 
 def run(selection: Selection, options: Options = Options()) -> Report:
   """Replay the selected rows with the current code (or pair two stores), then check determinism and run the execution
-  check as `options` ask; the Report holds every result, grouped changes and the exit code. Raises CheckError."""
+  check as `options` ask; the Report holds every result, grouped changes and the exit code. Raises CheckError.
+
+  SIGINT or SIGTERM (in the main thread) stop the run within a second or two (replay.process.stoppable): every helper
+  process is ended and the Report returned holds what finished, `stopped` names the signal (exit code 130/143); the
+  steps after the one that was stopped do not run."""
   device = validate(selection, options)
+  with process.stoppable():  # (a stop before any row was replayed raises process.Stopped: there is no partial report)
+    rep = _run(selection, options, device)
+    rep.allow_empty = selection.allow_empty
+    if (s := process.stopped()) is not None and not rep.stopped: rep.stopped = s.name
+  return rep
+
+def _run(selection: Selection, options: Options, device: str | None) -> Report:
   paths = [str(p) for p in selection.stores]
   if selection.against is not None:
     try: rep = pairs.compare(selection.against, paths[0], level=selection.level, label=selection.label, allow_empty=selection.allow_empty)
@@ -96,12 +108,17 @@ def run(selection: Selection, options: Options = Options()) -> Report:
   else:
     rep = pool.check(paths, level=selection.level, label=selection.label, key=selection.key, jobs=options.jobs, shard=selection.shard,
                      detail=options.detail, progress=options.progress, exec_mode=options.exec, reoptimize=options.reoptimize)
+    if rep.stopped: return rep
     if (options.twice or options.determinism) and not rep.fatal:
       # before the execution check: an unstable row is not executed (its "new" side is not one output)
       recheck = determinism.Recheck(options.hash_seeds, every_row=options.twice, reoptimize=options.reoptimize, jobs=options.jobs)
       try: rep.determinism = recheck.run(rep)
-      except determinism.DeterminismError as e: raise CheckError(str(e), e.hint) from None
-  if not rep.results and not rep.fatal and not selection.allow_empty:
+      except determinism.DeterminismError as e:
+        if process.stopped() is None: raise CheckError(str(e), e.hint) from None
+        rep.stopped = process.stopped().name  # type: ignore[union-attr]  # (its worker was ended by the stop)
+      except process.Stopped as e: rep.stopped = e.name
+      if rep.stopped: return rep
+  if not rep.results and not rep.fatal and not selection.allow_empty and not rep.stopped:
     # a run that checked nothing must never read as "nothing changed"
     raise CheckError(f"nothing to replay: {_emptied_by(selection)} in {', '.join(paths + ([selection.against] if selection.against else []))}",
                      "check the filter (`replay stats DB` lists levels and labels), or pass --allow-empty where an empty run is expected")
@@ -113,10 +130,16 @@ def run(selection: Selection, options: Options = Options()) -> Report:
                      timing_runs=runs, timeout_s=options.timeout)
     except DeviceUnusable as e:
       raise CheckError(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec") from None
+    except process.Stopped as e: rep.stopped = e.name  # stopped while it set up (opening stores, building jobs)
+    if (s := process.stopped()) is not None: rep.stopped = s.name
+    if rep.stopped: return rep
   if options.prove:
     # every integer rule (cached while the code is unchanged) and the changed captures' indexing: a counterexample fails
     changed = {(r.db, r.level, r.input_key) for r in rep.results if r.outcome == "changed"}
-    proofs = prove_run.run(paths, do_captures=bool(changed), rows=changed, timeout_ms=options.prove_timeout_ms, cache=ProofCache())
+    try: proofs = prove_run.run(paths, do_captures=bool(changed), rows=changed, timeout_ms=options.prove_timeout_ms, cache=ProofCache())
+    except process.Stopped as e:
+      rep.stopped = e.name
+      return rep
     rep.proofs = proofs.to_json()
   return rep
 

@@ -43,6 +43,7 @@ from tinysched.schedule import cycle_gc_paused
 from tinysched.scheduling.kernel_ast import KernelMemo
 from replay import levels
 from replay.errors import HintedError
+from replay import process
 from replay.process import parent_death_signal
 from replay.store.encode import key_of
 from replay.store.sqlite import Store
@@ -394,8 +395,8 @@ def run_workers(plan: list[tuple[Proc, list[Result]]], tmp: Path, reoptimize: bo
              str(d / "rows.json"), str(d), *[a for p in procs for a in ("--variant", "none" if p.perturb is None else str(p.perturb))],
              *(["--reoptimize"] if reoptimize else [])]
       with open(d / "stderr.txt", "w") as err:  # a file, not a pipe: a worker that writes much cannot block on it
-        running.append((procs, d, subprocess.Popen(cmd, env={**env, "PYTHONHASHSEED": str(procs[0].seed)}, stdout=subprocess.DEVNULL,
-                                                   stderr=err, preexec_fn=parent_death_signal())))
+        # (process.spawn: ended at once when the user stops the run, and with this process)
+        running.append((procs, d, process.spawn(cmd, env={**env, "PYTHONHASHSEED": str(procs[0].seed)}, stdout=subprocess.DEVNULL, stderr=err)))
     out: dict[Proc, tuple[dict[RowId, tuple[str, str | None]], dict[str, str]]] = {}
     for procs, d, proc in running:
       names = " and ".join(p.name() for p in procs)
@@ -417,3 +418,4 @@ def run_workers(plan: list[tuple[Proc, list[Result]]], tmp: Path, reoptimize: bo
       if proc.poll() is None:
         proc.kill()
         proc.wait()
+      process.release(proc)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, traceback
 from typing import Callable
 from tinysched.device import Device
-from replay import levels
+from replay import levels, process
 from replay.store.encode import IncompatibleCapture
 from replay.store.sqlite import Store
 from replay.execute import pool as exec_pool  # run_jobs looked up at call time: tests plant a stand-in there
@@ -108,5 +108,8 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
   for j in jobs:
     if "skip" in j: out[j["id"]] = {"verdict": "skipped", "reason": j["skip"]}
     elif "verdict" in j: out[j["id"]] = {k: v for k, v in j.items() if k != "id"}
+  stop = process.stopped()
+  # a job without a result was not run because the user stopped the run: not a kernel's failure
+  missing = {"verdict": "skipped", "reason": f"not run: the check was stopped ({stop.name})"} if stop else {"verdict": "failed", "error": "no result"}
   for n, r in enumerate(chosen):
-    if n in job_of: r.exec = dict(out.get(job_of[n], {"verdict": "failed", "error": "no result"}))
+    if n in job_of: r.exec = dict(out.get(job_of[n], missing))

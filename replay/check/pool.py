@@ -3,7 +3,7 @@ from __future__ import annotations
 import gc, hashlib, multiprocessing as mp, os, time
 from typing import Any, Callable
 from replay.store.sqlite import Store, StoreError
-from replay import levels
+from replay import levels, process
 from replay.check.execution import prebuild
 from replay.check.replayer import replay_row
 from replay.check.results import Report, Result
@@ -117,15 +117,17 @@ def check(paths: list[str], level: str | None = None, label: str | None = None, 
       # the workers are forked: objects the collector never moves stay shared with this process, instead of being
       # copied page by page into each worker when its first collections touch them
       if freeze: gc.freeze()
-      try: pool = mp.get_context("fork").Pool(rep.workers)
+      try: pool = mp.get_context("fork").Pool(rep.workers, initializer=process.ignore_in_forked_worker)
       finally:
         if freeze: gc.unfreeze()
-      with pool:
+      with pool:  # a stop (process.Stopped, below) leaves the block by terminating the workers
         for res in pool.imap_unordered(_work, tasks):
           rep.results += res
           done += len(res)
           if progress: progress(done, total)
+  except process.Stopped as e: rep.stopped = e.name  # what was replayed stands; the rest is counted as not replayed
   finally: _MEMO = None
+  rep.selected = total
   rep.results.sort(key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
   rep.elapsed = time.perf_counter() - t0
   return rep

@@ -1,5 +1,6 @@
 """What a check produces: one Result per replayed row, and the Report that gathers them (counts, groups, exit code)."""
 from __future__ import annotations
+import signal
 from dataclasses import dataclass, field, asdict
 from typing import Any
 from replay.execute.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
@@ -46,6 +47,9 @@ class Report:
   accepted: list[dict] = field(default_factory=list) # per-key accepts recorded in the stores (Store.accepts(), with "db")
   proofs: dict | None = None                         # replay.prove.run.ProofReport.to_json() of a check with proofs
   determinism: dict | None = None                    # what the determinism step replayed again, and how (check/determinism.py Recheck)
+  stopped: str | None = None                         # the signal that stopped the run ("SIGINT"): a partial report (see replay.process)
+  selected: int | None = None                        # rows the selection held (a stopped run replayed fewer)
+  allow_empty: bool = False                          # the selection was allowed to be empty (--allow-empty): the gate may pass it
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1
@@ -62,6 +66,7 @@ class Report:
     out.sort(key=lambda x: (-len(x["members"]), x["outcome"], x["signature"]))
     return out
   def exit_code(self) -> int:
+    if self.stopped: return 128 + int(signal.Signals[self.stopped])  # 130 SIGINT, 143 SIGTERM: whatever the partial results say
     c = self.counts()
     verdicts = {r.exec.get("verdict") for r in self.results if r.exec}
     if self.fatal or c["error"] or c["incompatible"] or verdicts & set(EXIT_2_VERDICTS): return 2

@@ -14,7 +14,8 @@ from replay.store.sqlite import Store, StoreError, compact
 from replay.store.encode import IncompatibleCapture
 from replay.check import Options, Selection
 from replay.check.determinism import parse_seeds
-from replay.report import text as R
+from replay.report import escape as E, text as R
+from replay.report.atomic import write_atomic
 from replay.report.html import capture_page
 from replay.report.info import show, stats
 from replay.baseline import coverage as C, twice as D
@@ -22,7 +23,7 @@ from replay.baseline.distill import distill, summary
 from replay.prove import run as prove_run, smt
 from replay.prove.cache import ProofCache
 from replay.baseline.suite import run_model, suite_models
-from replay.cli.common import _fail, _dbs, exec_options, report_options, write_reports, report_paths_writable, run_check, terminal_progress
+from replay.cli.common import Commands, _fail, _dbs, exec_options, report_options, write_reports, report_paths_writable, run_check, terminal_progress
 from replay.cli.ci import commits_cmd, accept_cmd, gate_cmd, bisect_cmd
 from replay.cli.triage import blame_cmd, minimize_cmd
 
@@ -34,7 +35,7 @@ def _shard(s: str | None) -> tuple[int, int] | None:
     return i, n
   except ValueError: _fail(f"--shard {s!r}: expected I/N with 0 <= I < N, e.g. 0/4"); raise
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
   """Process replay for tinysched: capture, replay, diff and gate scheduler/codegen changes."""
 
@@ -87,7 +88,7 @@ def _say_not_reoptimized(rep, verbose: bool) -> None:
     for r in skipped: click.echo(f"    {r.db} run {r.run_id} seq {r.seq} {r.label} {r.input_key[:16]}", err=True)
 
 def _emit(rep, report_md, report_json, junit, report_html, verbose) -> None:
-  click.echo(R.terminal(rep, verbose=verbose))
+  click.echo(R.terminal(rep, verbose=verbose))  # escaped for the terminal by the renderer (replay/report/escape.py)
   write_reports(rep, report_md, report_json, junit, report_html)
   sys.exit(rep.exit_code())
 
@@ -156,7 +157,12 @@ def capture_cmd(db, label, levels, target_name, command) -> None:
   _check_target(target_name, lv)
   try: Store(db).close()  # fail early, before running anything, if the file is not a usable store
   except StoreError as e: _fail(str(e), "choose a new file name or an existing capture store")
+  folder = Path(db).resolve().parent
+  if not os.access(folder, os.W_OK) or not os.access(db, os.W_OK):  # (a read-only disk too): SQLite writes beside the store
+    _fail(f"cannot capture into {db}: {'the store' if not os.access(db, os.W_OK) else 'its folder'} is not writable "
+          f"(read-only disk or permissions)", "name a store in a folder you can write")
   env = {**os.environ, "TINYSCHED_CAPTURE": str(Path(db).resolve()), "TINYSCHED_CAPTURE_LABEL": label, "TINYSCHED_CAPTURE_LEVELS": ",".join(lv),
+         "TINYSCHED_CAPTURE_STRICT": "1",  # a capture that failed (full disk...) exits 2 here, after its warning
          **({"TINYSCHED_CAPTURE_TARGET": target_name} if target_name else {})}
   try: rc = subprocess.call(list(command), env=env)
   except OSError as e: _fail(f"cannot run {command[0]!r}: {e}")
@@ -175,8 +181,8 @@ def _check_target(name: str | None, levels) -> None:
 @click.argument("db")
 def stats_cmd(db) -> None:
   """Summarize a capture store: runs, captures per level and label, distinct kernels, top ops, size."""
-  try: click.echo(stats(db))
-  except StoreError as e: _fail(str(e))
+  try: click.echo(stats(db))  # escaped by the renderer
+  except StoreError as e: _fail(E.terminal(e))
 
 @main.command("show")
 @click.argument("db")
@@ -187,15 +193,15 @@ def show_cmd(db, key, html_path) -> None:
   """Print one capture: input graph, output AST, var_vals, assigns (KEY: a prefix of its input or output key)."""
   report_paths_writable(html_path)
   try:
-    click.echo(show(db, key))
+    click.echo(show(db, key))  # escaped by the renderer; the messages below may quote stored text, escaped here
     if html_path:
       page = capture_page(db, key)
-      try: Path(html_path).write_text(page, encoding="utf-8")
-      except OSError as e: _fail(f"cannot write the report {html_path}: {e.strerror or e}", "name a file in a folder you can write")
-      click.echo(f"HTML page written to {html_path}")
-  except StoreError as e: _fail(str(e))
-  except IncompatibleCapture as e: _fail(f"capture {key} cannot be decoded: {e}", "re-capture it with this version")
-  except KeyError as e: _fail(str(e.args[0]), f"list keys with: sqlite-utils {db} 'select level, label, input_key from captures'")
+      try: write_atomic(html_path, page)
+      except OSError as e: _fail(E.terminal(f"cannot write the report {html_path}: {e.strerror or e}"), "name a file in a folder you can write")
+      click.echo(E.terminal(f"HTML page written to {html_path}"))
+  except StoreError as e: _fail(E.terminal(e))
+  except IncompatibleCapture as e: _fail(E.terminal(f"capture {key} cannot be decoded: {e}"), "re-capture it with this version")
+  except KeyError as e: _fail(E.terminal(e.args[0]), E.terminal(f"list keys with: sqlite-utils {db} 'select level, label, input_key from captures'"))
 
 @main.command("suite")
 @click.option("--models", help="comma-separated model names (default: the whole suite)")

@@ -11,7 +11,7 @@ import click
 from replay.git import GitError, common_dir
 from replay.levels import LEVELS
 from replay.check import CheckError, Options, Selection
-from replay.cli.common import _fail, _dbs, exec_device, run_check, report_options, terminal_progress, write_reports, report_paths_writable
+from replay.cli.common import Command, _fail, _dbs, exec_device, run_check, report_options, terminal_progress, write_reports, report_paths_writable
 from replay.report.files import html_drawings
 from replay.report import text as R
 from replay.prove import smt
@@ -64,7 +64,7 @@ def _accept_process(captures_dir: str) -> Iterator[None]:
     if lock is not None: lock.close()
     for sig, h in old.items(): signal.signal(sig, h)
 
-@click.command("commits")
+@click.command("commits", cls=Command)
 @click.argument("base")
 @click.argument("head", default="HEAD")
 @click.option("--models", help="comma-separated model names (default: HEAD's whole suite)")
@@ -104,7 +104,7 @@ def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout,
           "fix the failing model at that commit, or leave it out with --models")
   sys.exit(res.report.exit_code())
 
-@click.command("bisect")
+@click.command("bisect", cls=Command)
 @click.argument("good")
 @click.argument("bad")
 @click.argument("dbs", nargs=-1)
@@ -134,7 +134,7 @@ def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
              "at that commit shows the diff")
   sys.exit(0)
 
-@click.command("accept")
+@click.command("accept", cls=Command)
 @click.argument("dbs", nargs=-1)
 @click.option("--models", help="comma-separated model names (default: the whole suite)")
 @click.option("--dir", "captures_dir", default="captures", show_default=True, help="the baseline folder, relative to the repository root")
@@ -201,7 +201,7 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, r
   if res.accepted: click.echo("ready to commit:\n  git add " + " ".join(sorted({a["db"] for a in res.accepted})))
   else: click.echo("nothing to accept: the named captures already replay identically")
 
-@click.command("gate")
+@click.command("gate", cls=Command)
 @click.argument("dbs", nargs=-1)
 @click.option("--from-report", "from_report", type=click.Path(dir_okay=False),
               help="decide on this JSON report (from `replay check` or `replay report merge`) instead of running the check")

@@ -1,10 +1,10 @@
 """What the `replay` commands share: the error exit, the --exec options and how they run, the report options."""
 from __future__ import annotations
-import glob, os, sys, time
+import errno, glob, os, sqlite3, sys, time
 from pathlib import Path
 from typing import Callable, NoReturn
 import click
-from replay import check
+from replay import check, process
 from replay.check import Options, Report, Selection
 from replay.report import files as F
 
@@ -14,6 +14,45 @@ def _fail(msg: str, hint: str | None = None, code: int = 2) -> NoReturn:
   sys.exit(code)
 
 DEFAULT_GLOB = "captures/*.db"
+
+# errors of the disk under a store or a report: the user can act on them (free space, permissions), so they are a message
+# and exit 2, never a traceback
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+PATH_PARAMS = ("db", "dbs", "old_db", "new_db", "captures_dir", "out", "sources")
+
+class Command(click.Command):
+  """A `replay` command: its parameters are kept where the group's error handling can name the stores (Commands)."""
+  def invoke(self, ctx: click.Context):
+    ctx.meta["replay.params"] = dict(ctx.params)  # (meta is shared by the whole context tree: Commands reads it on a failure)
+    return super().invoke(ctx)
+
+class Commands(click.Group):
+  """The `replay` group: what no command should show as a traceback is turned into its documented exit here, in one place.
+  - a stop by SIGINT/SIGTERM (replay.process.Stopped, or Ctrl-C in a command that does not handle it): a line, exit 130/143;
+  - a storage error (SQLite's "database or disk is full", "attempt to write a readonly database", "database is locked", an
+    OSError of the disk): a message naming the command's stores and the error, what to do next, exit 2."""
+  command_class = Command
+  def invoke(self, ctx: click.Context):
+    try: return super().invoke(ctx)
+    except process.Stopped as e:
+      click.echo(f"\nreplay: stopped by {e.name}", err=True)
+      sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+      click.echo("\nreplay: stopped by SIGINT", err=True)
+      sys.exit(130)
+    except sqlite3.Error as e: _storage_failure(ctx, f"{type(e).__name__}: {e}")
+    except OSError as e:
+      if e.errno not in STORAGE_ERRNOS: raise
+      _storage_failure(ctx, f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
+
+def _storage_failure(ctx: click.Context, what: str) -> NoReturn:
+  sub = ctx.invoked_subcommand or ""
+  params = ctx.meta.get("replay.params", {})
+  paths = [str(p) for k in PATH_PARAMS for v in [params.get(k)] if v for p in (v if isinstance(v, (list, tuple)) else [v])]
+  where = f" (stores: {', '.join(paths)})" if paths else ""
+  _fail(f"replay {sub}: a store or file could not be read or written{where}: {what}",
+        "free space on that disk or make the file writable (a locked database: wait for the other writer), then run it again; "
+        "what was written before is kept")
 
 def _dbs(paths: tuple[str, ...]) -> list[str]:
   """The capture stores a command was given, or captures/*.db of the current directory (none: exit 2)."""

@@ -13,7 +13,7 @@ from replay.store.sqlite import Store, StoreError
 from replay.baseline.checkouts import CommitsError, Worktrees
 from replay.triage.blame import TriageError, blame, capture_commit, find_row, minimize, repro_test
 from replay.triage.probe import ProbeError
-from replay.cli.common import _fail
+from replay.cli.common import Command, _fail
 
 def _old_options(f):
   for opt in reversed([
@@ -51,7 +51,7 @@ def _sides(db: str, key: str, old_rev: str | None, old_tree: str | None) -> Iter
     store.close()
     for sig, h in old_handlers.items(): signal.signal(sig, h)
 
-@click.command("blame")
+@click.command("blame", cls=Command)
 @click.argument("db")
 @click.argument("key")
 @_old_options
@@ -75,7 +75,7 @@ def blame_cmd(db, key, old_rev, old_tree, as_json) -> None:
 
 def _indent(text: str | None) -> str: return "\n".join("      " + ln for ln in (text or "(none)").splitlines()[:30])
 
-@click.command("minimize")
+@click.command("minimize", cls=Command)
 @click.argument("db")
 @click.argument("key")
 @_old_options

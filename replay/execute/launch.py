@@ -1,6 +1,11 @@
 """Running one side's kernels on a device: AST kernels through today's code generator, stored OpenCL sources as they
 were captured, each on fresh device buffers; the reference interpreter runs one kernel item on numpy buffers. Also
-whether a job fits this machine's memory, and whether stored sources fit this device at all."""
+whether a job fits this machine's memory, and whether stored sources fit this device at all.
+
+A stored launch (sizes, Variables, argument dtypes) is data from a store: checked before anything is enqueued
+(`stored_launch`, then the device's own check in run_source). One that no kernel was made for (a size of 0 or 2**31,
+too many dims, a Variable it does not name) raises BadLaunch, which the job reports as `failed` with the reason: a
+wrong size would read and write past the buffers (a crash, or numbers called `wrong`)."""
 from __future__ import annotations
 import os, time
 from typing import Any
@@ -18,6 +23,8 @@ class _Side:
   def __init__(self, device: str, items: list, names: dict[str, int]):
     self.device, self.names = device, names
     self.items = [(it[0], decode_graph(it[1].encode())[0], list(it[2])) if it[0] == "ast" else tuple(it) for it in items]
+    for it in self.items:  # a stored launch's form is checked before any kernel of the job runs (BadLaunch: the job fails, saying why)
+      if it[0] != "ast": stored_launch(it[1], it[3], None)  # (its Variables' values: at launch, once the job has named them all)
   def run(self, bufs: dict[int, Any], timed: bool = False, check=None, host: dict[int, np.ndarray] | None = None,
           final: dict[int, np.ndarray] | None = None) -> list[float]:
     """Run every kernel once, in order; returns per-kernel seconds when timed. `check(k, item, before, after)` sees
@@ -26,6 +33,10 @@ class _Side:
     output is read back from the device anyway) instead of from the device again; `final` (with `host` and `check`)
     receives those copies as they are at the end: every buffer's contents, read back once."""
     be = Device[self.device]
+    for it in self.items:  # a stored launch naming buffers the job does not have (the kernel's own count: run_source)
+      if it[0] != "ast" and (missing := [i for i in self.touched(it) if i not in bufs]):
+        raise BadLaunch(f"the stored launch of kernel {it[1]} cannot be run: it names {len(it[3]['dtypes'])} buffers, the job has "
+                        f"{len(bufs)} (no buffer {missing[0]})")
     times = []
     mirror = dict(host) if host is not None else None  # never written in place: entries are replaced by fresh reads
     for k, it in enumerate(self.items):
@@ -63,11 +74,13 @@ class _Side:
 
 def _unlaunchable(t, device: str, items: list) -> str | None:
   """Why stored sources cannot run on `device` with target `t` (captured for another target: a work-group larger
-  than this device allows, half precision it lacks), or None. That is not a failure of the code under test."""
+  than this device allows, half precision it lacks), or None. That is not a failure of the code under test. A launch
+  that is malformed rather than too large is left to `stored_launch` (a failure, with its reason)."""
   if t is None: return None
   for it in items:
     _, name, src, launch = it
-    local = launch.get("local") or []
+    local = (launch.get("local") or []) if isinstance(launch, dict) else []
+    if not isinstance(local, list) or not all(_is_int(x) and x >= 1 for x in local): continue
     if local and (int(np.prod(local)) > t.max_work_group_size or any(a > b for a, b in zip(local, t.max_work_item_sizes))):
       return (f"{name} was generated for a work-group of {list(local)}, more than {device} allows "
               f"({t.max_work_group_size}, {list(t.max_work_item_sizes)})")
@@ -76,20 +89,56 @@ def _unlaunchable(t, device: str, items: list) -> str | None:
     if "cl_khr_fp64" in src and not t.has_fp64: return f"{name} uses double precision, which {device} ({t.name}) lacks"
   return None
 
+class BadLaunch(ValueError):
+  """A stored launch that cannot be run as it is: never enqueued (the job fails with this reason)."""
+
+def _is_int(x: Any) -> bool: return type(x) is int
+
+def stored_launch(name: str, launch: Any, names: dict[str, int] | None) -> tuple[tuple[int, ...], tuple[int, ...] | None, list, int]:
+  """(global sizes, local sizes or None, scalar arguments, buffer count) of a stored launch, or BadLaunch saying what is
+  wrong: 1 to 3 global dims, each an integer of at least 1 (a symbolic one evaluated at the job's Variables may be 0: an
+  empty launch), local sizes integers of at least 1 for the same dims, Variables the job names with 32 or 64 bits each.
+  `names` None: the form only (symbolic sizes are then given as 0, no scalars). The device checks the rest against the
+  kernel and its limits (tinysched.runtime.opencl.launch_bounds)."""
+  def bad(why: str): raise BadLaunch(f"the stored launch of kernel {name} cannot be run: {why}")
+  if not isinstance(launch, dict): bad(f"not a launch: {launch!r:.80}")
+  glob, local, vars_, dts = launch.get("global"), launch.get("local"), launch.get("vars", []), launch.get("dtypes")
+  if not isinstance(glob, list) or not 1 <= len(glob) <= 3: bad(f"a launch has 1 to 3 global dims, got {glob!r:.80}")
+  if not isinstance(vars_, list) or not all(isinstance(v, str) for v in vars_): bad(f"its Variables are not a list of names: {vars_!r:.80}")
+  if names is not None and (missing := [v for v in vars_ if v not in names]):
+    bad(f"it needs values for Variables {missing}, which the job does not name")
+  bits = launch.get("var_bits") or [32] * len(vars_)
+  if not isinstance(bits, list) or len(bits) != len(vars_) or any(b not in (32, 64) for b in bits): bad(f"Variable widths {bits!r:.80} for {vars_}")
+  if not isinstance(dts, list) or not all(isinstance(d, str) for d in dts): bad(f"its buffer dtypes are not a list of names: {dts!r:.80}")
+  gs: list[int] = []
+  for g in glob:
+    if _is_int(g):
+      if g < 1: bad(f"global size {glob} has a dim below 1")
+      gs.append(g)
+      continue
+    if not isinstance(g, dict) or not isinstance(g.get("uop"), str):
+      bad(f"global size {glob!r:.80} holds {g!r:.20}, neither an integer nor a symbolic size")
+    if names is None:
+      gs.append(0)
+      continue
+    try:
+      u = decode_graph(g["uop"].encode())[0]
+      by_name = {x: names[x.arg[0]] for x in u.toposort() if x.op.name == "DEFINE_VAR"}
+      gs.append(int(sym_infer(u, by_name)))
+    except Exception as e: bad(f"a symbolic global size cannot be evaluated ({type(e).__name__}: {e})")
+    if gs[-1] < 0: bad(f"global size {gs} has a dim below 0 at the job's Variables")
+  if local is not None and local != []:
+    if not isinstance(local, list) or len(local) != len(glob) or not all(_is_int(x) and x >= 1 for x in local):
+      bad(f"local size {local!r:.80} is not one integer of at least 1 per global dim ({len(glob)})")
+  scalars = [] if names is None else [(np.int64 if b == 64 else np.int32)(names[v]) for v, b in zip(vars_, bits)]
+  return tuple(gs), tuple(local) if local else None, scalars, len(dts)
+
 def _launch_source(be, name: str, src: str, launch: dict, args: list, names: dict[str, int]) -> float:
   if not hasattr(be, "run_source"): raise RuntimeError(f"device {be.name} cannot run OpenCL source (program-level captures need an OpenCL device)")
-  by_name: dict = {}
-  gs = []
-  for g in launch["global"]:
-    if isinstance(g, int): gs.append(g); continue
-    u = decode_graph(g["uop"].encode())[0]
-    for x in u.toposort():
-      if x.op.name == "DEFINE_VAR": by_name[x] = names[x.arg[0]]
-    gs.append(int(sym_infer(u, by_name)))
-  bits = launch.get("var_bits") or [32] * len(launch["vars"])
-  scalars = [(np.int64 if b == 64 else np.int32)(names[v]) for v, b in zip(launch["vars"], bits)]
-  if any(g <= 0 for g in gs): return 0.0
-  return be.run_source(name, src, args, tuple(gs), tuple(launch["local"]) if launch.get("local") else None, scalars)
+  gs, ls, scalars, nbufs = stored_launch(name, launch, names)
+  if nbufs != len(args): raise BadLaunch(f"the stored launch of kernel {name} cannot be run: it names {nbufs} buffers, the job has {len(args)}")
+  if any(g == 0 for g in gs): return 0.0  # a Variable made a size 0: nothing to run
+  return be.run_source(name, src, args, gs, ls, scalars)
 
 # copies of the buffers a job holds at once: host inputs, both sides' device buffers, their warm-up run, what is read back
 EXEC_COPIES = 6

@@ -3,13 +3,14 @@ kernels compiled in batches ahead, and the jobs handed to worker processes (repl
 so that a kernel that hangs or crashes the driver costs only its own job."""
 from __future__ import annotations
 import concurrent.futures as cf
-import hashlib, json, os, select, subprocess, sys, tempfile, threading, time
+import hashlib, json, os, re, select, signal, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 from typing import Callable
 from tinysched.codegen.program_cache import code_fingerprint
 from tinysched.device import Device
-from tinysched.helpers import cache_root, disk_cache_enabled, write_atomic
+from tinysched.helpers import cache_root, disk_cache_enabled, trusted_cache_dir, write_atomic
 from replay.execute.jobs import job_size
+from replay import process
 
 MIN_TIMEOUT_S = 120.0        # the floor of a job's time limit; scaled up by the calibration run and the job's size
 SECONDS_PER_ELEMENT = 2e-6   # added to a job's limit per buffer element (the reference's cost grows with it)
@@ -29,12 +30,14 @@ PRECOMPILE_MIN = 8  # fewer kernels than this: a compile process's start (~0.5 s
 
 def _precompile_cmd(device: str) -> list[str]: return [sys.executable, "-m", "replay.execute.worker", "precompile", device]
 
-def _precompile_marker(device: str, items: list[str]) -> Path:
+def _precompile_marker(device: str, items: list[str]) -> Path | None:
   """A file that exists once these kernels were batch-compiled by this very code for this device: a warm run then
-  starts no compile process. Only speed depends on it (a kernel whose cache entry is gone is compiled by its worker)."""
+  starts no compile process. Only speed depends on it (a kernel whose cache entry is gone is compiled by its worker).
+  None where the folder is not trusted (another user's, writable by others: tinysched.helpers.trusted_cache_dir)."""
+  if (folder := trusted_cache_dir(cache_root() / "precompiled")) is None: return None
   h = hashlib.sha256()
   for part in [code_fingerprint(), device, *items]: h.update(part.encode() + b"\0")
-  return cache_root() / "precompiled" / h.hexdigest()
+  return folder / h.hexdigest()
 
 def precompile(jobs: list[dict], device: str, workers: int, progress: bool = False) -> int:
   """Compile every kernel the jobs will launch, in batches, in `workers` processes, before the jobs run: a cold run
@@ -48,23 +51,28 @@ def precompile(jobs: list[dict], device: str, workers: int, progress: bool = Fal
   items = _job_kernels(jobs)
   if len(items) < PRECOMPILE_MIN: return 0
   marker = _precompile_marker(device, items)
-  if marker.exists(): return 0
+  if marker is not None and marker.exists(): return 0
   if progress: sys.stderr.write(f"  compiling {len(items)} kernels in batches (first run of this code on {device}) ...\n"); sys.stderr.flush()
   n = max(1, min(workers, len(items)))
   shares = [items[i * len(items) // n:(i + 1) * len(items) // n] for i in range(n)]  # contiguous: one model's kernels together
   procs = []
-  for share in shares:
-    f = tempfile.TemporaryFile(mode="w+")
-    f.write("".join(it + "\n" for it in share)); f.seek(0)
-    procs.append((subprocess.Popen(_precompile_cmd(device), stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f))
-  deadline = time.monotonic() + MIN_TIMEOUT_S + 2.0 * max(len(s) for s in shares)
-  ok = True
-  for p, f in procs:
-    try: ok &= p.wait(timeout=max(1.0, deadline - time.monotonic())) == 0
-    except subprocess.TimeoutExpired:
-      p.kill(); p.wait(); ok = False
-    f.close()
-  if ok: write_atomic(marker, b"")
+  with process.no_raise():  # a stop ends the compile processes (process.spawn): the waits below then return at once
+    for share in shares:
+      f = tempfile.TemporaryFile(mode="w+")
+      f.write("".join(it + "\n" for it in share)); f.seek(0)
+      try: procs.append((process.spawn(_precompile_cmd(device), stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f))
+      except process.Stopped:
+        f.close()
+        break
+    deadline = time.monotonic() + MIN_TIMEOUT_S + 2.0 * max(len(s) for s in shares)
+    ok = True
+    for p, f in procs:
+      try: ok &= p.wait(timeout=max(1.0, deadline - time.monotonic())) == 0
+      except subprocess.TimeoutExpired:
+        p.kill(); p.wait(); ok = False
+      process.release(p)
+      f.close()
+  if ok and marker is not None and len(procs) == len(shares) and process.stopped() is None: write_atomic(marker, b"")
   return len(items)
 
 # *** the device, the time limits, the workers ***
@@ -88,33 +96,48 @@ class DeviceUnusable(RuntimeError):
 def calibrate(device: str) -> float:
   """Seconds a worker needs for a tiny job end to end (start, imports, one compile): how slow this machine is now."""
   t0 = time.perf_counter()
-  r = subprocess.run([sys.executable, "-m", "replay.execute.worker", "calibrate", device], capture_output=True, text=True, timeout=600)
-  if r.returncode != 0: raise DeviceUnusable(f"the execution check cannot run on {device}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
+  r = process.run_helper([sys.executable, "-m", "replay.execute.worker", "calibrate", device], timeout=600)
+  if r.returncode != 0:
+    lines = r.stderr.strip().splitlines()
+    # the exception's own line (a compiler's log may follow it), else the last one; a silent exit says so
+    why = next((ln for ln in reversed(lines) if re.match(r"[\w.]*(Error|Exception)\b[^ ]*: ", ln)), lines[-1] if lines else "")
+    raise DeviceUnusable(f"the execution check cannot run on {device}: its calibration kernel "
+                         + (f"failed: {why.strip()[:300]}" if why else f"process exited with {r.returncode} without a message"
+                            " (a compiler that called exit()? a full disk under the compiler's cache?)"))
   return time.perf_counter() - t0
 
 def timeout_for(job: dict, calibration_s: float) -> float:
   """A job's limit: never below MIN_TIMEOUT_S, scaled by how slow the machine is now and by the job's size."""
   return max(MIN_TIMEOUT_S, 30 * calibration_s) + SECONDS_PER_ELEMENT * job_size(job) * max(1.0, calibration_s)
 
+# a worker that dies of one of these was stopped from outside (a user's kill, a terminal's signal), not by its kernel
+EXTERNAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 def _run_serial(take: Callable[[], dict | None], device: str, timing_runs: int, limit: Callable[[dict], float], slower_threshold: float,
                 progress: Callable[[], None] | None) -> dict[int, dict]:
   """Run the jobs `take()` hands out (None: no more) one at a time in a worker process; a worker that hangs past a
   job's limit is killed (the job is `timeout`), one that dies blames its job (`failed`); either way a fresh worker
-  takes the next job."""
+  takes the next job. A worker killed by an external signal (EXTERNAL_SIGNALS) blames nothing: its job is run again
+  once in a fresh worker, then `skipped`. When the run is stopped (replay.process) no job is started and the one in
+  flight is left without a verdict: the caller reports what finished."""
   results: dict[int, dict] = {}
   proc, errf = None, None
+  killed: set[int] = set()  # jobs whose worker an external signal killed once
+  again: list[dict] = []     # such a job, run next in a fresh worker
   def stop() -> None:
     nonlocal proc
     if proc is not None:
       proc.kill(); proc.wait()
+      process.release(proc)
       proc = None
   try:
-    while (job := take()) is not None:
+    while process.stopped() is None and (job := (again.pop() if again else take())) is not None:
       if proc is None:
         # stderr goes to a file: a full pipe (compiler warnings) must never block the worker while we wait on stdout
         errf = tempfile.TemporaryFile(mode="w+")
-        proc = subprocess.Popen([sys.executable, "-m", "replay.execute.worker", "worker", device, str(timing_runs), str(slower_threshold)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
+        try: proc = process.spawn([sys.executable, "-m", "replay.execute.worker", "worker", device, str(timing_runs), str(slower_threshold)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1)
+        except process.Stopped: break
       assert proc.stdin and proc.stdout and errf
       try:
         proc.stdin.write(json.dumps(job) + "\n")
@@ -126,16 +149,27 @@ def _run_serial(take: Callable[[], dict | None], device: str, timing_runs: int, 
         stop()
       elif not (line := proc.stdout.readline()):  # the worker died (a driver crash): blame the job it was running
         proc.wait()
-        errf.seek(0)
-        results[job["id"]] = {"verdict": "failed", "error": f"the worker process exited with {proc.returncode}", "log": errf.read()[-2000:]}
-        proc = None
+        process.release(proc)
+        code, proc = proc.returncode, None
+        if process.stopped() is not None: break  # ended by the run's stop, not by its job
+        if -code in EXTERNAL_SIGNALS:
+          if job["id"] not in killed:
+            killed.add(job["id"])
+            again.append(job)  # this job once more, first
+            continue
+          results[job["id"]] = {"verdict": "skipped", "reason": f"its worker was killed twice by {signal.Signals(-code).name} from outside "
+                                "(not by the kernel): not verified"}
+        else:
+          errf.seek(0)
+          results[job["id"]] = {"verdict": "failed", "error": f"the worker process exited with {code}", "log": errf.read()[-2000:]}
       else:
         out = json.loads(line)
         results[out["id"]] = out
       if progress: progress()
-    if proc is not None:
+    if proc is not None and process.stopped() is None:
       proc.stdin.close()  # type: ignore[union-attr]
       proc.wait()
+      process.release(proc)
       proc = None
   finally: stop()
   return results
@@ -173,12 +207,12 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
   cal: list = []
   def calibrate_bg() -> None:
     try: cal.append(calibrate(device))
-    except Exception as e: cal.append(e)
+    except BaseException as e: cal.append(e)  # noqa: BLE001 (a stop too: the thread must not die with a traceback)
   cal_thread = threading.Thread(target=calibrate_bg, daemon=True, name="replay-calibration")
   if timeout_s is None and jobs: cal_thread.start()
   def limit(j: dict) -> float:
     if timeout_s is not None: return timeout_s
-    return timeout_for(j, cal[0] if cal and not isinstance(cal[0], Exception) else 1.0)
+    return timeout_for(j, cal[0] if cal and isinstance(cal[0], float) else 1.0)
   done = [0]
   lock = threading.Lock()
   def tick() -> None:
@@ -188,22 +222,26 @@ def run_jobs(jobs: list[dict], device: str | None = None, timing_runs: int = 5, 
   n = max(1, min(workers, len(jobs)))
   precompile(jobs, device, max(n, min(2, os.cpu_count() or 1)), progress=progress is not None)
   queue = _job_queue(jobs, n, lock)
-  def take(w: int) -> dict | None: return None if cal and isinstance(cal[0], Exception) else queue(w)  # unusable: stop
+  def take(w: int) -> dict | None: return None if cal and not isinstance(cal[0], float) else queue(w)  # unusable: stop
   out: dict[int, dict] = {}
-  if n > 1:
-    with cf.ThreadPoolExecutor(n) as ex:  # threads only wait on worker processes
-      # (the lambda's default binds each worker's w: mypy cannot infer its type)
-      futs = [ex.submit(_run_serial, lambda w=w: take(w), device, timing_runs, limit, slower_threshold, tick)  # type: ignore[misc]
-              for w in range(n)]
-      for f in futs: out.update(f.result())
-  else: out = _run_serial(lambda: take(0), device, timing_runs, limit, slower_threshold, tick)
-  if cal_thread.is_alive() or cal: cal_thread.join()
+  # a stop (replay.process) ends the workers; each thread then returns the verdicts it has: a partial result, not none
+  with process.no_raise():
+    if n > 1:
+      with cf.ThreadPoolExecutor(n) as ex:  # threads only wait on worker processes
+        # (the lambda's default binds each worker's w: mypy cannot infer its type)
+        futs = [ex.submit(_run_serial, lambda w=w: take(w), device, timing_runs, limit, slower_threshold, tick)  # type: ignore[misc]
+                for w in range(n)]
+        for f in futs: out.update(f.result())
+    else: out = _run_serial(lambda: take(0), device, timing_runs, limit, slower_threshold, tick)
+    if cal_thread.is_alive() or cal: cal_thread.join()
+  if process.stopped() is not None: return out
   if cal and isinstance(cal[0], Exception): raise cal[0]
   for j in jobs:  # a timeout under load is retried alone before it counts
     if out.get(j["id"], {}).get("verdict") == "timeout":
       alone = [j]
-      again = _run_serial(lambda: alone.pop() if alone else None, device, timing_runs, lambda x: 2 * limit(x), slower_threshold, None)
-      out[j["id"]] = {**again[j["id"]], "retried": True}
+      with process.no_raise():
+        again = _run_serial(lambda: alone.pop() if alone else None, device, timing_runs, lambda x: 2 * limit(x), slower_threshold, None)
+      if j["id"] in again: out[j["id"]] = {**again[j["id"]], "retried": True}
   return out
 
 def _workers_for(device: str, timing_runs: int = 5) -> int:

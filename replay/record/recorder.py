@@ -10,6 +10,12 @@ Each capture is encoded when it happens (cheap: the graphs are small and encodin
 kept as rows and payloads, and written in batches: every `FLUSH_EVERY` captures, when capture stops, at exit, on
 SIGTERM and on KeyboardInterrupt. The capturer keeps no strong reference to what it was shown (a pre-sink, a big
 graph): the program it observes frees them exactly when it would without capture.
+
+Capture never changes what the observed program does: any failure of the capture itself (a full disk, a read-only or
+locked store, an encoding error) disables capture for the rest of the process with one warning on stderr naming the
+store and what it kept, and the program goes on and exits as it would have. replay's own runners (`replay capture`,
+`replay suite`, `replay accept`) set TINYSCHED_CAPTURE_STRICT=1: the process then exits 2 at its end, so an incomplete
+capture is never taken for a whole one.
 """
 from __future__ import annotations
 import atexit, contextlib, datetime, json, os, platform, signal, socket, sys, threading, weakref
@@ -25,7 +31,7 @@ from tinysched.uop import UOp
 from replay import levels
 from replay.levels import LEVELS, RowWriter, names as level_names
 from replay.store.encode import key_of
-from replay.store.sqlite import Store, StoreError, graph_row, dumps, pause_point
+from replay.store.sqlite import Store, StoreError, StoreUnavailable, graph_row, dumps, pause_point
 from replay.git import query as _git, code_commit  # metadata: None when git cannot tell, within 10s
 
 FLUSH_EVERY = 512
@@ -94,6 +100,7 @@ class Capturer:
     self.closed = False
     self.depth = 0                      # > 0 while this process is inside the capturer (see _on_sigterm)
     self.exit_code: int | None = None   # set by SIGTERM arriving inside the capturer
+    self.failed: str | None = None      # why capture stopped (see _fail): nothing more is recorded
 
   def __call__(self, level: str, inputs: Any, output: Any, info: dict | None = None) -> None:
     if self.closed or (level not in self.levels and not (level == SCHEDULE and self.target is not None)): return
@@ -104,6 +111,7 @@ class Capturer:
     try:
       self._record(level, inputs, output, info)
       if level == SCHEDULE and self.target is not None: self._render_for_target(output)
+    except Exception as e: self._fail(e, f"recording a {level}-level capture")  # noqa: BLE001 (never into the observed program)
     finally:
       self.depth -= 1
       if self.exit_code is not None and self.depth == 0: self._exit_now()
@@ -154,6 +162,25 @@ class Capturer:
       return row
     return RowWriter(graph, add, written, kernel_rows=self.kernel_rows)
 
+  def _fail(self, e: BaseException, doing: str) -> None:
+    """Capture failed: stop capturing for the rest of the process, with one warning naming the store, what it kept and
+    what was lost; nothing is raised into the observed program (see the module docstring)."""
+    with self.lock:
+      if self.failed is not None: return
+      self.failed = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+      lost = len(self.rows)
+      self.rows.clear(); self.graphs.clear(); self.seen_now.clear(); self.kernel_rows.clear()
+      self.closed = True
+      if capture_hook.HOOK is self: capture_hook.HOOK = None  # the capture points cost nothing from now on
+      try: self.store.close()
+      except Exception: pass  # noqa: BLE001 (a store that failed may fail to close too)
+      FAILURES.append(f"{self.path}: {self.failed}")
+      sys.stderr.write(f"replay: warning: capture into {self.path} stopped while {doing}: {self.failed}\n"
+                       f"  kept: the {self.seq} capture(s) written before (run {self.run_id}); not captured: {lost} pending and all that "
+                       "follows. The program goes on without capture.\n"
+                       "  next: free space on that disk, or make the store writable (or name another with TINYSCHED_CAPTURE), and capture again\n")
+      sys.stderr.flush()
+
   def flush(self) -> None:
     with self.lock:
       # the pending rows are only dropped once their transaction committed: a flush interrupted by SIGTERM (SystemExit)
@@ -172,6 +199,11 @@ class Capturer:
   def close(self) -> None:
     with self.lock:
       if self.closed: return
+      try: self._close()
+      except Exception as e: self._fail(e, "writing its last captures")  # noqa: BLE001 (see _fail)
+
+  def _close(self) -> None:
+    with self.lock:
       self.flush()
       if self.target_failed:
         sys.stderr.write(f"replay: capture target {self.target.name}: {len(self.target_failed)} kernel(s) could not be rendered for it "
@@ -185,6 +217,11 @@ class Capturer:
 # *** switching capture on and off ***
 
 _active: Capturer | None = None
+FAILURES: list[str] = []  # the captures of this process that failed (Capturer._fail): "path: why"
+
+def strict() -> bool:
+  """TINYSCHED_CAPTURE_STRICT=1 (replay's own runners): a failed capture makes the process exit 2 at its end."""
+  return os.environ.get("TINYSCHED_CAPTURE_STRICT", "") not in ("", "0")
 
 def _weak(x: Any) -> Any:
   """An identity with its nodes weakly referenced (equal while they live, hashed as they are)."""
@@ -237,22 +274,13 @@ def _on_sigterm(signum, frame):
     c.exit_code = 128 + signum
     return
   try: stop()
-  except Exception as e: _say_lost(c, e)
   finally: os._exit(128 + signum)
 
-def _say_lost(c: Capturer | None, e: BaseException) -> None:
-  where = c.path if c is not None else "the capture store"
-  sys.stderr.write(f"replay: error: capture into {where} failed while writing its last captures: {type(e).__name__}: {e}\n"
-                   "  next: what was flushed before is kept; fix the store (or choose another TINYSCHED_CAPTURE) and run again\n")
-  sys.stderr.flush()
-
 def _stop_at_exit() -> None:
-  c = _active
-  try: stop()
-  except Exception as e:
-    # an exception in an atexit hook is printed and then ignored (exit status 0): a capture that lost its last
-    # batch must not look like a success
-    _say_lost(c, e)
+  stop()  # (a failure is a warning: Capturer._fail)
+  if FAILURES and strict():
+    # a runner of replay's own asked: an incomplete capture must not look like a whole one (an exception in an atexit
+    # hook would be printed and ignored, exit status 0)
     sys.stdout.flush()
     os._exit(2)
 
@@ -319,10 +347,22 @@ def install_from_env() -> None:
   if (cfg := env_config()) is None: return
   path, label, levels = cfg
   target = env_target(levels)
+  atexit.register(_stop_at_exit)
   try: start(path, label, levels, target)
   except StoreError as e:
-    raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"], f"not usable as a capture store: {e}",
-                        "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE") from None
-  atexit.register(_stop_at_exit)
+    if not isinstance(e, StoreUnavailable):  # the file is not a store this code can write (its content): a misconfiguration
+      raise _config_error("TINYSCHED_CAPTURE", os.environ["TINYSCHED_CAPTURE"], f"not usable as a capture store: {e}",
+                          "name a new .db file or a store written by `replay capture`, or unset TINYSCHED_CAPTURE") from None
+    return _start_failed(path, e)
+  except Exception as e: return _start_failed(path, e)  # noqa: BLE001 (a full or read-only disk: the program runs on uncaptured)
   if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
     signal.signal(signal.SIGTERM, _on_sigterm)
+
+def _start_failed(path: Path, e: BaseException) -> None:
+  """Capture could not start for a reason of the moment (a full or read-only disk, a locked store): one warning, and the
+  program runs on uncaptured (strict runners exit 2 at the end: _stop_at_exit)."""
+  FAILURES.append(f"{path}: {type(e).__name__}: {e}")
+  sys.stderr.write(f"replay: warning: capture into {path} could not start: {type(e).__name__}: {e}\n  nothing is captured; the program "
+                   "goes on without capture.\n  next: name a new .db file or a store written by `replay capture` in a writable folder "
+                   "with TINYSCHED_CAPTURE, or unset it\n")
+  sys.stderr.flush()

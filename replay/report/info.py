@@ -2,6 +2,7 @@
 
 Both read stores that may be crafted: columns are shown as text whatever their type, and graphs too large
 to print (see replay.levels.base.DETAIL_NODE_LIMIT) are summarized instead, since printing a deep chain is quadratic.
+What they return is escaped for a terminal (replay.report.escape): a stored ESC or CR shows as `\\x1b`, `\\r`.
 """
 from __future__ import annotations
 import os
@@ -11,13 +12,14 @@ from replay.store.sqlite import Store
 from replay.store.encode import IncompatibleCapture, _brief
 from replay import levels
 from replay.levels.base import graphs_too_big
+from replay.report import escape as E
 from tinysched.uop import UOp
 
 def _txt(x: Any, width: int = 40) -> str:
-  """A column value for display: any SQLite type, bounded."""
+  """A column value for display: any SQLite type, bounded, on one line."""
   if x is None: return "-"
   s = x if isinstance(x, str) else _brief(x)
-  return s if len(s) <= width else s[:width - 3] + "..."
+  return E.terminal_line(s if len(s) <= width else s[:width - 3] + "...")
 
 def stats(path: str) -> str:
   s = Store(path, readonly=True, allow_empty=True)
@@ -33,7 +35,7 @@ def stats(path: str) -> str:
       lines.append(f"  {bad} malformed capture row(s): `replay check` reports them as incompatible")
     per = Counter((r["level"], r["label"] or "-") for r in rows)
     lines.append("captures per level and label:")
-    for (lv, lb), n in sorted(per.items()): lines.append(f"  {lv:9s} {lb:24s} {n}")
+    for (lv, lb), n in sorted(per.items()): lines.append(f"  {E.terminal_line(lv):9s} {E.terminal_line(lb):24s} {n}")
     kernel_rows = [r for r in rows if _one_kernel(r["level"])]
     lines.append(f"distinct kernel ASTs: {len({r['output_key'] for r in kernel_rows})}")
     ops = Counter(op for r in kernel_rows for op in (r["op_names"] or "").split()[:1000])
@@ -41,7 +43,7 @@ def stats(path: str) -> str:
     nbytes = s.conn.execute("SELECT coalesce(sum(length(data)),0), coalesce(sum(CASE WHEN typeof(size)='integer' THEN size END),0), "
                             "count(*) FROM graphs").fetchone()
     lines.append(f"payloads: {nbytes[2]} distinct, {nbytes[0]/1e6:.2f} MB stored ({nbytes[1]/1e6:.2f} MB uncompressed)")
-    return "\n".join(lines)
+    return E.terminal("\n".join(lines))
   finally: s.close()
 
 def _one_kernel(level: str) -> bool:
@@ -75,14 +77,14 @@ def show(path: str, key: str) -> str:
   s = Store(path, readonly=True)
   try:
     r, n_runs = find_row(s, path, key)
-    out = [f"{r['level']} capture, label {r['label'] or '-'}, run {r['run_id']} #{r['seq']}",
-           f"input  {r['input_key']}", f"output {r['output_key']}"]
+    out = [f"{E.terminal_line(r['level'])} capture, label {E.terminal_line(r['label'] or '-')}, run {r['run_id']} #{r['seq']}",
+           f"input  {E.terminal_line(r['input_key'])}", f"output {E.terminal_line(r['output_key'])}"]
     if n_runs > 1: out.append(f"(the same capture in {n_runs} runs; showing run {r['run_id']})")
     out += ["", input_text(s, r)]
     level = levels.get(r["level"])
     res = level.decode_output(s.blob(r["output_key"]))
-    if r["metadata"]: out += ["", f"made by: {r['metadata']}"]
+    if r["metadata"]: out += ["", f"made by: {E.terminal_line(r['metadata'])}"]
     out += ["", "== output =="]
     out.append(level.output_text(res, _graph_text))
-    return "\n".join(out)
+    return E.terminal("\n".join(out))  # the graphs and source print names and values from the payloads
   finally: s.close()

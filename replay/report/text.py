@@ -15,11 +15,12 @@ JSON schema `tinysched-replay-report` version 1:
 from __future__ import annotations
 import json
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 from replay.check.results import Report
 from replay.check.results import Result, OUTCOMES
 from replay.execute.verdicts import FAIL_VERDICTS
 from replay.prove import run as prove_run
+from replay.report import escape as E
+from replay.report.atomic import write_atomic
 
 SCHEMA, VERSION = "tinysched-replay-report", 1
 NEXT_STEPS = {
@@ -50,25 +51,38 @@ def exec_counts(rep: Report) -> dict[str, int]:
     if r.exec: out[r.exec.get("verdict", "?")] = out.get(r.exec.get("verdict", "?"), 0) + 1
   return dict(sorted(out.items()))
 
+def stopped_line(rep: Report) -> str:
+  """What a stopped run's report says first: that it is partial, and how much of the selection it covers."""
+  of = f" of {rep.selected}" if rep.selected is not None else ""
+  return (f"STOPPED by {rep.stopped}: a partial report ({len(rep.results)}{of} selected captures replayed; the steps after the stop "
+          f"did not run, kernels not run are `skipped`), exit {rep.exit_code()}")
+
 def to_json(rep: Report) -> dict[str, Any]:
   c = rep.counts()
   return {"schema": SCHEMA, "version": VERSION, "sources": rep.sources, "shard": rep.shard, "elapsed_s": round(rep.elapsed, 3),
           "workers": rep.workers, "summary": {"total": len(rep.results), **c, "exec": exec_counts(rep),
                                                             "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
+          "stopped": rep.stopped, "selected": rep.selected, "allow_empty": rep.allow_empty,
           "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted, "proofs": rep.proofs, "determinism": rep.determinism,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
 
+def json_text(rep: Report) -> str:
+  """The JSON report as text (ASCII: json escapes everything else, control characters and lone surrogates included)."""
+  return json.dumps(to_json(rep), indent=1, sort_keys=True)
+
 def write_json(rep: Report, path: str) -> None:
-  with open(path, "w") as f: json.dump(to_json(rep), f, indent=1, sort_keys=True)
+  write_atomic(path, json_text(rep))
 
 def from_json(doc: dict) -> Report:
   if doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
     raise ValueError(f"not a {SCHEMA} v{VERSION} report (schema={doc.get('schema')!r}, version={doc.get('version')!r})")
   rep = Report(results=[Result(**r) for r in doc["results"]], sources=list(doc["sources"]), elapsed=doc.get("elapsed_s", 0.0),
                workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"),
-               accepted=list(doc.get("accepted", [])), proofs=doc.get("proofs"), determinism=doc.get("determinism"))
+               accepted=list(doc.get("accepted", [])), proofs=doc.get("proofs"), determinism=doc.get("determinism"),
+               stopped=doc.get("stopped"), selected=doc.get("selected"),
+               allow_empty=bool(doc.get("allow_empty")))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -83,6 +97,9 @@ def merge(reports: list[Report]) -> Report:
     for r in rep.results: seen.setdefault((r.db, r.run_id, r.seq, r.level, r.input_key), r)
   out.results = sorted(seen.values(), key=lambda r: (r.db, r.run_id, r.seq, r.level, r.input_key))
   out.determinism = merge_determinism([r.determinism for r in reports])
+  out.stopped = next((r.stopped for r in reports if r.stopped), None)  # one stopped shard makes the whole partial
+  out.allow_empty = bool(reports) and all(r.allow_empty for r in reports)
+  if all(r.selected is not None for r in reports): out.selected = sum(r.selected or 0 for r in reports)
   return out
 
 def merge_determinism(records: list[dict | None]) -> dict | None:
@@ -116,12 +133,14 @@ def accepted_lines(rep: Report, md: bool = False, limit: int = 20) -> list[str]:
   """What `replay accept --key/--group` accepted in the checked stores since their last full capture (newest first)."""
   if not rep.accepted: return []
   acc = sorted(rep.accepted, key=lambda a: (a.get("time") or "", a.get("db") or "", a.get("id") or 0), reverse=True)
-  q = (lambda x: f"`{_md(str(x))}`") if md else str
+  # the accept log is stored text (who, message, label): Markdown gets it escaped; the terminal escapes each line
+  q = (lambda x: f"`{E.md_code(x, None, table=False)}`") if md else str
+  t = (lambda x: E.md_text(x, 300)) if md else str
   out = [("**" if md else "") + f"accepted per kernel since the last full capture: {len(acc)} row(s)" + ("**" if md else "")]
   for a in acc[:limit]:
-    out.append(f"{'- ' if md else '    '}{a.get('level')} {q((a.get('input_key') or '')[:16])} ({a.get('label') or '-'}, {a.get('db')}): "
+    out.append(f"{'- ' if md else '    '}{t(a.get('level'))} {q((a.get('input_key') or '')[:16])} ({t(a.get('label') or '-')}, {t(a.get('db'))}): "
                f"{q((a.get('old_output_key') or '')[:12])} -> {q((a.get('new_output_key') or '')[:12])} at {q((a.get('git_commit') or '?')[:10])}"
-               f"{' (dirty)' if a.get('git_dirty') else ''} by {a.get('who') or '?'} on {a.get('time')}: {a.get('message')}")
+               f"{' (dirty)' if a.get('git_dirty') else ''} by {t(a.get('who') or '?')} on {t(a.get('time'))}: {t(a.get('message'))}")
   if len(acc) > limit: out.append(f"{'- ' if md else '    '}... and {len(acc) - limit} more (see the JSON report's accepted)")
   return out
 
@@ -166,9 +185,12 @@ def exec_failures(rep: Report) -> list[Result]:
   return sorted(bad, key=lambda r: (order[verdict_of(r)], r.db, r.input_key))
 
 def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
+  """The summary `replay check` prints. Every entry of `lines` is one line (diffs and tracebacks are split first), and
+  each is escaped as one (E.terminal_line): whatever the stores hold, nothing acts on the terminal or adds a line."""
   c = rep.counts()
   lines = [f"replayed {len(rep.results)} captures from {len(rep.sources)} store(s) in {rep.elapsed:.2f}s "
            f"({len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s, {rep.workers} worker(s))" + (f", shard {rep.shard}" if rep.shard else "")]
+  if rep.stopped: lines.insert(0, stopped_line(rep))
   lines.append("  " + "  ".join(f"{o}: {c[o]}" for o in OUTCOMES))
   if ec := exec_counts(rep): lines.append("  exec: " + "  ".join(f"{k}: {v}" for k, v in ec.items()))
   if et := exec_timing(rep): lines.append("  " + et)
@@ -183,7 +205,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   groups = rep.groups()
   for g in groups[:max_groups]:
     ex: Result = g["example"]
-    lines.append(f"\n[{g['outcome']}] x{g['count']}  {g['signature']}")
+    lines += ["", f"[{g['outcome']}] x{g['count']}  {g['signature']}"]
     lines.append(f"  example: {ex.label or '-'} {ex.level} input {ex.input_key[:16]} ({ex.db})")
     if ex.metadata: lines.append(f"  made by: {ex.metadata}")
     if ex.rules: lines.append(f"  rules that built the changed nodes: {', '.join(ex.rules)}")
@@ -196,10 +218,11 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
     if ex.exec: lines.append(f"  exec: {_exec_line(ex)}")
     if verbose and ex.text_diff: lines += ["  " + ln for ln in ex.text_diff.splitlines()[:60]]
     if verbose and ex.traceback: lines += ["  " + ln for ln in ex.traceback.splitlines()[-12:]]
-  if len(groups) > max_groups: lines.append(f"\n... and {len(groups) - max_groups} more groups (all of them: --report-html FILE, --report-json FILE)")
+  if len(groups) > max_groups: lines += ["", f"... and {len(groups) - max_groups} more groups (all of them: --report-html FILE, --report-json FILE)"]
   code = rep.exit_code()
   lines.append("")
-  if code == 0: lines.append("OK: every capture replays identically.")
+  if rep.stopped: lines.append(stopped_line(rep))
+  elif code == 0: lines.append("OK: every capture replays identically.")
   else:
     bad = [v for v in _failing_kinds(rep)]
     named = {"counterexample": "proof counterexamples", "perf": "exec perf"}
@@ -211,7 +234,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
     for o in ("changed", "error", "incompatible"):
       if c[o]: lines.append(f"  next: {NEXT_STEPS[o]}")
     if c["unstable"]: lines.append(f"  next (unstable): {NEXT_STEPS['unstable_output']}")
-  return "\n".join(lines)
+  return "\n".join(map(E.terminal_line, lines))
 
 def _failing_kinds(rep: Report) -> list[str]:
   kinds = {verdict_of(r) for r in exec_failures(rep)}
@@ -273,39 +296,39 @@ def differing_parts(old: str, new: str, width: int = 80, context: int = 24) -> t
     return ("…" if a > 0 else "") + x[a:b] + ("…" if b < len(x) else "")
   return cut(old), cut(new)
 
-def _cell(s: Any, width: int = 300) -> str:
-  t = " ".join(str(s).split())
-  return _md(t if len(t) <= width else t[:width - 1] + "…")
+# Every value below may come from a store or a merged JSON report: each goes through the escape of the place it lands
+# in (replay/report/escape.py), so none can end a table cell, a code span, a fence or the <details> block.
+def _cell(s: Any, width: int = 300) -> str: return E.md_code(s, width)  # inside `...` in a table cell
+def _md(s: Any, width: int | None = None) -> str: return E.md_text(s, width)  # plain text, a table cell or the <summary> line
 
 def _md_group_details(rep: Report, i: int, g: dict) -> list[str]:
   ex: Result = g["example"]
   fails = group_failures(g)
-  out = [f"<details><summary>{i}. {'❌ ' if fails else ''}{g['outcome']} ×{g['count']}: {_html_text(ex.label or '-')} {ex.level} "
-         f"<code>{ex.input_key[:12]}</code></summary>", ""]
-  out.append(f"next: `{next_command(rep, ex)}`  ")
-  if ex.metadata: out.append(f"made by: `{_cell(ex.metadata, 200)}`  ")
-  if ex.rules: out.append(f"rules: `{', '.join(ex.rules)}`  ")
-  if (vs := verdict_summary(g)): out.append(f"exec of the members: {vs}  ")
-  if ex.exec: out.append(f"exec of the example: {_cell(_exec_line(ex), 400)}  ")
-  if ex.reason: out += ["", "```", ex.reason[:2000].replace("```", "'''"), "```"]
+  out = [f"<details><summary>{i}. {'❌ ' if fails else ''}{_md(g['outcome'])} ×{g['count']}: {_md(ex.label or '-', 200)} {_md(ex.level)} "
+         f"<code>{_md(ex.input_key[:12])}</code></summary>", ""]
+  out.append(f"next: `{E.md_code(next_command(rep, ex), None, table=False)}`  ")
+  if ex.metadata: out.append(f"made by: `{E.md_code(ex.metadata, 200, table=False)}`  ")
+  if ex.rules: out.append(f"rules: `{E.md_code(', '.join(ex.rules), 2000, table=False)}`  ")
+  if (vs := verdict_summary(g)): out.append(f"exec of the members: {_md(vs, 400)}  ")
+  if ex.exec: out.append(f"exec of the example: {_md(_exec_line(ex), 400)}  ")
+  if ex.reason: out += ["", "```", E.md_block(ex.reason[:2000]), "```"]
   if ex.changes:
     out += ["", "| change | path | old | new |", "|---|---|---|---|"]
     for ch in ex.changes[:12]:
       o, n = differing_parts(str(ch["old"]), str(ch["new"]))
-      out.append(f"| {ch['kind']} | `{_cell(ch['path'], 200)}` | `{_cell(o, 200)}` | `{_cell(n, 200)}` |")
+      out.append(f"| {_md(ch['kind'], 80)} | `{_cell(ch['path'], 200)}` | `{_cell(o, 200)}` | `{_cell(n, 200)}` |")
     if len(ex.changes) > 12 or ex.change_count > 12:
       out.append(f"\n({max(len(ex.changes), ex.change_count) - 12} more changes in the HTML and JSON reports)")
   if ex.text_diff:
     lines, kept, size = ex.text_diff.splitlines(), [], 0
     for ln in lines[:MD_DIFF_LINES]:
-      if size + len(ln) + 1 > MD_DIFF_BYTES: break
-      kept.append(ln.replace("```", "'''")); size += len(ln) + 1
+      ln = E.md_block(ln)
+      if size + len(ln.encode()) + 1 > MD_DIFF_BYTES: break
+      kept.append(ln); size += len(ln.encode()) + 1
     out += ["", "```diff", *kept, "```"]
     if len(kept) < len(lines): out.append(f"({len(lines) - len(kept)} more diff lines in the HTML report)")
-  if ex.traceback: out += ["", "```", "\n".join(ex.traceback.splitlines()[-15:]).replace("```", "'''"), "```"]
+  if ex.traceback: out += ["", "```", E.md_block("\n".join(ex.traceback.splitlines()[-15:])), "```"]
   return out + ["", "</details>", ""]
-
-def _html_text(s: str) -> str: return escape(s)
 
 def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -> str:
   """The Markdown report, at most `limit` UTF-8 bytes: summary, failures first (each with the command to run next), the
@@ -315,27 +338,28 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
   c = rep.counts()
   code = rep.exit_code()
   fails = exec_failures(rep)
-  elsewhere = f"`{html_name}`" if html_name else "the HTML report (`--report-html FILE`) and the JSON report"
+  elsewhere = f"`{E.md_code(html_name, None, table=False)}`" if html_name else "the HTML report (`--report-html FILE`) and the JSON report"
   icon = "❌" if code == 2 or fails or c["error"] or c["incompatible"] or c["unstable"] else {0: "✅", 1: "⚠️"}[code]
-  head = [f"## {icon} process replay: {len(rep.results)} captures", "",
+  if rep.stopped: icon = "⛔"
+  head = [f"## {icon} process replay: {len(rep.results)} captures", *([f"**{stopped_line(rep)}**"] if rep.stopped else []), "",
           "| identical | changed | error | incompatible | time | rate |", "|---:|---:|---:|---:|---:|---:|",
           f"| {c['identical']} | {c['changed']} | {c['error']} | {c['incompatible']} | {rep.elapsed:.1f}s "
           f"| {len(rep.results)/max(rep.elapsed, 1e-9):.0f}/s |", ""]
-  if ec := exec_counts(rep): head += ["Execution check: " + ", ".join(f"**{k}** {v}" for k, v in ec.items()), ""]
+  if ec := exec_counts(rep): head += ["Execution check: " + ", ".join(f"**{_md(k, 80)}** {v}" for k, v in ec.items()), ""]
   if et := exec_timing(rep): head += [et, ""]
   if dl := determinism_line(rep): head += [_md(dl), ""]
   for f in rep.fatal[:20]: head.append(f"- ❌ **fatal**: `{_cell(f, 400)}`")
   if len(rep.fatal) > 20: head.append(f"- ❌ {len(rep.fatal) - 20} more fatal store errors in {elsewhere}")
   if rep.fatal: head.append("")
   if acc := accepted_lines(rep, md=True): head += [*acc, ""]
-  if pl := proof_lines(rep): head += ["```", *pl, "```", ""]
+  if pl := proof_lines(rep): head += ["```", *map(E.md_block, pl), "```", ""]
   if fails or c["error"] or c["incompatible"] or c["unstable"] or rep.perf_failures():  # what no accept marker waives comes first
     n_fail = len(fails) + c["error"] + c["incompatible"] + c["unstable"]
     head += [f"### ❌ Failures: {n_fail} capture(s), not waivable by [replay:accept]", ""]
     if fails:
       head += ["| verdict | capture | detail | next |", "|---|---|---|---|"]
-      head += [f"| **{verdict_of(r)}** | {_cell(r.label or '-')} {r.level} `{r.input_key[:12]}` | {_cell(_exec_line(r), 240)} | "
-               f"`{_cell(next_command(rep, r), 200)}` |" for r in fails[:MD_FAIL_ROWS]]
+      head += [f"| **{_md(verdict_of(r), 80)}** | {_md(r.label or '-', 300)} {_md(r.level, 80)} `{_cell(r.input_key[:12])}` | "
+               f"{_md(_exec_line(r), 240)} | `{_cell(next_command(rep, r), 200)}` |" for r in fails[:MD_FAIL_ROWS]]
       if len(fails) > MD_FAIL_ROWS: head.append(f"| … | **{len(fails) - MD_FAIL_ROWS} more failing executions** in {elsewhere} | | |")
       head.append("")
     if c["error"] or c["incompatible"]:
@@ -356,7 +380,7 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
   table = ["### Groups (failing first, then largest first)", "", "| # | outcome | exec | count | signature |", "|---:|---|---|---:|---|"]
   shown = 0
   for i, g in enumerate(groups):
-    row = (f"| {i+1} | {'❌ ' if group_failures(g) else ''}{g['outcome']} | {_cell(verdict_summary(g), 80) or '-'} | {g['count']} | "
+    row = (f"| {i+1} | {'❌ ' if group_failures(g) else ''}{_md(g['outcome'], 80)} | {_md(verdict_summary(g), 80) or '-'} | {g['count']} | "
            f"`{_cell(g['signature'])}` |")
     if _size(table) + len(row.encode()) + 1 > room * 0.6: break
     table.append(row); shown += 1
@@ -372,8 +396,6 @@ def markdown(rep: Report, html_name: str | None = None, limit: int = MD_LIMIT) -
     details += [f"_Details of groups {detailed + 1}–{shown} (above, in the table) did not fit here: they are in {elsewhere}._", ""]
   return "\n".join(head + table + details + foot) + "\n"
 
-def _md(s: str) -> str: return s.replace("|", "\\|").replace("`", "'")
-
 def junit(rep: Report) -> str:
   by_suite: dict[str, list[Result]] = {}
   for r in rep.results: by_suite.setdefault(f"replay.{r.level}", []).append(r)
@@ -382,20 +404,22 @@ def junit(rep: Report) -> str:
   for suite, rs in sorted(by_suite.items()):
     fails = sum(r.outcome in ("changed", "unstable") or bool(r.exec and r.exec.get("verdict") in FAIL_ORDER) for r in rs)
     errs = sum(r.outcome in ("error", "incompatible") for r in rs)
-    parts.append(f'  <testsuite name={quoteattr(suite)} tests="{len(rs)}" failures="{fails}" errors="{errs}">')
+    parts.append(f'  <testsuite name={E.xml_attr(suite)} tests="{len(rs)}" failures="{fails}" errors="{errs}">')
     for r in rs:
       name = f"{r.label or '-'}:{r.level}:{r.input_key[:16]}"
-      parts.append(f'    <testcase classname={quoteattr(suite + "." + (r.label or "unlabelled"))} name={quoteattr(name)}>')
+      parts.append(f'    <testcase classname={E.xml_attr(suite + "." + (r.label or "unlabelled"))} name={E.xml_attr(name)}>')
       if r.exec and r.exec.get("verdict") in FAIL_ORDER:
         what = ("exec " + verdict_of(r) + ": " + (r.exec.get("where") or r.exec.get("error") or ""))[:200]
-        parts.append(f'      <failure message={quoteattr(what)}>'
-                     f'{escape(_exec_line(r)[:4000])}</failure>')
+        parts.append(f'      <failure message={E.xml_attr(what)}>{E.xml_text(_exec_line(r)[:4000])}</failure>')
       elif r.outcome in ("changed", "unstable"):
         body = (r.signature or "") + "\n" + (r.text_diff or "")[:4000] + ("\n" + _exec_line(r) if r.exec else "")
-        parts.append(f'      <failure message={quoteattr((r.signature or "changed")[:200])}>{escape(body)}</failure>')
+        parts.append(f'      <failure message={E.xml_attr((r.signature or "changed")[:200])}>{E.xml_text(body)}</failure>')
       elif r.outcome in ("error", "incompatible"):
-        parts.append(f'      <error message={quoteattr((r.reason or r.outcome)[:200])}>{escape((r.traceback or r.reason or "")[:4000])}</error>')
+        parts.append(f'      <error message={E.xml_attr((r.reason or r.outcome)[:200])}>{E.xml_text((r.traceback or r.reason or "")[:4000])}</error>')
       parts.append("    </testcase>")
     parts.append("  </testsuite>")
+  if rep.stopped:  # a CI parser must see the run as broken, not as the few rows that happened to finish
+    parts += ['  <testsuite name="replay.run" tests="1" failures="0" errors="1">', '    <testcase classname="replay.run" name="stopped">',
+              f'      <error message={E.xml_attr(stopped_line(rep))}></error>', '    </testcase>', '  </testsuite>']
   parts.append("</testsuites>")
   return "\n".join(parts) + "\n"

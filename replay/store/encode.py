@@ -10,14 +10,17 @@ views), `{"v": [shape, strides, offset, mask]}` a View, `{"st": [views]}` a Shap
 Canonical: BUFFER numbers are replaced by their first-appearance order, JSON is written with sorted
 keys and no whitespace, so the same work captured in two processes has the same bytes and `key`
 (sha256 hex of the bytes). Decoding validates everything and raises IncompatibleCapture; it never
-runs code (no pickle, no eval).
+runs code (no pickle, no eval). Every node must be one a pass could have made: its sources (how many, of
+what op and dtype), dtype and argument are checked against tinysched's op table (tinysched/opspec.py),
+so a type-wrong graph is incompatible, never replayed as if it were real.
 """
 from __future__ import annotations
 import hashlib, json, os, reprlib
 from dataclasses import fields
 from typing import Any
 from tinysched.dtype import DType, PtrDType, dtypes, ALL as ALL_DTYPES
-from tinysched.ops import Ops, GroupOp
+from tinysched.ops import Ops
+from tinysched.opspec import is_value, problem as op_problem
 from tinysched.uop import UOp, make_uop, _SYM_OPS
 from tinysched.shape import View, ShapeTracker
 from tinysched.codegen.target import Target
@@ -138,12 +141,6 @@ MAX_DIM = 2**48             # a view's dimension, |stride|; |offset| < 2**62
 INT_LO, INT_HI = -2**63, 2**64 - 1  # any integer argument: int64 .. uint64
 
 _OPS = {o.name: o for o in Ops}
-_REDUCE_OPS = GroupOp.Associative
-# exact source counts, and ops whose argument is always None: anything else cannot have come from tinysched
-_ARITY: dict[Ops, int] = {**{o: 1 for o in GroupOp.Unary}, **{o: 2 for o in GroupOp.Binary}, **{o: 3 for o in GroupOp.Ternary},
-                          Ops.CAST: 1, Ops.BITCAST: 1, Ops.REDUCE_AXIS: 1, Ops.BIND: 2, Ops.BUFFER: 0, Ops.DEFINE_GLOBAL: 0,
-                          Ops.DEFINE_VAR: 0, Ops.CONST: 0}
-_NO_ARG = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.BIND}
 _DOC_KEYS = frozenset({"format", "version", "nodes", "roots", "var_vals", "assigns", "opts", "target", "flags"})
 
 _REPR = reprlib.Repr()
@@ -234,8 +231,6 @@ def _int_view(k: tuple) -> View:
     cv = _VIEW_CACHE[k] = View(*k)
   return cv
 
-def _is_scalar(d: DType) -> bool: return not isinstance(d, PtrDType) and d.count == 1 and d is not dtypes.void
-
 class _Decoder:
   def __init__(self, doc: Any):
     if type(doc) is not dict: raise IncompatibleCapture("document is not a JSON object")
@@ -323,10 +318,10 @@ class _Decoder:
       return
     if not isinstance(x, UOp): raise IncompatibleCapture(f"{where}: view {what} {_brief(x)} is not an integer")
     if x in self.sym_ok: return
-    if not (dtypes.is_int(x.dtype) and _is_scalar(x.dtype)): raise IncompatibleCapture(f"{where}: view {what} refers to a {x.dtype} node")
+    if not (dtypes.is_int(x.dtype) and is_value(x.dtype)): raise IncompatibleCapture(f"{where}: view {what} refers to a {x.dtype} node")
     for u in x.toposort():  # printing and index code walk these: only symbolic-integer ops may be inside
       if u in self.sym_ok: continue
-      if u.op not in _SYM_OPS or not _is_scalar(u.dtype) or not (dtypes.is_int(u.dtype) or u.dtype is dtypes.bool):
+      if u.op not in _SYM_OPS or not is_value(u.dtype) or not (dtypes.is_int(u.dtype) or u.dtype is dtypes.bool):
         raise IncompatibleCapture(f"{where}: view {what} contains a {u.op.name} {u.dtype} node, not a symbolic integer")
       self.sym_ok.add(u)
 
@@ -336,7 +331,7 @@ class _Decoder:
       raise IncompatibleCapture(f"{where}: malformed node {_brief(n)}")
     if (op := _OPS.get(n[0])) is None: raise IncompatibleCapture(f"{where}: unknown op {_brief(n[0])} (this code knows {len(_OPS)} ops)")
     dtype = _dec_dtype(n[1], where)
-    src = tuple(self._refs(n[2], where))
+    src = tuple([self._ref(r, f"{where}: {op.name} source {k}") for k, r in enumerate(n[2])])  # (which source of which op)
     arg = self.arg(n[3], where)
     _check_node(op, dtype, src, arg, where)
     try: return UOp(op, dtype, src, arg)
@@ -413,43 +408,21 @@ class _Decoder:
 
 def _bad(where: str, op: Ops, why: str) -> IncompatibleCapture: return IncompatibleCapture(f"{where}: {op.name} {why}")
 
-# the ops _check_node looks at more closely, read once: every `Ops.X` read costs ~70 ns on Python 3.11, and the chain
-# below ran all of them for every elementwise node of every decoded graph
-_BUFFER, _DEFINE_GLOBAL, _DEFINE_VAR, _BIND, _CONST, _REDUCE_AXIS, _VIEW = (Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.BIND,
-                                                                           Ops.CONST, Ops.REDUCE_AXIS, Ops.VIEW)
-_ARG_CHECKED = frozenset((_BUFFER, _DEFINE_GLOBAL, _DEFINE_VAR, _BIND, _CONST, _REDUCE_AXIS, _VIEW))
+# the ops whose arguments the decoder's size limits bound, read once (an `Ops.X` read costs ~70 ns on Python 3.11)
+_BUFFER, _DEFINE_GLOBAL, _REDUCE_AXIS = Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.REDUCE_AXIS
+_LIMITED = frozenset((_BUFFER, _DEFINE_GLOBAL, _REDUCE_AXIS))
 
 def _check_node(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, where: str) -> None:
-  """What every consumer of a decoded graph relies on (printing, keys, bound values, shapes), checked per op."""
-  if (n := _ARITY.get(op)) is not None and len(src) != n: raise _bad(where, op, f"needs {n} source(s), has {len(src)}")
-  if op in _NO_ARG and arg is not None: raise _bad(where, op, f"takes no argument, got {_brief(arg)}")
-  if op not in _ARG_CHECKED: return
+  """A node no pass makes cannot be replayed: its sources, dtype and argument must be what tinysched's op table says
+  (tinysched/opspec.py, the one home of those rules), and its sizes within the decoder's limits."""
+  if (why := op_problem(op, dtype, src, arg)) is not None: raise _bad(where, op, why)
+  if op not in _LIMITED: return
   if op is _BUFFER:
-    if not (type(arg) is tuple and len(arg) == 2 and type(arg[0]) is int and arg[0] >= 0 and type(arg[1]) is tuple and len(arg[1]) == 3
-            and type(arg[1][0]) is str and arg[1][0] and type(arg[1][1]) is int and 0 <= arg[1][1] <= MAX_DIM
-            and isinstance(arg[1][2], DType)) or not isinstance(dtype, PtrDType):
-      raise _bad(where, op, f"needs a pointer dtype and (number, (device, size, dtype)), got {dtype} {_brief(arg)}")
+    if arg[1][1] > MAX_DIM: raise _bad(where, op, f"of {arg[1][1]} elements is over the limit of {MAX_DIM}")
   elif op is _DEFINE_GLOBAL:
-    if not (type(arg) is int and 0 <= arg < 2**31) or not isinstance(dtype, PtrDType): raise _bad(where, op, f"malformed: {dtype} {_brief(arg)}")
-  elif op is _DEFINE_VAR:
-    if not (type(arg) is tuple and len(arg) == 3 and type(arg[0]) is str and arg[0] and type(arg[1]) is int and type(arg[2]) is int
-            and arg[1] <= arg[2]) or not (dtypes.is_int(dtype) and _is_scalar(dtype)):
-      raise _bad(where, op, f"needs an integer dtype and (name, min, max), got {dtype} {_brief(arg)}")
-  elif op is _BIND:
-    v, c = src
-    if v.op is not _DEFINE_VAR or c.op is not _CONST or type(c.arg) is not int or not v.arg[1] <= c.arg <= v.arg[2]:
-      raise _bad(where, op, "must bind a DEFINE_VAR to an integer CONST within its range")
-  elif op is _CONST:
-    # the value's Python type need not match the dtype (a Tensor made from a Python int with a float dtype keeps its int)
-    if not (_is_scalar(dtype) and type(arg) in (bool, int, float)):
-      raise _bad(where, op, f"needs a scalar dtype and a number, got {dtype} {_brief(arg)}")
-  elif op is _REDUCE_AXIS:
-    # axes within MAX_DIMS; whether they fit the source's shape is the scheduler's business (its own tests build such graphs)
-    if not (type(arg) is tuple and len(arg) == 2 and arg[0] in _REDUCE_OPS and type(arg[1]) is tuple and len(arg[1]) <= MAX_DIMS and
-            all(type(a) is int and 0 <= a < MAX_DIMS for a in arg[1])):
-      raise _bad(where, op, f"needs (ADD|MUL|MAX|AND|OR, axes in [0, {MAX_DIMS})), got {_brief(arg)}")
-  elif op is _VIEW:
-    if type(arg) is not ShapeTracker or len(src) > 2: raise _bad(where, op, "needs a shape tracker and at most 2 sources")
+    if arg >= 2**31: raise _bad(where, op, f"number {arg} is over the limit of {2**31 - 1}")
+  # axes within MAX_DIMS; whether they fit the source's shape is the scheduler's business (its own tests build such graphs)
+  elif len(arg[1]) > MAX_DIMS or any(a >= MAX_DIMS for a in arg[1]): raise _bad(where, op, f"needs axes in [0, {MAX_DIMS}), got {_brief(arg)}")
 
 def _check_opts(opts: Any) -> None:
   if type(opts) is not list or len(opts) > 256: raise IncompatibleCapture(f"malformed optimization choices {_brief(opts)}")
@@ -485,6 +458,9 @@ def decode_kernel_input(data: bytes) -> tuple[UOp, dict[UOp, int], dict[UOp, Non
   d = parse(data)
   roots = d.roots()
   if len(roots) != 1 or roots[0].op is not Ops.SINK: raise IncompatibleCapture("a kernel input must have one SINK root")
+  # a pre-sink: the STOREs of one kernel (schedule.py cuts them from the big graph); full_ast_rewrite reads each as one
+  if bad := [s.op.name for s in roots[0].src if s.op is not Ops.STORE] or ([] if roots[0].src else ["nothing"]):
+    raise IncompatibleCapture(f"a kernel input is a SINK of STOREs, not of {bad[0]}")
   return roots[0], d.var_vals(), d.assigns()
 
 def decode_schedule_input(data: bytes) -> tuple[UOp, dict[UOp, int], dict[str, int]]:
@@ -492,6 +468,9 @@ def decode_schedule_input(data: bytes) -> tuple[UOp, dict[UOp, int], dict[str, i
   d = parse(data)
   roots = d.roots()
   if len(roots) != 1 or roots[0].op is not Ops.SINK: raise IncompatibleCapture("a schedule input must have one SINK root")
+  # the big graph's outputs: a VIEW(BUFFER, op) each (scheduling/bigraph.py)
+  if bad := [s.op.name for s in roots[0].src if s.op is not Ops.VIEW]:
+    raise IncompatibleCapture(f"a schedule input is a SINK of VIEWs, not of {bad[0]}")
   return roots[0], d.var_vals(), _schedule_flags(d.doc.get("flags", {}))
 
 def _schedule_flags(flags: Any) -> dict[str, int]:

@@ -38,7 +38,7 @@ under the reader. The reader then sees an error or a checksum mismatch (payloads
 a silently different result; checking a store while capturing into it again is not a supported workflow.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, re, shutil, sqlite3, struct, tempfile, time, urllib.parse, zlib
+import atexit, functools, hashlib, json, os, re, shutil, sqlite3, struct, tempfile, time, urllib.parse, zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, cast
 import sqlite_utils
@@ -57,6 +57,9 @@ LOCK_DEADLINE_S = 180.0  # our retries around it (many writers, slow disks), the
 
 class StoreError(RuntimeError):
   """The file is not a usable capture store (not SQLite, a newer schema, unreadable)."""
+class StoreUnavailable(StoreError):
+  """The store could not be used now (locked by another writer, a disk that refuses reads or writes), whatever its
+  content: a capture stops with a warning rather than stop the program (replay/record/recorder.py)."""
 class _NoSchemaYet(StoreError):
   """Empty, or SQLite without tables: a store that may be being created right now."""
 
@@ -101,7 +104,7 @@ def _retry(fn: Callable[[], Any], what: str, path: Path) -> Any:
     except sqlite3.OperationalError as e:
       if not _busy(e): raise
       if time.monotonic() > deadline:
-        raise StoreError(f"{path}: still locked by another process after {LOCK_DEADLINE_S:.0f}s ({what}: {e})") from None
+        raise StoreUnavailable(f"{path}: still locked by another process after {LOCK_DEADLINE_S:.0f}s ({what}: {e})") from None
       time.sleep(delay)
       delay = min(delay * 2, 0.25)
 
@@ -178,7 +181,7 @@ def _drop_snapshots() -> None:
 def _header(p: Path) -> bytes:
   try:
     with open(p, "rb") as f: return f.read(100)
-  except OSError as e: raise StoreError(f"{p}: cannot be read ({e.strerror})") from None
+  except OSError as e: raise StoreUnavailable(f"{p}: cannot be read ({e.strerror})") from None
 
 def _check_file(p: Path, must_exist: bool) -> None:
   if not p.exists():
@@ -206,7 +209,7 @@ def _connect_readonly(p: Path) -> tuple[sqlite3.Connection, str]:
     snap = _snapshot(p)
     how, target = "snapshot", "file:" + urllib.parse.quote(str(snap)) + "?mode=ro&immutable=1"
   try: conn = sqlite3.connect(target, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
-  except sqlite3.Error as e: raise StoreError(f"{p}: cannot be opened ({e})") from None
+  except sqlite3.Error as e: raise StoreUnavailable(f"{p}: cannot be opened ({e})") from None
   if how == "ro" and os.path.exists(f"{p}-journal"):
     # a writer died mid-transaction: a read-only connection cannot roll its hot journal back; a private copy can
     try: conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -218,6 +221,12 @@ def _connect_readonly(p: Path) -> tuple[sqlite3.Connection, str]:
   return conn, how
 
 # *** the store ***
+
+# TEXT values are decoded leniently: SQLite stores whatever bytes a writer gave (CAST(X'ff' AS TEXT)), and the default
+# decoder raises on invalid UTF-8 at fetch time, crashing a read midway. backslashreplace shows such a byte as the text
+# `\xff` (valid UTF-8 decodes exactly as before); surrogateescape would round-trip but give strings that crash every
+# later UTF-8 write (a report, the terminal, a copy into another store).
+_decode_text = functools.partial(str, encoding="utf-8", errors="backslashreplace")
 
 class Store:
   def __init__(self, path: str | os.PathLike, readonly: bool = False, allow_empty: bool = False):
@@ -249,8 +258,9 @@ class Store:
     else:
       _check_file(self.path, must_exist=False)
       try: self.conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
-      except sqlite3.Error as e: raise StoreError(f"{self.path}: cannot be opened for writing ({e})") from None
+      except sqlite3.Error as e: raise StoreUnavailable(f"{self.path}: cannot be opened for writing ({e})") from None
       self.how = "write"
+    self.conn.text_factory = _decode_text
     if self.how in ("write", "shared") and (ident := _ident(self.path)) is not None:
       self._ident = ident
       _hold(ident, +1)
@@ -261,7 +271,7 @@ class Store:
       else: self._ensure_schema()
     except sqlite3.DatabaseError as e:
       self.close()
-      if _busy(e): raise StoreError(f"{self.path}: locked by another process for over {BUSY_TIMEOUT_S:.0f}s ({e})") from None
+      if _busy(e): raise StoreUnavailable(f"{self.path}: locked by another process for over {BUSY_TIMEOUT_S:.0f}s ({e})") from None
       raise StoreError(f"{self.path}: not a capture store ({e}); pass a .db file written by `replay capture`") from None
     except BaseException:
       self.close()

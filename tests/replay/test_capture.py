@@ -52,20 +52,24 @@ def test_round_trip_of_real_asts(tmp_path):
     assert full_ast_rewrite(pre2, vv2, asg2)[0] is ast
 
 _floats = st.sampled_from([0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), float("nan"), 1e-300, 3.141592653589793])
-_leaf = st.one_of(
+_index = st.builds(lambda s: UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(s)),
+                   st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple))
+# float values, well typed as every decoded graph must be (tinysched/opspec.py): a node of each form some pass makes
+_value = st.recursive(st.one_of(
   st.builds(lambda v: UOp.const(dtypes.float32, v), _floats),
-  st.builds(lambda v: UOp.const(dtypes.int32, v), st.integers(-2**31, 2**31 - 1)),
-  st.builds(lambda v: UOp.const(dtypes.bool, v), st.booleans()),
-  st.builds(lambda n, hi: Variable(n, 0, hi), st.sampled_from(["a", "b", "start_pos"]), st.integers(1, 64)),
-  st.builds(lambda s: UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(s)), st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple)),
-)
-_graph = st.recursive(_leaf, lambda kids: st.one_of(
+  st.builds(lambda i: UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), i)), _index),
+), lambda kids: st.one_of(
   st.builds(lambda a, b: UOp(Ops.ADD, a.dtype, (a, b)), kids, kids),
-  st.builds(lambda a: UOp(Ops.SINK, dtypes.void, (a,)), kids),
+  st.builds(lambda a, b: UOp(Ops.WHERE, a.dtype, (UOp(Ops.CMPLT, dtypes.bool, (a, b)), a, b)), kids, kids),
   st.builds(lambda a, t: UOp(Ops.REDUCE_AXIS, a.dtype, (a,), (Ops.MAX, t)), kids, st.lists(st.integers(0, 3), max_size=2).map(tuple)),
   st.builds(lambda a, s: UOp(Ops.VIEW, a.dtype, (a,), ShapeTracker.from_shape(s).pad(tuple((1, 0) for _ in s))),
             kids, st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple)),
 ), max_leaves=12)
+# a SINK takes any roots: the other leaves (ints, bools, Variables, indices) go there
+_graph = st.builds(lambda xs: UOp(Ops.SINK, dtypes.void, tuple(xs)), st.lists(st.one_of(
+  _value, _index, st.builds(lambda v: UOp.const(dtypes.int32, v), st.integers(-2**31, 2**31 - 1)),
+  st.builds(lambda v: UOp.const(dtypes.bool, v), st.booleans()),
+  st.builds(lambda n, hi: Variable(n, 0, hi), st.sampled_from(["a", "b", "start_pos"]), st.integers(1, 64))), min_size=1, max_size=3))
 
 @settings(max_examples=150, deadline=None)
 @given(_graph)

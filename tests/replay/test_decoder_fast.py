@@ -93,40 +93,40 @@ _MASKED = {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, {"t": [{"t": [0,
 # negative and forward references, out-of-range numbers. Each is decoded once in its valid form first, so the caches
 # hold the value it is equal to.
 NEAR_MISSES = {
-  "valid": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], _VIEW_ARG]],
-  "valid_masked": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], _MASKED]],
+  "valid": [_BUF, ["VIEW", {"dt": "float"}, [0], _VIEW_ARG]],
+  "valid_masked": [_BUF, ["VIEW", {"dt": "float"}, [0], _MASKED]],
   "ptr_true": [["BUFFER", {"dt": "float", "ptr": True}, [], _BUF[3]]],
   "ptr_float": [["BUFFER", {"dt": "float", "ptr": 1.0}, [], _BUF[3]]],
   "vec_float": [["CONST", {"dt": "float", "n": 4.0}, [], {"f": "0x1p+0"}]],
   "dtype_null_width": [["CONST", {"dt": "float", "n": None}, [], {"f": "0x1p+0"}]],
   "dtype_name_list": [["CONST", {"dt": ["float"]}, [], 1]],
   "op_name_list": [[["CONST"], {"dt": "float"}, [], 1]],
-  "src_true": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [True], _VIEW_ARG]],
-  "src_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [-1], _VIEW_ARG]],
-  "src_forward": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [5], _VIEW_ARG]],
+  "src_true": [_BUF, ["VIEW", {"dt": "float"}, [True], _VIEW_ARG]],
+  "src_negative": [_BUF, ["VIEW", {"dt": "float"}, [-1], _VIEW_ARG]],
+  "src_forward": [_BUF, ["VIEW", {"dt": "float"}, [5], _VIEW_ARG]],
   "src_self": [["NEG", {"dt": "float"}, [0], None]],
-  "view_shape_true": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, True, 4]}, {"t": [4, 0, 1]}, 0, None]}]}]],
-  "view_stride_float": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4.0, 0, 1]}, 0, None]}]}]],
-  "view_offset_false": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, False, 1]}, False, None]}]}]],
-  "mask_true": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+  "view_shape_true": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, True, 4]}, {"t": [4, 0, 1]}, 0, None]}]}]],
+  "view_stride_float": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4.0, 0, 1]}, 0, None]}]}]],
+  "view_offset_false": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, False, 1]}, False, None]}]}]],
+  "mask_true": [_BUF, ["VIEW", {"dt": "float"}, [0],
                        {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, {"t": [{"t": [False, 2]}, {"t": [0, True]}, {"t": [True, 4]}]}]}]}]],
-  "mask_past_shape": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+  "mask_past_shape": [_BUF, ["VIEW", {"dt": "float"}, [0],
                              {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, {"t": [{"t": [0, 2]}, {"t": [0, 1]}, {"t": [1, 5]}]}]}]}]],
   # int-only views out of range, never seen before: the fast path makes first-seen views itself (_int_view_fits)
-  "view_dim_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, E.MAX_DIM + 1]}, {"t": [1, 0]}, 0, None]}]}]],
-  "view_dim_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, -2]}, {"t": [1, 0]}, 0, None]}]}]],
-  "view_stride_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [-E.MAX_DIM - 1, 0]}, 0, None]}]}]],
-  "view_offset_too_big": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 2**62 + 1, None]}]}]],
-  "view_ranks_differ": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1, 1]}, 0, None]}]}]],
-  "view_too_many_dims": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+  "view_dim_too_big": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, E.MAX_DIM + 1]}, {"t": [1, 0]}, 0, None]}]}]],
+  "view_dim_negative": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, -2]}, {"t": [1, 0]}, 0, None]}]}]],
+  "view_stride_too_big": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [-E.MAX_DIM - 1, 0]}, 0, None]}]}]],
+  "view_offset_too_big": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 2**62 + 1, None]}]}]],
+  "view_ranks_differ": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1, 1]}, 0, None]}]}]],
+  "view_too_many_dims": [_BUF, ["VIEW", {"dt": "float"}, [0],
                                 {"st": [{"v": [{"t": [1] * (E.MAX_DIMS + 1)}, {"t": [0] * (E.MAX_DIMS + 1)}, 0, None]}]}]],
-  "mask_reversed": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+  "mask_reversed": [_BUF, ["VIEW", {"dt": "float"}, [0],
                            {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [2, 1]}, {"t": [0, 2]}]}]}]}]],
-  "mask_negative": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0],
+  "mask_negative": [_BUF, ["VIEW", {"dt": "float"}, [0],
                            {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [-1, 1]}, {"t": [0, 2]}]}]}]}]],
-  "mask_rank_differs": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [0, 1]}]}]}]}]],
-  "view_extra_field": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, None], "x": 1}]}]],
-  "no_views": [_BUF, ["VIEW", {"dt": "float", "ptr": 1}, [0], {"st": []}]],
+  "mask_rank_differs": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 2]}, {"t": [2, 1]}, 0, {"t": [{"t": [0, 1]}]}]}]}]],
+  "view_extra_field": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": [{"v": [{"t": [3, 1, 4]}, {"t": [4, 0, 1]}, 0, None], "x": 1}]}]],
+  "no_views": [_BUF, ["VIEW", {"dt": "float"}, [0], {"st": []}]],
   "buffer_number_true": [["BUFFER", {"dt": "float", "ptr": 1}, [], {"t": [True, {"t": ["CPU", 12, {"dt": "float"}]}]}]],
   "int_too_big": [["CONST", {"dt": "int"}, [], 2**64]],
   "string_too_long": [["CONST", {"dt": "int"}, [], "x" * (E.MAX_STR + 1)]],
@@ -172,32 +172,47 @@ def _view(draw, sym: UOp | None):
     mask = tuple((b := draw(st.integers(0, s)), draw(st.integers(b, s))) for s in shape)
   return View(tuple(shape), strides, draw(st.integers(-5, 20)), mask)
 
+def _const(draw, dt):
+  v = draw(_floats) if dt in (dtypes.float32, dtypes.float16) else draw(st.booleans()) if dt is dtypes.bool else draw(st.integers(-2**31, 2**31))
+  return UOp(Ops.CONST, dt, (), v)
+
 @st.composite
 def graphs(draw) -> UOp:
+  """Random graphs that pass tinysched's op table (tinysched/opspec.py), as every decoded graph must: each node of a
+  form some pass makes, of one value dtype (comparisons make bools)."""
   sym = Variable("n", 1, 8) if draw(st.booleans()) else None
+  dt = draw(st.sampled_from(_DT))
+  def st_of() -> ShapeTracker: return ShapeTracker(tuple(draw(_view(sym)) for _ in range(draw(st.integers(1, 2)))))
   nodes: list[UOp] = []
-  for i in range(draw(st.integers(1, 12))):
-    kind = draw(st.sampled_from(["const", "buffer", "view", "alu", "reduce", "other"]))
-    if kind == "const" or not nodes:
-      dt = draw(st.sampled_from(_DT))
-      v = draw(_floats) if dt in (dtypes.float32, dtypes.float16) else draw(st.booleans()) if dt is dtypes.bool else draw(st.integers(-2**31, 2**31))
-      nodes.append(UOp(Ops.CONST, dt, (), v))
-    elif kind == "buffer":
-      dt = draw(st.sampled_from(_DT))
-      nodes.append(UOp(Ops.BUFFER, dt.ptr(), (), (draw(st.integers(0, 50)), ("CPU", draw(st.integers(1, 4096)), dt))))
-    elif kind == "view":
-      views = tuple(draw(_view(sym)) for _ in range(draw(st.integers(1, 2))))
-      nodes.append(UOp(Ops.VIEW, nodes[-1].dtype, (draw(st.sampled_from(nodes)),), ShapeTracker(views)))
+  for _ in range(draw(st.integers(1, 12))):
+    kind = draw(st.sampled_from(["const", "buffer", "load", "view", "alu", "where", "reduce"]))
+    if kind == "const" or not nodes: nodes.append(_const(draw, dt))
+    elif kind in ("buffer", "load"):
+      b = UOp(Ops.BUFFER, dt.ptr(), (), (draw(st.integers(0, 50)), ("CPU", draw(st.integers(1, 4096)), dt)))
+      # a buffer that holds data (big graph), or a LOAD of it through an index (kernel)
+      nodes.append(UOp(Ops.VIEW, dt, (b,), st_of()) if kind == "buffer" else UOp(Ops.LOAD, dt, (b, UOp(Ops.VIEW, dtypes.void, (), st_of()))))
+    elif kind == "view": nodes.append(UOp(Ops.VIEW, dt, (draw(st.sampled_from(nodes)),), st_of()))
     elif kind == "alu":
       a, b = draw(st.sampled_from(nodes)), draw(st.sampled_from(nodes))
       op = draw(st.sampled_from([Ops.ADD, Ops.MUL, Ops.MAX, Ops.NEG, Ops.SQRT]))
-      nodes.append(UOp(op, a.dtype, (a, b) if op in (Ops.ADD, Ops.MUL, Ops.MAX) else (a,)))
-    elif kind == "other":  # an op whose argument only the encoding constrains: nested tuples of every scalar kind
-      nodes.append(UOp(Ops.CONTIGUOUS, nodes[-1].dtype, (nodes[-1],), draw(_args)))
+      nodes.append(UOp(op, dt, (a, b) if op in (Ops.ADD, Ops.MUL, Ops.MAX) else (a,)))
+    elif kind == "where":
+      a, b = draw(st.sampled_from(nodes)), draw(st.sampled_from(nodes))
+      gate = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), st_of()),)) if draw(st.booleans()) else UOp(Ops.CMPLT, dtypes.bool, (a, b))
+      nodes.append(UOp(Ops.WHERE, dt, (gate, a, b)))
     else:
       axes = tuple(sorted(set(draw(st.lists(st.integers(0, 7), max_size=6)))))
-      nodes.append(UOp(Ops.REDUCE_AXIS, nodes[-1].dtype, (draw(st.sampled_from(nodes)),), (draw(st.sampled_from([Ops.ADD, Ops.MAX])), axes)))
+      nodes.append(UOp(Ops.REDUCE_AXIS, dt, (draw(st.sampled_from(nodes)),), (draw(st.sampled_from([Ops.ADD, Ops.MAX])), axes)))
   return UOp.sink_of(*nodes[-3:])
+
+# node arguments of every scalar kind, nested, through the argument codec alone (no op takes an arbitrary argument)
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), **FIXED)
+@given(_args)
+def test_arguments_round_trip(a):
+  enc = E._Encoder(canonical_buffers=False).arg(a)
+  dec = E._Decoder({"format": E.FORMAT, "version": E.VERSION, "nodes": []})
+  for back in (dec.arg(json.loads(json.dumps(enc)), ""), dec._fast_arg(json.loads(json.dumps(enc)), 0)):
+    assert E._Encoder(canonical_buffers=False).arg(back) == enc
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), **FIXED)
 @given(graphs())

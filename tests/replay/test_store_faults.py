@@ -494,11 +494,15 @@ LOSES_LAST_BATCH = textwrap.dedent("""
   c = sqlite3.connect(sys.argv[1]); c.execute("DROP TABLE captures"); c.commit(); c.close()  # the flush at exit cannot write
 """)
 
-def test_a_capture_whose_last_flush_fails_does_not_exit_0(tmp_path):
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_capture_whose_last_flush_fails_warns_and_strict_runners_exit_2(tmp_path, strict):
+  # the user's program exits as it would have (0), with the warning; replay's own runners (strict) must not take the
+  # incomplete store for a whole one: exit 2
   db = tmp_path / "x.db"
-  r = subprocess.run([sys.executable, "-c", LOSES_LAST_BATCH.format(root=str(ROOT)), str(db)], env={**ENV, "TINYSCHED_CAPTURE": str(db)},
-                     capture_output=True, text=True, timeout=120)
-  assert r.returncode == 2 and "failed while writing its last captures" in r.stderr, (r.returncode, r.stderr)
+  env = {**ENV, "TINYSCHED_CAPTURE": str(db), **({"TINYSCHED_CAPTURE_STRICT": "1"} if strict else {})}
+  r = subprocess.run([sys.executable, "-c", LOSES_LAST_BATCH.format(root=str(ROOT)), str(db)], env=env, capture_output=True, text=True, timeout=120)
+  assert r.returncode == (2 if strict else 0) and "stopped while writing its last captures" in r.stderr, (r.returncode, r.stderr)
+  assert r.stderr.count("replay: warning: capture into") == 1 and "Traceback" not in r.stderr, r.stderr
 
 @pytest.mark.parametrize("var, value", [("TINYSCHED_CAPTURE", "notes.txt"), ("TINYSCHED_CAPTURE", "nonexistent/dir/x.db"),
                                         ("TINYSCHED_CAPTURE_LEVELS", "bogus")])

@@ -15,16 +15,21 @@ stable text. The fingerprint covers the code two ways:
   swapped inside a module-level container in place, a function's __code__ replaced, a module loaded after the digest,
   the names of this module and of the capture slot (`_NOT_CHECKED`).
 Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). A hit is reported to a
-capture as to_program reports a rendering (`report_program`), so capturing never changes what the cache does. An entry
-that cannot be read or parsed is ignored and written again. `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON
-under `$TINYSCHED_CACHE/programs/` (`tinysched.helpers.cache_root`).
+capture as to_program reports a rendering (`report_program`), so capturing never changes what the cache does.
+`TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `$TINYSCHED_CACHE/programs/`, a folder used only when it
+is this user's alone (`tinysched.helpers.trusted_cache_dir`).
+
+An entry is named by the hash of its key, and records the whole key (the fingerprint, the AST's key, the opts, the
+target) and a sha256 of key and program: it is used only for exactly that key. A file copied over another entry (two
+kernels swapped: the execution check would call the right code `wrong`), an edited, unparsable or malformed one is
+refused (counted: `tinysched.helpers.cache_rejections`), and the program rendered and written again.
 """
 from __future__ import annotations
 import functools, hashlib, itertools, json, operator, os, sys, types
 from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
-from tinysched.helpers import cache_root, write_cache_entry
+from tinysched.helpers import cache_root, write_cache_entry, trusted_cache_dir, reject_cache_entry
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
 from tinysched.rewrite import PatternMatcher
@@ -32,7 +37,7 @@ from tinysched.codegen.kernel import Opt
 from tinysched.codegen.target import Target, device_class
 from tinysched.codegen.program import Program, report_program, to_program
 
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes (an entry of another format is a plain miss)
 
 def fingerprint_of(root: Path) -> str:
   """sha256 of a package's source (relative path and bytes of every .py file under `root`, in path order), the Python
@@ -164,34 +169,65 @@ def enabled() -> bool: return os.environ.get("TINYSCHED_PROGRAM_CACHE", "0") == 
 
 def _folder() -> Path: return cache_root() / "programs"
 
-def entry_key(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> str:
+def key_material(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> str:
+  """The whole key of an entry: what the program depends on (an entry records it; its file is named by its hash)."""
   o = "none" if opts is None else ",".join(repr(x) for x in opts)
-  return hashlib.sha256("\0".join([code_fingerprint(), ast.key, o, target.stable_repr()]).encode()).hexdigest()
+  return "\0".join([code_fingerprint(), ast.key, o, target.stable_repr()])
 
-def _encode(p: Program) -> str:
-  return json.dumps({"name": p.name, "src": p.src, "global": list(p.global_size), "local": None if p.local_size is None else list(p.local_size),
-                     "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [o.to_tuple() for o in p.opts],
-                     "local_mem": p.local_mem})
+def entry_key(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> str:
+  return hashlib.sha256(key_material(ast, opts, target).encode()).hexdigest()
 
-def _decode(text: str) -> Program:
+class _OtherFormat(ValueError): """An entry of an earlier (or later) FORMAT: a miss, not a refusal."""
+
+def _digest(key: str, prg: dict) -> str:
+  return hashlib.sha256(json.dumps([key, prg], sort_keys=True).encode()).hexdigest()
+
+def _encode(p: Program, key: str) -> str:
+  prg = {"name": p.name, "src": p.src, "global": list(p.global_size), "local": None if p.local_size is None else list(p.local_size),
+         "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [list(o.to_tuple()) for o in p.opts], "local_mem": p.local_mem}
+  return json.dumps({"format": FORMAT, "key": key, "program": prg, "sha256": _digest(key, prg)})
+
+def _key_matches(recorded: Any, wanted: str) -> bool:
+  """Whether an entry's recorded key is the one asked for (one place, so a test can take the check away)."""
+  return recorded == wanted
+
+def _sizes(xs: Any, what: str) -> tuple[int, ...]:
+  if not isinstance(xs, list) or not 1 <= len(xs) <= 3 or not all(type(x) is int and x >= 1 for x in xs):
+    raise ValueError(f"{what} size {xs!r} is not 1 to 3 integers of at least 1")
+  return tuple(xs)
+
+def _decode(text: str, key: str | None = None) -> Program:
+  """The Program of an entry's text; ValueError (KeyError, TypeError) for one that is not an entry of this FORMAT whose
+  hash holds (and, given `key`, stored under it), or that no renderer made (sizes that are no launch)."""
   d = json.loads(text)
-  return Program(d["name"], d["src"], tuple(int(g) for g in d["global"]), None if d["local"] is None else tuple(int(x) for x in d["local"]),
-                 tuple(dtypes.from_name(n) for n in d["dtypes"]), tuple(int(i) for i in d["outs"]), (), tuple(Opt.from_tuple(o) for o in d["opts"]),
-                 int(d["local_mem"]))
+  if not isinstance(d, dict): raise ValueError(f"not an entry: a JSON {type(d).__name__}")
+  if d.get("format") != FORMAT: raise _OtherFormat(f"format {d.get('format')}")
+  prg = d["program"]
+  if not isinstance(prg, dict) or d["sha256"] != _digest(d["key"], prg): raise ValueError("its content does not match its hash")
+  if key is not None and not _key_matches(d["key"], key): raise ValueError("stored for another key (copied from another kernel, code or target)")
+  gs, ls = _sizes(prg["global"], "global"), None if prg["local"] is None else _sizes(prg["local"], "local")
+  if ls is not None and len(ls) != len(gs): raise ValueError(f"local size {ls} does not match global size {gs}")
+  bufs = tuple(dtypes.from_name(n) for n in prg["dtypes"])
+  outs = tuple(int(i) for i in prg["outs"])
+  if not all(0 <= i < len(bufs) for i in outs): raise ValueError(f"outputs {outs} are not among its {len(bufs)} buffers")
+  return Program(str(prg["name"]), str(prg["src"]), gs, ls, bufs, outs, (), tuple(Opt.from_tuple(o) for o in prg["opts"]), int(prg["local_mem"]))
 
 def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Program:
   """to_program(ast, opts, target), read from the disk cache when this code rendered it before (module docstring)."""
-  if not enabled(): return to_program(ast, opts, target)
+  if not enabled() or (folder := trusted_cache_dir(_folder())) is None: return to_program(ast, opts, target)
   target = device_class(target)  # (the key names the class to_program renders for: devices of one class share entries)
-  path = _folder() / f"{entry_key(ast, opts, target)}.json"
-  try: hit = _decode(path.read_text())
-  except (OSError, ValueError, KeyError, TypeError): pass  # missing, unreadable or not an entry: render it
+  key = key_material(ast, opts, target)
+  path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+  try: hit = _decode(path.read_text(), key)
+  except (OSError, _OtherFormat): pass  # missing, or written by another version of this cache: render it
+  except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # refused (counted): render it
+    reject_cache_entry(path, f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
   else:
     report_program(ast, target, hit, opts is not None)  # a capture records a hit as the rendering it stands for
     return hit
   p = to_program(ast, opts, target)
   if not p.vars and all(isinstance(g, int) for g in p.global_size):
-    write_cache_entry(path, _encode(p).encode())  # (a concurrent reader sees the whole entry or none)
+    write_cache_entry(path, _encode(p, key).encode())  # (a concurrent reader sees the whole entry or none)
   return p
 
-__all__ = ["cached_program", "code_fingerprint", "fingerprint_of", "live_digest", "entry_key"]
+__all__ = ["cached_program", "code_fingerprint", "fingerprint_of", "live_digest", "entry_key", "key_material"]

@@ -9,9 +9,16 @@ Memory: freed buffers go to a size-bucketed free list (4 buckets per power of tw
 when an allocation fails the free list is released and the allocation retried once.
 
 Programs are cached in memory and on disk (`$TINYSCHED_CACHE` or `~/.cache/tinysched`, subfolder
-`opencl/`), keyed by a hash of the source and `_device_ident` (the device name, the driver, platform and OpenCL
-versions). A disk entry carries a checksum; an unreadable, corrupted or rejected binary is ignored
-and the program is rebuilt from source. `TINYSCHED_DISK_CACHE=0` turns the disk cache off.
+`opencl/`), named by a hash of their key: the source's sha256, the build options and `_device_ident` (the device name,
+the driver, platform and OpenCL versions). An entry records that whole key and a hash of the key and its content, and
+is used only when both match what is asked for: a file copied over another (a kernel of the same name, another device's
+build) is refused and counted (`tinysched.helpers.cache_rejections`), never run. An unreadable, corrupted or rejected
+binary is ignored and the program is rebuilt from source. The folder is used only when it is this user's alone
+(`tinysched.helpers.trusted_cache_dir`). `TINYSCHED_DISK_CACHE=0` turns the disk cache off.
+
+Launches are checked before they are enqueued (`launch_bounds`): sizes from a cache or a store that a kernel cannot
+have been made for (a dim of 0 or 2**31, more dims than it declares, a work-group larger than the device allows, an
+argument count other than its parameters') raise LaunchError instead of reading and writing past its buffers.
 
 Batch compiles (`OpenCLBackend.prebuild`): many kernels compiled as one program. A compiler's fixed cost per build
 (PoCL 3.1 here: about 130 ms to parse its headers, against 9 ms per kernel in a batch of 24) is then paid once per
@@ -29,7 +36,7 @@ report no time (GlobalCounters.time_sum_s stays 0) and the explicit timing calls
 raise. replay's execution-check workers always profile (they time kernels).
 """
 from __future__ import annotations
-import contextlib, functools, hashlib, os, sys, warnings
+import contextlib, functools, hashlib, os, re, subprocess, sys, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -44,7 +51,7 @@ from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
 from tinysched.codegen.program_cache import cached_program
 from tinysched.codegen.opencl import UnsupportedDTypeError
-from tinysched.helpers import getenv, DEBUG, cache_root, write_cache_entry, disk_cache_enabled as _use_disk
+from tinysched.helpers import getenv, DEBUG, cache_root, write_cache_entry, disk_cache_enabled as _use_disk, trusted_cache_dir, reject_cache_entry
 
 try:
   import pyopencl as cl
@@ -57,6 +64,10 @@ class CompileError(RuntimeError):
     self.device, self.name, self.log, self.src = device, name, log, src
     numbered = "\n".join(f"{i+1:4d} {line}" for i, line in enumerate(src.splitlines()))
     super().__init__(f"OpenCL build of kernel {name!r} failed on {device}:\n{log.strip()}\n--- source ---\n{numbered}")
+
+class LaunchError(DeviceError):
+  """A launch refused before it was enqueued: sizes or arguments the kernel was not made for or the device does not
+  allow (a corrupted cache or store entry, a caller's mistake). Enqueued, they read and write past the buffers."""
 
 # *** device discovery ***
 
@@ -155,16 +166,41 @@ def _device_ident(d) -> str:
 def probe_fp16(d) -> bool:
   """Whether device `d` builds and correctly runs what native half kernels use (`_FP16_PROBE`). A driver may support
   half without listing cl_khr_fp16, or only in part; asking the compiler is the only way to know. False on any build
-  or run error. The answer is kept in the disk cache per device, driver and probe (a failed build is not cached by
-  PoCL: the probe cost every process 0.2 s)."""
-  path = cache_dir() / f"fp16-probe-{hashlib.sha256((_device_ident(d) + _FP16_PROBE).encode()).hexdigest()}"
-  if _use_disk() and (known := _disk_load(path)) in (b"0", b"1"): return known == b"1"
+  or run error. The answer is kept in the disk cache, keyed by device, driver and probe (a failed build is not cached
+  by PoCL: the probe cost every process 0.2 s); an answer stored under another key is refused, and the probe run."""
+  key = "\0".join(["fp16-probe", _device_ident(d), _FP16_PROBE]).encode()
+  path = None if (folder := _disk_folder()) is None else folder / f"fp16-probe-{hashlib.sha256(key).hexdigest()}"
+  if path is not None and (known := _disk_load(path, _FP16, key)) is not None:
+    if known in (b"0", b"1"): return known == b"1"
+    reject_cache_entry(path, f"not a probe answer: {known[:16]!r}")
   ok = _run_fp16_probe(d)
   if ok is None: return False  # not asked: storage half this time, and asked again by the next process
-  if _use_disk(): _disk_store(path, b"1" if ok else b"0")
+  if path is not None: _disk_store(path, _FP16, key, b"1" if ok else b"0")
   return ok
 
 def _run_fp16_probe(d) -> bool | None:
+  """The probe's answer, asked in a child process: a compiler that calls exit() or crashes (PoCL does when its cache disk
+  is full) must end the child, not the program that opened the device. None when the device could not be asked."""
+  plats = cl.get_platforms()
+  try:
+    pi = next(i for i, p in enumerate(plats) if p.int_ptr == d.platform.int_ptr)
+    di = next(i for i, x in enumerate(plats[pi].get_devices()) if x.int_ptr == d.int_ptr)
+  except StopIteration: return None
+  root = str(Path(__file__).resolve().parents[2])  # (the child imports this very tinysched)
+  env = {k: v for k, v in os.environ.items() if not k.startswith("TINYSCHED_CAPTURE")}  # the probe is not the user's work: no capture
+  env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+  code = "import sys; from tinysched.runtime.opencl import _probe_child; _probe_child(int(sys.argv[1]), int(sys.argv[2]))"
+  try: r = subprocess.run([sys.executable, "-c", code, str(pi), str(di)], env=env, capture_output=True, text=True, timeout=300)
+  except (OSError, subprocess.TimeoutExpired): return None
+  answer = r.stdout.strip().splitlines()[-1:] if r.returncode == 0 else []
+  return {"fp16-probe 1": True, "fp16-probe 0": False}.get(answer[0]) if answer else None
+
+def _probe_child(pi: int, di: int) -> None:
+  """The child's side of _run_fp16_probe: one line, `fp16-probe 1`, `fp16-probe 0` or `fp16-probe none`."""
+  ok = _probe_here(cl.get_platforms()[pi].get_devices()[di])
+  print(f"fp16-probe {'none' if ok is None else int(ok)}", flush=True)
+
+def _probe_here(d) -> bool | None:
   """The probe's answer: whether it builds and computes EXPECTED; None when the device could not be asked (a context,
   memory or launch error, which may pass: not an answer to keep)."""
   try:
@@ -244,29 +280,96 @@ class Allocator:
 
 def cache_dir() -> Path: return cache_root() / "opencl"
 
-_MAGIC = b"TSCL1\n"
+def _disk_folder() -> Path | None:
+  """The folder of the OpenCL disk cache, when it is on and the folder is this user's alone; else None (no disk cache)."""
+  return trusted_cache_dir(cache_dir()) if _use_disk() else None
 
-def _disk_load(path: Path) -> bytes | None:
-  try: data = path.read_bytes()
-  except OSError: return None
-  if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 32: return None
-  digest, binary = data[len(_MAGIC):len(_MAGIC)+32], data[len(_MAGIC)+32:]
-  return binary if hashlib.sha256(binary).digest() == digest else None
-
-
-def _disk_store(path: Path, binary: bytes, magic: bytes = _MAGIC, digest: bool = True) -> None:
-  write_cache_entry(path, magic + (hashlib.sha256(binary).digest() if digest else b"") + binary)
-
-_BATCH = b"TSCB1\n"  # a kernel's disk entry that names the batch its source was compiled in (see prebuild)
+# An entry: _MAGIC, its kind (4 bytes), the length (4 bytes, big-endian) and text of the whole key it was stored under,
+# the sha256 of all that and the payload, the payload. File names are hashes of keys, and nothing ties a file's bytes to
+# its name: only the recorded key says which kernel, batch, device and driver an entry is for.
+_MAGIC = b"TSCL2\n"
+_OLDER = (b"TSCL1\n", b"TSCB1\n")  # earlier formats (their own checksums only): a miss, rebuilt in this one
+_BIN, _PTR, _BSRC, _BBIN, _FP16 = b"bin\0", b"ptr\0", b"bsrc", b"bbin", b"fp16"  # a kernel's binary or its batch; a batch's source, binary
+_BUILD_OPTIONS = ""  # what every program here is built with (part of every key: other options, other binaries)
 BATCH_SIZE = 24       # kernels per batch program: past ~20 the per-build cost is paid off (PoCL 3.1)
 
-def _disk_pointer(path: Path) -> str | None:
-  """The batch a kernel's disk entry names, or None (no entry, a binary entry, or unreadable)."""
+def _refuse(path: Path, why: str) -> Any:
+  """None, once the entry at `path` is counted as refused (callers return it: a refused entry is a miss)."""
+  reject_cache_entry(path, why)
+  return None
+
+def _key_matches(recorded: bytes, wanted: bytes) -> bool:
+  """Whether an entry's recorded key is the one asked for (one place, so a test can take the check away)."""
+  return recorded == wanted
+
+def _disk_read(path: Path) -> tuple[bytes, bytes, bytes] | None:
+  """(kind, recorded key, payload) of the entry at `path` if its hash holds; None for no entry, an older format (a
+  miss), or a corrupted or foreign file (refused: counted and reported once, `reject_cache_entry`)."""
   try: data = path.read_bytes()
   except OSError: return None
-  if not data.startswith(_BATCH) or len(data) != len(_BATCH) + 64: return None
-  h = data[len(_BATCH):].decode("ascii", "replace")
-  return h if all(c in "0123456789abcdef" for c in h) else None
+  if data.startswith(_OLDER): return None
+  n = len(_MAGIC)
+  if not data.startswith(_MAGIC) or len(data) < n + 8: return _refuse(path, "not a cache entry of this format")
+  end = n + 8 + int.from_bytes(data[n+4:n+8], "big")
+  if len(data) < end + 32: return _refuse(path, "truncated")
+  payload = data[end+32:]
+  if hashlib.sha256(data[:end] + payload).digest() != data[end:end+32]: return _refuse(path, "its content does not match its hash")
+  return data[n:n+4], data[n+8:end], payload
+
+def _disk_load(path: Path, kind: bytes, key: bytes) -> bytes | None:
+  """The payload of the entry at `path` if it is a `kind` entry stored under exactly `key`; else None (refused if present)."""
+  if (e := _disk_read(path)) is None: return None
+  if e[0] != kind or not _key_matches(e[1], key): return _refuse(path, "stored for another key (copied from another kernel, device or driver)")
+  return e[2]
+
+def _disk_store(path: Path, kind: bytes, key: bytes, payload: bytes) -> None:
+  head = _MAGIC + kind + len(key).to_bytes(4, "big") + key
+  write_cache_entry(path, head + hashlib.sha256(head + payload).digest() + payload)
+
+# *** launch checks ***
+
+_INT32_MAX = 2**31 - 1
+# a thread id as codegen/opencl.py renders it, with its extent noted: `int gidx0 = get_group_id(0); /* 16 */`
+_ID_DECL = re.compile(r"\b(?:int|long) \w+ = get_(global|group|local)_id\(([0-2])\); /\* (\d+) \*/")
+
+@functools.lru_cache(maxsize=1024)
+def _declared_ids(src: str) -> tuple[tuple[str, int, int], ...]:
+  """(kind, dim, extent) of each thread id a generated kernel declares; () for a source that declares none (hand-written)."""
+  return tuple((m[1], int(m[2]), int(m[3])) for m in _ID_DECL.finditer(src))
+
+def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+def launch_bounds(name: str, src: str, gs: Sequence[Any], ls: Sequence[Any] | None, t: Target, size_max: int) -> tuple[int, ...]:
+  """Check the sizes of a launch of kernel `name` (source `src`) on a device with limits `t`, before it is enqueued;
+  returns per global dim the largest size it may take. `gs` may hold None for a size known only at each launch (a
+  Variable's); every other size is checked here: 1 to 3 dims; global sizes at least 1 and below 2**31, or where the
+  kernel declares an id for that dim up to the device's size_t; each local size at least 1 and within the device's
+  work-item sizes, their product within its work-group size, dividing the global size. A generated kernel notes each
+  id's extent: a static global size must be exactly that (a local one too), a symbolic one at most that. Else
+  LaunchError, naming the kernel and the problem."""
+  def bad(why: str): raise LaunchError(f"kernel {name}: launch refused before it ran: {why}")
+  if not isinstance(gs, (tuple, list)) or not 1 <= len(gs) <= 3: bad(f"a launch has 1 to 3 global dims, got {gs!r}")
+  if any(g is not None and (not _is_int(g) or g < 1) for g in gs): bad(f"global sizes must be integers of at least 1, got {list(gs)}")
+  if ls is not None:
+    if not isinstance(ls, (tuple, list)) or len(ls) != len(gs): bad(f"local size {ls!r} does not match the {len(gs)} global dims {list(gs)}")
+    if any(not _is_int(x) or x < 1 for x in ls): bad(f"local sizes must be integers of at least 1, got {list(ls)}")
+    items = tuple(t.max_work_item_sizes) + (1,) * 3
+    if any(x > items[d] for d, x in enumerate(ls)) or int(np.prod(ls)) > t.max_work_group_size:
+      bad(f"a work-group of {list(ls)} is more than {t.name} allows (at most {t.max_work_group_size} threads, {list(t.max_work_item_sizes)} per dim)")
+  hi = [_INT32_MAX] * len(gs)  # (a declared id's extent replaces it: a kernel reads an id past 2**31 as a long)
+  for kind, d, n in _declared_ids(src):
+    if d >= len(gs): bad(f"its source reads get_{kind}_id({d}), and the launch has {len(gs)} dims")
+    if kind == "local":
+      if ls is None or ls[d] != n: bad(f"its source is made for a local size of {n} in dim {d}, the launch gives {None if ls is None else list(ls)}")
+      continue
+    if kind == "group" and ls is None: bad("its source reads work-group ids, and the launch has no local size")
+    want = n if kind == "global" else n * ls[d]  # type: ignore[index]
+    if gs[d] is not None and gs[d] != want: bad(f"its source is made for a global size of {want} in dim {d}, the launch gives {list(gs)}")
+    hi[d] = min(want, size_max)
+  for d, g in enumerate(gs):
+    if g is not None and g > hi[d]: bad(f"global size {g} in dim {d} is past what the kernel or device can index ({hi[d]})")
+    if g is not None and ls is not None and g % ls[d]: bad(f"global sizes {list(gs)} are not multiples of the local sizes {list(ls)}")
+  return tuple(hi)
 
 def _batchable(name: str, src: str) -> bool:
   """Whether a source can share a program with others: one kernel, nothing before it that another source could repeat."""
@@ -306,27 +409,40 @@ class _CLDevice:
     self.programs: dict[tuple, Program] = {}
     self.base_align = max(int(d.mem_base_addr_align) // 8, 1)
     self.wg_limits: dict[int, int] = {}  # id(kernel) -> CL_KERNEL_WORK_GROUP_SIZE (kernels live in self.kernels forever)
+    self.arg_counts: dict[int, int] = {}  # id(kernel) -> CL_KERNEL_NUM_ARGS (likewise)
+    self.bounds: dict[int, tuple[Program, tuple[int, ...]]] = {}  # id(program) -> (it, launch_bounds): checked once
+    self.size_max = (1 << int(d.address_bits)) - 1  # the device's size_t: the largest global size it takes
     self.batches: dict[str, Any] = {}    # batch hash -> its built program (see prebuild)
     self.batch_sources: dict[str, str] = {}
     self.single_builds = 0               # programs built from one source (a batch hit avoids one): for tests and benches
 
-  def cache_key(self, src: str) -> str:
-    return hashlib.sha256("\0".join([src, _device_ident(self.device)]).encode()).hexdigest()
+  def kernel_key(self, src: str) -> bytes:
+    """The whole key of a kernel's disk entry: its source, the build options, this device and driver."""
+    return "\0".join(["kernel", hashlib.sha256(src.encode()).hexdigest(), _BUILD_OPTIONS, _device_ident(self.device)]).encode()
+  def cache_key(self, src: str) -> str: return hashlib.sha256(self.kernel_key(src)).hexdigest()  # the entry's file name
+  def batch_key(self, bsrc: str) -> bytes:
+    return "\0".join(["batch", hashlib.sha256(bsrc.encode()).hexdigest(), _BUILD_OPTIONS, _device_ident(self.device)]).encode()
 
   def kernel(self, name: str, src: str):
     if (k := self.kernels.get((name, src))) is not None: return k
-    use_disk = _use_disk()
-    path = cache_dir() / f"{self.cache_key(src)}.bin"
+    folder = _disk_folder()
+    path = None if folder is None else folder / f"{self.cache_key(src)}.bin"
     prg = None
-    if use_disk and (h := _disk_pointer(path)) is not None and (bprg := self._batch(h, name, src)) is not None:
-      k = self.kernels[(name, src)] = cl.Kernel(bprg, name)
-      return k
-    if use_disk and (binary := _disk_load(path)) is not None:
-      try:
-        with warnings.catch_warnings():
-          warnings.simplefilter("ignore", cl.CompilerWarning)
-          prg = cl.Program(self.ctx, [self.device], [binary]).build()
-      except Exception: prg = None  # rejected by this driver: rebuild from source
+    # a kernel's entry holds its binary, or names the batch it was compiled in; either only for exactly this key
+    if folder is not None and path is not None and (entry := _disk_read(path)) is not None:
+      kind, key, payload = entry
+      if kind not in (_BIN, _PTR) or not _key_matches(key, self.kernel_key(src)):
+        _refuse(path, "stored for another key (copied from another kernel, device or driver)")
+      elif kind == _PTR:
+        if (bprg := self._batch(folder, payload.decode("ascii", "replace"), name, src)) is not None:
+          k = self.kernels[(name, src)] = cl.Kernel(bprg, name)
+          return k
+      else:
+        try:
+          with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            prg = cl.Program(self.ctx, [self.device], [payload]).build()
+        except Exception: prg = None  # rejected by this driver: rebuild from source
     if prg is None:
       try:
         with warnings.catch_warnings():
@@ -340,22 +456,26 @@ class _CLDevice:
         try: log = prg.get_build_info(self.device, cl.program_build_info.LOG) if prg is not None else ""
         except Exception: pass
         raise CompileError(f"{self.name} ({self.target.name})", name, log or str(e), src) from None
-      if use_disk:
-        try: _disk_store(path, prg.binaries[0])
+      if path is not None:
+        try: _disk_store(path, _BIN, self.kernel_key(src), prg.binaries[0])
         except Exception: pass
     k = self.kernels[(name, src)] = cl.Kernel(prg, name)
     return k
 
-  def _batch(self, h: str, name: str, src: str):
+  def _batch(self, folder: Path, h: str, name: str, src: str):
     """The program of batch `h` if it holds exactly `src` as one of its kernels (else None: the entry is stale or was
-    tampered with, and the kernel is built on its own)."""
+    tampered with, and the kernel is built on its own). Its source entry must be stored under the key of its own text
+    on this device, which hashes to `h`; its binary (where kept) under that key too."""
     if (prg := self.batches.get(h)) is None:
-      text = _disk_load(cache_dir() / f"batch-{h}.src")
-      if text is None: return None
+      if len(h) != 64 or any(c not in "0123456789abcdef" for c in h): return _refuse(folder / f"{self.cache_key(src)}.bin", "not a batch's name")
+      path = folder / f"batch-{h}.src"
+      if (e := _disk_read(path)) is None: return None
+      kind, key, text = e
       try: bsrc = text.decode()
-      except UnicodeDecodeError: return None
-      if hashlib.sha256(self.batch_ident(bsrc)).hexdigest() != h: return None
-      binary = None if _own_disk_cache(self.device) else _disk_load(cache_dir() / f"batch-{h}.bin")
+      except UnicodeDecodeError: return _refuse(path, "not a batch's source")
+      if kind != _BSRC or not _key_matches(key, self.batch_key(bsrc)) or not _key_matches(hashlib.sha256(key).hexdigest().encode(), h.encode()):
+        return _refuse(path, "stored for another batch, device or driver")
+      binary = None if _own_disk_cache(self.device) else _disk_load(folder / f"batch-{h}.bin", _BBIN, key)
       try:
         with warnings.catch_warnings():
           warnings.simplefilter("ignore", cl.CompilerWarning)
@@ -366,29 +486,26 @@ class _CLDevice:
       self.batch_sources[h] = bsrc
     return prg if _holds(self.batch_sources[h], src) else None
 
-  def batch_ident(self, bsrc: str) -> bytes: return "\0".join(["batch", bsrc, _device_ident(self.device)]).encode()
-
   def prebuild(self, pairs: Sequence[tuple[str, str]], batch_size: int = BATCH_SIZE) -> int:
     """Compile the (name, source) pairs that are neither in memory nor on disk in batches (see the module docstring);
     returns how many kernels were compiled. Nothing is launched. Sources that cannot share a program, and kernels
     that do not build, are left to kernel()."""
-    if not _use_disk(): return 0
+    if (folder := _disk_folder()) is None: return 0
     todo: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()  # membership only: todo keeps the given order
     for name, src in pairs:
       if (name, src) in seen or (name, src) in self.kernels or not _batchable(name, src): continue
       seen.add((name, src))
-      path = cache_dir() / f"{self.cache_key(src)}.bin"
-      if path.exists(): continue
+      if (folder / f"{self.cache_key(src)}.bin").exists(): continue
       todo.append((name, src))
     batches: list[list[tuple[str, str]]] = []
     for item in todo:  # kernel names must differ within a program
       b = next((b for b in batches if len(b) < batch_size and all(n != item[0] for n, _ in b)), None)
       if b is None: batches.append(b := [])
       b.append(item)
-    return sum(self._build_batch(b) for b in batches)
+    return sum(self._build_batch(folder, b) for b in batches)
 
-  def _build_batch(self, members: list[tuple[str, str]]) -> int:
+  def _build_batch(self, folder: Path, members: list[tuple[str, str]]) -> int:
     bsrc = "".join(src if src.endswith("\n") else src + "\n" for _, src in members)
     try:
       with warnings.catch_warnings():
@@ -397,17 +514,17 @@ class _CLDevice:
     except cl.Error:
       if len(members) == 1: return 0  # kernel() builds it alone and reports its log
       half = len(members) // 2
-      return self._build_batch(members[:half]) + self._build_batch(members[half:])
-    h = hashlib.sha256(self.batch_ident(bsrc)).hexdigest()
-    folder = cache_dir()
-    _disk_store(folder / f"batch-{h}.src", bsrc.encode())
+      return self._build_batch(folder, members[:half]) + self._build_batch(folder, members[half:])
+    key = self.batch_key(bsrc)
+    h = hashlib.sha256(key).hexdigest()
+    _disk_store(folder / f"batch-{h}.src", _BSRC, key, bsrc.encode())
     stored = True
     if not _own_disk_cache(self.device):
-      try: _disk_store(folder / f"batch-{h}.bin", prg.binaries[0])
+      try: _disk_store(folder / f"batch-{h}.bin", _BBIN, key, prg.binaries[0])
       except Exception: stored = False  # no binary to point at: the kernels still serve this process
     self.batches[h], self.batch_sources[h] = prg, bsrc
     for name, src in members:  # pointers last: whoever reads one finds its batch complete
-      if stored: _disk_store(folder / f"{self.cache_key(src)}.bin", h.encode(), magic=_BATCH, digest=False)
+      if stored: _disk_store(folder / f"{self.cache_key(src)}.bin", _PTR, self.kernel_key(src), h.encode())
       self.kernels[(name, src)] = cl.Kernel(prg, name)
     return len(members)
 
@@ -424,14 +541,40 @@ class _CLDevice:
       wg = self.wg_limits[id(k)] = int(k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
     return wg
 
+  def arg_count(self, k) -> int:
+    """CL_KERNEL_NUM_ARGS of a kernel from self.kernels (memoized like work_group_limit)."""
+    if (n := self.arg_counts.get(id(k))) is None: n = self.arg_counts[id(k)] = int(k.get_info(cl.kernel_info.NUM_ARGS))
+    return n
+
+  def check_args(self, k, name: str, n: int) -> None:
+    if (want := self.arg_count(k)) != n:
+      raise LaunchError(f"kernel {name}: launch refused before it ran: its source takes {want} arguments, the launch passes {n}")
+
+  def launch_bounds(self, prg: Program) -> tuple[int, ...]:
+    """launch_bounds of a Program on this device, checked once per Program (a static launch is then checked whole)."""
+    if (got := self.bounds.get(id(prg))) is None or got[0] is not prg:
+      gs = tuple(g if isinstance(g, int) else None for g in prg.global_size)
+      got = self.bounds[id(prg)] = (prg, launch_bounds(prg.name, prg.src, gs, prg.local_size, self.target, self.size_max))
+    return got[1]
+
+  def within(self, prg: Program, gs: tuple[int, ...], ls: tuple[int, ...] | None, hi: tuple[int, ...]) -> bool:
+    """A symbolic launch's sizes at this launch: True to launch, False for an empty one (a Variable made a size 0)."""
+    if all(0 < g <= h for g, h in zip(gs, hi)) and (ls is None or not any(g % x for g, x in zip(gs, ls))): return True
+    if all(g >= 0 for g in gs) and any(g == 0 for g in gs): return False
+    raise LaunchError(f"kernel {prg.name}: launch refused before it ran: global size {list(gs)} at these Variables' values; each dim "
+                      f"must be at least 1, at most {list(hi)}" + ("" if ls is None else f", a multiple of the local size {list(ls)}"))
+
   def launch(self, prg: Program, bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
-    """Enqueue one kernel; returns its event (None when the launch is empty)."""
+    """Enqueue one kernel; returns its event (None when the launch is empty). Its sizes and argument count are checked
+    first (LaunchError): a Program may come from a disk cache."""
     if (missing := [v.arg[0] for v in prg.vars if v not in var_vals]):
       raise DeviceError(f"kernel {prg.name} needs values for Variables {missing} (pass var_vals)")
+    hi = self.launch_bounds(prg)
     k = self.kernel(prg.name, prg.src)
     gs, ls = prg.launch_dims(var_vals)
     if len(bufs) != len(prg.buf_dtypes): raise DeviceError(f"kernel {prg.name} takes {len(prg.buf_dtypes)} buffers, got {len(bufs)}")
-    if any(g <= 0 for g in gs): return None
+    self.check_args(k, prg.name, len(bufs) + len(prg.vars))
+    if prg.vars and not self.within(prg, gs, ls, hi): return None
     args: list[Any] = []
     copy_back: list[tuple[Buffer, Any]] = []
     clash = _aliased(bufs, prg.outs)
@@ -448,7 +591,7 @@ class _CLDevice:
     args += [_int_type(v)(var_vals[v]) for v in prg.vars]
     if ls is not None:
       if int(np.prod(ls)) > (wg := self.work_group_limit(k)):
-        raise DeviceError(f"{self.name} ({self.target.name}): kernel {prg.name} needs a work-group of {int(np.prod(ls))} threads, "
+        raise LaunchError(f"{self.name} ({self.target.name}): kernel {prg.name} needs a work-group of {int(np.prod(ls))} threads, "
                           f"the compiled kernel allows {wg} (opts {list(prg.opts)})")
     k.set_args(*args)
     ev = cl.enqueue_nd_range_kernel(self.queue, k, gs, ls)
@@ -542,6 +685,10 @@ class OpenCLBackend(Backend):
     if len(bufs) != len(prg.buf_dtypes) or any(v not in var_list for v in prg.vars): return None
     shared = d.kernel(prg.name, prg.src)
     if prg.local_size is not None and int(np.prod(prg.local_size)) > d.work_group_limit(shared): return None  # launch() names the limit
+    try:
+      hi = d.launch_bounds(prg)
+      d.check_args(shared, prg.name, len(prg.buf_dtypes) + len(prg.vars))
+    except LaunchError: return None  # launch() raises it
     k = cl.Kernel(shared.get_info(cl.kernel_info.PROGRAM), prg.name)
     per_call, fixed = [], []
     if any(b is None for i, b in enumerate(bufs) if i in prg.outs) or _aliased(bufs, prg.outs): return None
@@ -560,7 +707,7 @@ class OpenCLBackend(Backend):
     nb = len(prg.buf_dtypes)
     var_args = [(nb + j, v, _int_type(v)) for j, v in enumerate(prg.vars)]
     dims = None if prg.vars else prg.launch_dims({})
-    queue, mem, timed = d.queue, d.mem, d.profiling
+    queue, mem, timed, within = d.queue, d.mem, d.profiling, d.within
     def run(call_bufs: Sequence[Buffer], var_vals: dict[UOp, int]) -> Any:
       for i in per_call:
         b = call_bufs[i]
@@ -568,8 +715,9 @@ class OpenCLBackend(Backend):
           return self.exec_ast(ast, list(call_bufs), var_vals)
         k.set_arg(i, m)
       for pos, v, ty in var_args: k.set_arg(pos, ty(var_vals[v]))
-      gs, ls = dims if dims is not None else prg.launch_dims(var_vals)
-      if any(g <= 0 for g in gs): return None
+      if dims is not None: gs, ls = dims
+      elif not within(prg, *(dims_now := prg.launch_dims(var_vals)), hi): return None
+      else: gs, ls = dims_now
       ev = cl.enqueue_nd_range_kernel(queue, k, gs, ls)
       return functools.partial(_event_seconds, ev) if timed else None
     run.fixed = fixed  # type: ignore[attr-defined]
@@ -593,12 +741,20 @@ class OpenCLBackend(Backend):
 
   def run_source(self, name: str, src: str, bufs: Sequence[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None,
                  scalars: Sequence[Any] = ()) -> float:
-    """Run a hand-written kernel (e.g. a benchmark baseline) on Buffers; returns its kernel time in seconds."""
+    """Run a hand-written or stored kernel (a benchmark baseline, a captured program) on Buffers; returns its kernel time
+    in seconds. Its sizes and argument count are checked before it is enqueued (LaunchError)."""
     self._needs_profiling("run_source")
-    k = self.dev.kernel(name, src)
+    d = self.dev
+    launch_bounds(name, src, global_size, local_size, d.target, d.size_max)
+    k = d.kernel(name, src)
+    d.check_args(k, name, len(bufs) + len(scalars))
+    if local_size is not None and int(np.prod(local_size)) > (wg := d.work_group_limit(k)):
+      raise LaunchError(f"kernel {name}: launch refused before it ran: a work-group of {list(local_size)} is more than the compiled kernel "
+                        f"allows ({wg})")
     for b in bufs: b.allocate()
-    k.set_args(*[self.dev.mem(b) for b in bufs], *scalars)
-    return _event_seconds(cl.enqueue_nd_range_kernel(self.dev.queue, k, global_size, local_size))
+    k.set_args(*[d.mem(b) for b in bufs], *scalars)
+    gs, ls = tuple(int(g) for g in global_size), None if local_size is None else tuple(int(x) for x in local_size)
+    return _event_seconds(cl.enqueue_nd_range_kernel(d.queue, k, gs, ls))
 
   def _needs_profiling(self, what: str) -> None:
     if not self.dev.profiling:
@@ -659,4 +815,5 @@ def run_ast(ast: UOp, bufs: Sequence[Buffer | np.ndarray], var_vals: dict[UOp, i
     if real.index(nb) in outs: arr.reshape(-1)[:] = nb.numpy()
   return t
 
-__all__ = ["OpenCLBackend", "opencl_available", "list_devices", "select_device", "run_ast", "CompileError", "target_of", "cache_dir"]
+__all__ = ["OpenCLBackend", "opencl_available", "list_devices", "select_device", "run_ast", "CompileError", "LaunchError", "target_of", "cache_dir",
+           "launch_bounds"]
