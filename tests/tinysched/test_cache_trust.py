@@ -47,13 +47,8 @@ def _fresh():
 
 def _run(dev, name: str, src: str) -> np.ndarray:
   """data0[i] = f(data1[i]) on X, through dev.kernel (the disk cache)."""
-  k, mf = dev.kernel(name, src), cl.mem_flags
-  out, inp = cl.Buffer(dev.ctx, mf.READ_WRITE, X.nbytes), cl.Buffer(dev.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=X)
-  k.set_args(out, inp)
-  cl.enqueue_nd_range_kernel(dev.queue, k, (len(X),), None)
-  res = np.empty_like(X)
-  cl.enqueue_copy(dev.queue, res, out, is_blocking=True)
-  return res
+  from tests.tinysched.test_opencl import _run_k  # (at use: that module needs an OpenCL device at import, checked above)
+  return _run_k(dev.kernel(name, src), dev, X)
 
 def _rejections(folder: Path) -> int: return H.cache_rejections().get(str(folder), 0)
 
