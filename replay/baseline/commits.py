@@ -55,6 +55,7 @@ def store_counts(db: Path) -> dict[str, dict[str, int]]:
   out: dict[str, dict[str, int]] = {}
   if not db.exists(): return out
   c = sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)
+  c.text_factory = lambda b: b.decode("utf-8", "backslashreplace")  # a crafted label must not crash the counts (as Store reads it)
   try:
     for label, level, n, k in c.execute("SELECT coalesce(label,''), level, count(*), coalesce(sum(kernel_count),0) FROM captures "
                                         "GROUP BY 1, 2 ORDER BY 1, 2"):

@@ -11,6 +11,7 @@ import click
 from replay.git import GitError, common_dir
 from replay.levels import LEVELS
 from replay.check import CheckError, Options, Selection
+from replay.report import escape as E
 from replay.cli.common import Command, _fail, _dbs, exec_device, run_check, report_options, terminal_progress, write_reports, report_paths_writable
 from replay.report.files import html_drawings
 from replay.report import text as R
@@ -196,7 +197,7 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, r
   except KeyboardInterrupt: _fail("interrupted; every store is as it was, or fully updated (one transaction each)", "run `replay check` to see which")
   for r in res.unchanged: click.echo(f"note: {r.row['level']} {r.row['input_key'][:16]} ({r.db}) already replays identically: nothing to accept")
   for a in res.accepted:
-    click.echo(f"accepted {a['level']} {a['input_key'][:16]} ({a['label'] or '-'}, {a['db']}): "
+    click.echo(f"accepted {a['level']} {a['input_key'][:16]} ({E.terminal_line(a['label'] or '-')}, {a['db']}): "
                f"{a['old_output_key'][:12]} -> {a['new_output_key'][:12]}")
   if res.accepted: click.echo("ready to commit:\n  git add " + " ".join(sorted({a["db"] for a in res.accepted})))
   else: click.echo("nothing to accept: the named captures already replay identically")
@@ -255,7 +256,7 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, deter
   passed, reason = G.decide(report, code, accepted_by is not None)
   if report is None and not G.exec_available():
     reason += " (replay.execute.pool is missing, so `replay check --exec` cannot run: update replay, or set REPLAY_EXEC=0 / --no-exec)"
-  click.echo(f"\nreplay gate: {'PASS' if passed else 'FAIL'}: {reason}")
+  click.echo(f"\nreplay gate: {'PASS' if passed else 'FAIL'}: {E.terminal(reason)}")  # (the reason may quote stored labels)
   if accepted_by and (report or {}).get("summary", {}).get("changed"): click.echo(f"  {G.MARKER} found in {accepted_by}")
   if note := G.determinism_note(report): click.echo(f"  note: {note}")
   md = G.report_markdown(report, report_md)

@@ -281,3 +281,17 @@ def test_bidirectional_controls_are_shown_not_obeyed():
     for out in (E.terminal(s), E.terminal_line(s), E.xml_text(s)):
       assert not any(0x202a <= ord(c) <= 0x202e or 0x2066 <= ord(c) <= 0x2069 for c in out), out
   assert E.terminal("safe\u202eexe") == "safe\\u202eexe"
+
+def test_the_gate_line_shows_a_stored_label_escaped(tmp_path):
+  # the gate's decision quotes rows (their labels) of the report it reads: a crafted label must not reach the terminal raw
+  import json as _json
+  from click.testing import CliRunner
+  from replay.cli.app import main as cli
+  row = {"db": "x.db", "run_id": 1, "seq": 1, "level": "kernel", "label": "m\x1b]0;pwned\x07", "input_key": "ab" * 32,
+         "stored_key": "cd" * 32, "outcome": "changed", "exec": {"verdict": "skipped", "reason": "no device"}}
+  doc = {"schema": "tinysched-replay-report", "version": 1, "sources": ["x.db"], "summary": {"total": 1, "changed": 1},
+         "exit_code": 1, "results": [row], "determinism": {"skipped": None}}
+  (tmp_path / "r.json").write_text(_json.dumps(doc))
+  r = CliRunner().invoke(cli, ["gate", "--from-report", str(tmp_path / "r.json"), "--accept"])  # (unverified: the rows are listed)
+  assert r.exit_code == 1 and "FAIL" in r.output and "pwned" in r.output, r.output
+  assert "\x1b" not in r.output and "\x07" not in r.output and "\\x1b" in r.output
