@@ -51,7 +51,7 @@ def test_a_compile_process_that_dies_costs_only_speed(db, tmp_path, monkeypatch)
   monkeypatch.setattr(pool, "_precompile_cmd", lambda device: [sys.executable, "-c", "import os; os.abort()"])
   got, _ = _verdicts(db)
   assert set(got.values()) == {"equivalent"}
-  assert not (tmp_path / "c" / "precompiled").exists()  # not marked done: the next run tries again
+  assert not list((tmp_path / "c" / "precompiled").glob("*"))  # not marked done: the next run tries again (the folder may exist)
 
 def test_a_few_kernels_start_no_compile_process(counted, tmp_path, monkeypatch):
   monkeypatch.setenv("TINYSCHED_CACHE", str(tmp_path))
