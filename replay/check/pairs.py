@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from replay.check.results import Report
 from tinysched import capture_hook
-from replay.store.encode import key_of
+from replay.store.encode import IncompatibleCapture, key_of, todays_bytes
 from replay import levels
 from replay.check.replayer import Result, describe_change
 from replay.store.sqlite import Store
@@ -21,9 +21,17 @@ def _index(store: Store) -> tuple[dict[tuple, dict], list[tuple[str, dict]]]:
   sched: list[tuple[str, dict]] = []
   for row in store.captures():
     label = row["label"] or ""
+    # paired and compared by their keys in today's format (a store written before an IR refactor: replay/store/upgrade.py)
+    row = {**row, "pair_input": _todays_key(store, row["input_key"]), "pair_output": _todays_key(store, row["output_key"])}
     if _paired_by_call(row["level"]): sched.append((label, row))
-    else: out.setdefault((row["level"], label, row["input_key"]), row)
+    else: out.setdefault((row["level"], label, row["pair_input"]), row)
   return out, sched
+
+def _todays_key(store: Store, key: str) -> str:
+  """A payload's key in today's format version: its own unless written by an older one (or unreadable: compared as is)."""
+  try: today = todays_bytes(store.blob(key))
+  except IncompatibleCapture: return key
+  return key if today is None else key_of(today)
 
 def _pair_schedules(old: list[tuple[str, dict]], new: list[tuple[str, dict]]) -> tuple[dict[tuple, dict], dict[tuple, dict]]:
   """Keys for both sides' schedule rows: the same (label, input key) pairs first; the rest of a label pair up in call
@@ -32,15 +40,15 @@ def _pair_schedules(old: list[tuple[str, dict]], new: list[tuple[str, dict]]) ->
     out: dict[tuple, dict] = {}
     pos: dict[str, int] = {}
     for label, row in rows:
-      if (label, row["input_key"]) in common:
-        out.setdefault(("schedule", label, ("input", row["input_key"])), row)
+      if (label, row["pair_input"]) in common:
+        out.setdefault(("schedule", label, ("input", row["pair_input"])), row)
         continue
       n = pos.get(label, 0)
       pos[label] = n + 1
       out[("schedule", label, ("call", n))] = row
     return out
   # membership only: the order comes from the rows' call order
-  common = {(lb, r["input_key"]) for lb, r in old} & {(lb, r["input_key"]) for lb, r in new}
+  common = {(lb, r["pair_input"]) for lb, r in old} & {(lb, r["pair_input"]) for lb, r in new}
   return keyed(old, common), keyed(new, common)
 
 def compare(old_path: str, new_path: str, level: str | None = None, label: str | None = None, allow_empty: bool = False) -> Report:
@@ -67,7 +75,7 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
         r.outcome = "changed"
         r.reason = "only in the new capture" if o is None else "only in the old capture"
         r.signature = f"{k[0]}: {r.reason}"
-      elif o["output_key"] != n["output_key"]:
+      elif o["pair_output"] != n["pair_output"]:
         r.outcome = "changed"
         try: _describe(r, old, o, new, n)
         except Exception as e:  # an unreadable side is itself a finding

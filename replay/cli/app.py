@@ -11,7 +11,8 @@ from tinysched.codegen.target import TARGETS
 from replay.levels import LEVELS
 from replay.record.recorder import RENDERED
 from replay.store.sqlite import Store, StoreError, compact
-from replay.store.encode import IncompatibleCapture
+from replay.store.encode import VERSION, IncompatibleCapture
+from replay.store.migrate import upgrade_store
 from replay.check import Options, Selection
 from replay.check.determinism import parse_seeds
 from replay.report import escape as E, text as R
@@ -176,6 +177,19 @@ def _check_target(name: str | None, levels) -> None:
   if name not in TARGETS: _fail(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}", "pass one of those names to --target")
   if RENDERED not in levels: _fail(f"--target {name} renders {RENDERED}-level captures, but the levels leave {RENDERED} out",
                                    f"add {RENDERED} to --levels")
+
+@main.command("upgrade")
+@click.argument("dbs", nargs=-1, required=True)
+def upgrade_cmd(dbs) -> None:
+  """Rewrite capture stores written by older format versions in today's form, in place and atomically (keys that change
+  are followed in the rows, the accept log and the store's `format_upgrades` record). Reading an old store needs no
+  upgrade: the format's steps apply on every read (replay/store/upgrade.py)."""
+  for db in dbs:
+    try: res = upgrade_store(db)
+    except StoreError as e: _fail(E.terminal(e), "pass a capture store; a payload no step can carry is incompatible (see `replay check`)")
+    found = ", ".join(f"version {v}: {n}" for v, n in sorted(res.versions.items())) or "no graph payload"
+    click.echo(f"{db}: {res.payloads} payload(s) ({found}); {len(res.rewritten)} rewritten in version {VERSION}"
+               + (f", {res.kept} unchanged" if res.kept else "") + ("" if res.rewritten else ": nothing to do, the store is as it was"))
 
 @main.command("stats")
 @click.argument("db")
