@@ -8,7 +8,7 @@ import json, traceback
 from typing import Callable
 from tinysched.device import Device
 from replay import levels, process
-from replay.store.encode import IncompatibleCapture
+from replay.store.encode import IncompatibleCapture, key_of, todays_bytes
 from replay.store.sqlite import Store
 from replay.execute import pool as exec_pool  # run_jobs looked up at call time: tests plant a stand-in there
 from replay.execute.jobs import Sides
@@ -53,6 +53,17 @@ def prebuild(store, row: dict, current: dict) -> tuple[tuple, dict]:
   return job_key(*args), job
 
 
+def _same_input(old_db: str, old_key: str, new_db: str, new_key: str) -> bool:
+  """Whether two stored inputs are one input written by two format versions (keys in today's form equal:
+  replay/store/upgrade.py), as `replay diff` pairs them across an IR refactor."""
+  keys = []
+  for db, key in ((old_db, old_key), (new_db, new_key)):
+    s = Store(db, readonly=True)
+    try: keys.append(key_of(today) if (today := todays_bytes(s.blob(key))) is not None else key)
+    except IncompatibleCapture: return False
+    finally: s.close()
+  return keys[0] == keys[1]
+
 def exec_report(rep, mode: str = "changed", device: str | None = None, slower_threshold: float = 0.10, timing_runs: int = 5,
                 timeout_s: float | None = None, progress: Callable[[int, int], None] | None = None) -> None:
   """Attach `exec` verdicts to a replay Report: changed captures (mode "changed") or every capture ("all")."""
@@ -85,7 +96,7 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
       row = rows.get((r.pair["old_db"], *r.pair["old"], r.level))
       new_row = rows.get((r.db, *r.pair["new"], r.level))
       if row is None or new_row is None: continue
-      if new_row["input_key"] != row["input_key"]:
+      if new_row["input_key"] != row["input_key"] and not _same_input(r.pair["old_db"], row["input_key"], r.db, new_row["input_key"]):
         r.exec = {"verdict": "skipped", "reason": "the two captures have different inputs (the front end changed): their numbers are not comparable"}
         continue
     else:

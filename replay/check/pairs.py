@@ -65,7 +65,7 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
     for k in keys:
       if (level and k[0] != level) or (label and k[1] != label): continue
       o, n = oi.get(k), ni.get(k)
-      row = o or n
+      row = n if n is not None else o  # (the store the result names: its keys are the ones to read there)
       assert row is not None
       # a row only the old store has lives in the old store: name that one in reports
       r = Result(new_path if n is not None else old_path, row["run_id"], row["seq"], k[0], k[1], row["input_key"], o["output_key"] if o else "",

@@ -48,11 +48,12 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     if full is not None: full["output"] = new
     res.new_key = key_of(new_bytes)
     if res.new_key == row["output_key"]: return res
-    stored = store.blob(res.stored_key)
-    # written by an older format version: the same output in today's form is identical (replay/store/upgrade.py)
-    if (today := in_todays_form(stored)) is not None and key_of(today) == res.new_key: return res
     # a different output is only a reviewable change if the stored one can be read: otherwise nobody can say what changed
-    try: old = level.decode_output(stored)
+    try:
+      stored = store.blob(res.stored_key)
+      # written by an older format version: the same output in today's form is identical (replay/store/upgrade.py)
+      if (today := in_todays_form(stored)) is not None and key_of(today) == res.new_key: return res
+      old = level.decode_output(stored)
     except Exception as e:  # noqa: BLE001 (as for inputs)
       why = str(e) if isinstance(e, IncompatibleCapture) else f"{type(e).__name__}: {e}"
       res.signature = f"{res.level}: stored output unreadable"

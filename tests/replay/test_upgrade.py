@@ -152,10 +152,13 @@ def test_replay_upgrade_rewrites_a_store_atomically_and_keeps_its_verdicts(tmp_p
   assert verdicts(upgraded) == verdicts(through_chain)
   # `replay diff` across the refactor: the version-1 store and the upgraded one pair row by row and nothing changed
   env = {k: v for k, v in os.environ.items() if not k.startswith("TINYSCHED_CAPTURE")}
-  d = subprocess.run([sys.executable, "-m", "replay.cli", "diff", str(tmp_path / "v1.db"), STORE, "--report-json", str(tmp_path / "d.json")],
+  d = subprocess.run([sys.executable, "-m", "replay.cli", "diff", str(tmp_path / "v1.db"), STORE, "--exec-all", "--report-json", str(tmp_path / "d.json")],
                      cwd=repo, env={**env, "PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=300)
-  ds = json.loads((tmp_path / "d.json").read_text())["summary"]
+  dj = json.loads((tmp_path / "d.json").read_text())
+  ds = dj["summary"]
   assert d.returncode == 0 and ds["identical"] == ds["total"] == len(upgraded["results"]), d.stdout[-2000:] + d.stderr[-2000:]
+  # and run old vs new: the same input written in two versions is one input, not "the front end changed"
+  assert ds["exec"].get("equivalent") and not any("front end" in ((r.get("exec") or {}).get("reason") or "") for r in dj["results"]), ds
   import sqlite3
   log = json.loads(sqlite3.connect(repo / STORE).execute("SELECT value FROM meta WHERE key='format_upgrades'").fetchone()[0])
   assert log[-1]["to"] == 2 and log[-1]["keys"]  # old -> new keys kept for whoever follows a row across versions
