@@ -12,13 +12,13 @@ VERSION, with the skeleton of the step to write (the hint names what changed).
 
 A step is a small, registered, pure function from a version-N document (JSON, as stored) to version N+1, written here
 beside the others when the IR change that needs it is made: rename ops (`rename_ops`), restructure an op's argument
-(`map_args`), or rewrite the node list. Decoding an older document applies the chain (replay/store/encode.py `parse`),
-so inputs replay through today's code, and a stored output is compared in today's form (`in_todays_form`). A missing
-step makes the document `incompatible`, and the message names the step to write. `replay upgrade DB...` rewrites stores
-to the current version (replay/store/sqlite.py `upgrade_store`).
+(`map_args`), split an op into several or insert one (`replace_nodes`, which renumbers every reference). Decoding an
+older document applies the chain (replay/store/encode.py `parse`), so inputs replay through today's code, and a stored
+output is compared in today's form (`in_todays_form`). A missing step makes the document `incompatible`, and the
+message names the step to write. `replay upgrade DB...` rewrites stores to the current version (replay/store/migrate.py).
 """
 from __future__ import annotations
-import copy, hashlib, json
+import copy, dataclasses, hashlib, json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,7 +45,7 @@ def step(version: int, what: str) -> Callable[[Callable[[dict], dict]], Callable
 def skeleton(version: int, what: str = "what the IR change was") -> str:
   """The code of a step to write, for a hint."""
   return (f"@step({version}, {what!r})\ndef _v{version}_to_v{version + 1}(doc: dict) -> dict:\n"
-          f"  return rename_ops(doc, {{'OLD_NAME': 'NEW_NAME'}})  # or map_args(doc, 'OP', fn), or a rewrite of doc['nodes']")
+          f"  return rename_ops(doc, {{'OLD_NAME': 'NEW_NAME'}})  # or map_args(doc, 'OP', fn), replace_nodes(doc, fn) to split an op")
 
 def upgrade(doc: dict, to: int) -> dict:
   """`doc` carried to version `to` through the registered steps (the same object when it is there already); raises
@@ -74,20 +74,52 @@ def map_args(doc: dict, op: str, fn: Callable[[Any], Any]) -> dict:
   return {**doc, "nodes": [[n[0], n[1], n[2], fn(n[3])] if isinstance(n, list) and len(n) == 4 and n[0] == op else n
                            for n in doc.get("nodes", [])]}
 
+def replace_nodes(doc: dict, fn: Callable[[list], list[list] | None]) -> dict:
+  """Each node replaced by the nodes fn(node) returns (None: kept as it is), for a step that splits an op into two or
+  inserts one: the last returned node takes the old node's place (whatever referred to it refers to it), and a source
+  or {"u": k} reference in a returned node is an index of the *old* document, or {"new": j}, the j-th node returned
+  before it. Every reference of the document (sources, {"u": i} inside arguments, roots, var_vals, assigns) is
+  renumbered. The result keeps sources before their users."""
+  where: list[int] = []   # old index -> new index
+  nodes: list[Any] = []
+  def moved(i: Any, local: list[int] | None = None) -> Any:
+    if isinstance(i, dict) and set(i) == {"new"} and local is not None: return local[i["new"]]
+    return where[i] if type(i) is int and 0 <= i < len(where) else i  # (a bad reference stays bad: the decoder says so)
+  def args(a: Any, local: list[int] | None) -> Any:
+    if isinstance(a, dict) and len(a) == 1 and "u" in a: return {"u": moved(a["u"], local)}
+    if isinstance(a, dict): return {k: args(v, local) for k, v in a.items()}
+    if isinstance(a, list): return [args(v, local) for v in a]
+    return a
+  for n in doc.get("nodes", []):
+    out = fn(copy.deepcopy(n)) if isinstance(n, list) and len(n) == 4 else None
+    local: list[int] = []
+    for m in (out if out is not None else [n]):
+      nodes.append([m[0], m[1], [moved(x, local) for x in m[2]], args(m[3], local)] if isinstance(m, list) and len(m) == 4 else m)
+      local.append(len(nodes) - 1)
+    where.append(len(nodes) - 1)
+  out_doc = {**doc, "nodes": nodes, "roots": [moved(r) for r in doc.get("roots", [])]}
+  if isinstance(doc.get("var_vals"), list): out_doc["var_vals"] = [[moved(p[0]), *p[1:]] if isinstance(p, list) and p else p for p in doc["var_vals"]]
+  if isinstance(doc.get("assigns"), list): out_doc["assigns"] = [moved(b) for b in doc["assigns"]]
+  return out_doc
+
 # *** the schema the stored form sees, per version ***
 
 def schema(ops: Any = None, specs: Any = None, dtype_names: Any = None) -> dict:
   """What the stored form sees of the IR: op names, for each op with an entry in the op table its source counts and the
-  argument it takes, and the dtype names. (The defaults: this code's.)"""
+  argument it takes, the dtype names, a target's field names and the scheduler flags' names. (The defaults: this code's.)"""
   from tinysched.ops import Ops  # (at use: importing the IR is the caller's business, this module is plain data otherwise)
   from tinysched.opspec import SPECS  # (as above)
   from tinysched.dtype import ALL  # (as above)
+  from tinysched.codegen.target import Target  # (as above)
+  from tinysched.schedule import SCHEDULE_FLAGS  # (as above)
   ops = ops if ops is not None else Ops
   specs = specs if specs is not None else SPECS
   dts = sorted(dtype_names if dtype_names is not None else {d.name for d in ALL})
   table = {o.name: {"sources": sorted(len(f.src) if f.more is None else f"{len(f.src)}+" for f in specs[o].forms)
                     if o in specs else None, "arg": specs[o].arg.says if o in specs else None} for o in ops}
-  return {"ops": dict(sorted(table.items())), "dtypes": dts}
+  # a program input's target (its fields) and a schedule input's flags are stored by name too
+  return {"ops": dict(sorted(table.items())), "dtypes": dts, "target": sorted(f.name for f in dataclasses.fields(Target)),
+          "flags": sorted(SCHEDULE_FLAGS)}
 
 def schema_fingerprint(s: dict | None = None) -> str:
   return hashlib.sha256(json.dumps(s if s is not None else schema(), sort_keys=True).encode()).hexdigest()[:16]
@@ -100,7 +132,7 @@ def schema_changes(old_ops: list[str], s: dict | None = None) -> list[str]:
 
 # version -> (fingerprint, op names) of the schema the encoder of that version wrote
 SCHEMAS: dict[int, tuple[str, tuple[str, ...]]] = {
-  1: ("fd89eb6bc4ea41a8", ("ADD", "AND", "ASSIGN", "BARRIER", "BIND", "BITCAST", "BUFFER", "BUFFER_VIEW", "CAST", "CMPLT", "CMPNE", "CONST",
+  1: ("f846790a90ddb7f1", ("ADD", "AND", "ASSIGN", "BARRIER", "BIND", "BITCAST", "BUFFER", "BUFFER_VIEW", "CAST", "CMPLT", "CMPNE", "CONST",
                            "CONTIGUOUS", "COPY", "DEFINE_ACC", "DEFINE_GLOBAL", "DEFINE_LOCAL", "DEFINE_VAR", "EMPTY", "ENDIF", "ENDRANGE",
                            "EXP2", "GEP", "IDIV", "IF", "INDEX", "LOAD", "LOG2", "MAX", "MOD", "MUL", "MULACC", "NEG", "OR", "PRELOAD",
                            "RANGE", "RECIP", "REDUCE_AXIS", "SHL", "SHR", "SIN", "SINK", "SPECIAL", "SQRT", "STORE", "VALID", "VECTORIZE",

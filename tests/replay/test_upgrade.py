@@ -98,7 +98,8 @@ def _rename_sink(repo: Path) -> None:
 def _views_layout(repo: Path) -> None:
   enc = repo / "replay/store/encode.py"
   _edit(enc, re.escape('return {"st": [self.arg(v) for v in x.views]}'), 'return {"st": {"views": [self.arg(v) for v in x.views]}}')
-  _edit(enc, re.escape('if tag == "st" and type(v) is list:'), 'if tag == "st" and type(v) is dict and type(v.get("views")) is list:\n        v = v["views"]')
+  _edit(enc, re.escape('if tag == "st" and type(v) is list:'),
+        'if tag == "st" and type(v) is dict and type(v.get("views")) is list:\n        v = v["views"]')
   _edit(enc, re.escape('if tag == "st" and type(v) is list and 1 <= len(v) <= MAX_DIMS:'),
         'if tag == "st" and type(v) is dict and type(v.get("views")) is list and 1 <= len(v["views"]) <= MAX_DIMS:\n        v = v["views"]')
 
@@ -152,7 +153,8 @@ def test_replay_upgrade_rewrites_a_store_atomically_and_keeps_its_verdicts(tmp_p
   assert verdicts(upgraded) == verdicts(through_chain)
   # `replay diff` across the refactor: the version-1 store and the upgraded one pair row by row and nothing changed
   env = {k: v for k, v in os.environ.items() if not k.startswith("TINYSCHED_CAPTURE")}
-  d = subprocess.run([sys.executable, "-m", "replay.cli", "diff", str(tmp_path / "v1.db"), STORE, "--exec-all", "--report-json", str(tmp_path / "d.json")],
+  d = subprocess.run([sys.executable, "-m", "replay.cli", "diff", str(tmp_path / "v1.db"), STORE, "--exec-all",
+                      "--report-json", str(tmp_path / "d.json")],
                      cwd=repo, env={**env, "PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=300)
   dj = json.loads((tmp_path / "d.json").read_text())
   ds = dj["summary"]
@@ -162,3 +164,21 @@ def test_replay_upgrade_rewrites_a_store_atomically_and_keeps_its_verdicts(tmp_p
   import sqlite3
   log = json.loads(sqlite3.connect(repo / STORE).execute("SELECT value FROM meta WHERE key='format_upgrades'").fetchone()[0])
   assert log[-1]["to"] == 2 and log[-1]["keys"]  # old -> new keys kept for whoever follows a row across versions
+
+def test_a_step_that_splits_an_op_renumbers_every_reference():
+  # e.g. a refactor that splits EXP2(x) into two ops: one node becomes two, and every later index moves by one
+  from tinysched import Tensor
+  from tinysched.schedule import create_schedule_with_vars
+  x = Tensor.arange(6).float().reshape(2, 3)
+  docs = [json.loads(E.encode_graph([si.ast])) for si in create_schedule_with_vars([(x + 1).exp().sum(1).lazydata])[0]]
+  doc = next(d for d in docs if any(n[0] == "EXP2" for n in d["nodes"]))
+  assert sum(n[0] == "EXP2" for n in doc["nodes"]) == 1
+  def split(n):  # EXP2(x) -> NEG(NEG(x)) (any two ops): two nodes for one, the first referred to as {"new": 0}
+    return [["NEG", n[1], n[2], None], ["NEG", n[1], [{"new": 0}], None]] if n[0] == "EXP2" else None
+  out = U.replace_nodes(doc, split)
+  assert len(out["nodes"]) == len(doc["nodes"]) + 1 and not any(n[0] == "EXP2" for n in out["nodes"])
+  roots = E.parse(E.canonical_bytes(out)).roots()  # it decodes: every reference points at the node it meant, earlier
+  ops = [u.op.name for u in roots[0].toposort()]
+  assert ops.count("NEG") >= 2 and "EXP2" not in ops
+  # kept nodes are the same graph: a step that replaces nothing gives back the document
+  assert E.canonical_bytes(U.replace_nodes(doc, lambda n: None)) == E.canonical_bytes(doc)
