@@ -15,7 +15,7 @@ from tinysched.device import Device, Buffer
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
 from tinysched import schedule as S, realize as R
-from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError, MaskShapeError
+from tinysched.errors import ShapeError, AxisError, DTypeError, ArgumentError, MaskShapeError, IndexShapeError, IndexTypeError
 
 DTypeLike = Union[DType, str]
 
@@ -105,8 +105,9 @@ class Tensor:
       lb = LazyBuffer.metaop(Ops.CONST, (), dt or dtypes.from_py(data), dev, data)
     elif isinstance(data, bytes): lb = _from_np(np.frombuffer(data, np.uint8), dev)
     elif isinstance(data, (list, tuple)):
-      d = dt or (dtypes.from_py(data) if data else dtypes.default_float)
+      d = dt or (_list_dtype(data) if data else dtypes.default_float)
       try: arr = np.array(data, dtype=d.np) if d != dtypes.bfloat16 else _host_array(np.array(data, dtype=np.float32), d)
+      except OverflowError: arr = np.array(data).astype(d.np)  # ints out of the dtype's range wrap, as a scalar's cast does
       except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged or invalid list: {e}") from None
       lb = _from_np(arr, dev, d)
     elif isinstance(data, np.ndarray):
@@ -114,7 +115,7 @@ class Tensor:
       if arr.dtype == np.float64 and dt is None: arr = arr  # numpy float64 stays float64 (as in tinygrad)
       lb = _from_np(np.require(arr, requirements="C"), dev, dt)  # not ascontiguousarray: it turns 0-d arrays into shape (1,)
     elif isinstance(data, Tensor): lb = data.lazydata if dt is None else data.cast(dt).lazydata
-    else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    else: raise DTypeError(f"cannot make a Tensor from {type(data).__name__}: no dtype stands for it")
     if lb.device != dev and not isinstance(data, LazyBuffer): lb = lb.copy_to_device(dev)
     self.lazydata: LazyBuffer = lb
 
@@ -180,7 +181,7 @@ class Tensor:
     return (bf16_float(data) if self.dtype == dtypes.bfloat16 else data).reshape(self.shape)  # type: ignore[arg-type]  # all_int: checked above
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> ConstType:
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+    if self.numel() != 1: raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
   def data(self) -> memoryview: return memoryview(self.numpy())  # type: ignore[arg-type]  # numpy's stubs: __buffer__ only on Python >= 3.12
   def to(self, device: str | None) -> Tensor:
@@ -195,19 +196,21 @@ class Tensor:
   # *** creation ***
   @staticmethod
   def _metaop(op: Ops, shape: tuple[sint, ...], device: str | None = None, dtype: DTypeLike | None = None, arg: Any = None, **kwargs):
+    _check_dims(shape, "empty")
     return Tensor(LazyBuffer.metaop(op, shape, to_dtype(dtype) if dtype is not None else dtypes.default_float,
                                     Device.canonicalize(device), arg), **kwargs)
   @staticmethod
   def empty(*shape, **kwargs) -> Tensor: return Tensor._metaop(Ops.EMPTY, _argfix(*shape), **kwargs)
   @staticmethod
   def full(shape: tuple[sint, ...], fill_value: ConstType, **kwargs) -> Tensor:
-    shape = _argfix(shape)
-    if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"full: negative dimension in shape {shape}")
+    shape = _check_dims(_argfix(shape), "full")
     return Tensor(fill_value, **kwargs).reshape((1,) * len(shape)).expand(shape)
   @staticmethod
-  def zeros(*shape, **kwargs) -> Tensor: return Tensor.full(_argfix(*shape), 0.0, dtype=kwargs.pop("dtype", dtypes.default_float), **kwargs)
+  def zeros(*shape, **kwargs) -> Tensor:
+    return Tensor.full(_check_dims(_argfix(*shape), "zeros"), 0.0, dtype=kwargs.pop("dtype", dtypes.default_float), **kwargs)
   @staticmethod
-  def ones(*shape, **kwargs) -> Tensor: return Tensor.full(_argfix(*shape), 1.0, dtype=kwargs.pop("dtype", dtypes.default_float), **kwargs)
+  def ones(*shape, **kwargs) -> Tensor:
+    return Tensor.full(_check_dims(_argfix(*shape), "ones"), 1.0, dtype=kwargs.pop("dtype", dtypes.default_float), **kwargs)
   def full_like(self, fill_value: ConstType, **kwargs) -> Tensor:
     return Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
   def zeros_like(self, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
@@ -219,7 +222,7 @@ class Tensor:
     Computed on the device, with no host data: the running sum of `count` copies of step is step, 2*step, ..., and
     shifting it down by (step - start) turns it into the values. The running sum is one reduce kernel."""
     first, end = (0, start) if stop is None else (start, stop)
-    if step == 0: raise ValueError("arange: step must not be zero")
+    if step == 0: raise ArgumentError("arange: step must not be zero")
     if not all(isinstance(v, numbers.Real) for v in (first, end, step)):
       # the element count must be known when the graph is built (a Variable's length: shrink an arange of its maximum)
       raise ArgumentError(f"arange({first!r}, {end!r}, {step!r}): start, stop and step must be Python ints or floats; for a "
@@ -234,9 +237,10 @@ class Tensor:
   def linspace(start: float, stop: float, steps: int, **kwargs) -> Tensor:
     """`steps` evenly spaced values from start to stop, both included (torch's and tinygrad's linspace): start + i *
     (stop - start) / (steps - 1), computed in float and cast to `dtype` (default float; an int dtype truncates,
-    like torch). steps=1 gives [start], steps=0 an empty tensor."""
-    if not isinstance(steps, int) or steps < 0: raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    like torch). steps=1 gives [start], steps=0 an empty tensor. A bool dtype raises, as in tinygrad and torch."""
+    if not isinstance(steps, int) or steps < 0: raise ArgumentError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if dtype == dtypes.bool: raise ArgumentError("linspace: a bool dtype is not supported (tinygrad and torch raise too)")
     if steps == 0: return Tensor.empty(0, dtype=dtype, **kwargs)
     step = (stop - start) / (steps - 1) if steps > 1 else 0.0
     ramp = Tensor.arange(steps, dtype=dtypes.default_float, **kwargs)
@@ -248,7 +252,7 @@ class Tensor:
     Each row of the (n, cols+1) block [1, 0, ..., 0] puts its 1 at flat offset i*(cols+1) = i*cols + i, so reading the
     first n*cols elements back as rows of length cols leaves the 1 of row i in column i."""
     cols = n if m is None else m
-    if n < 0 or cols < 0: raise ValueError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
+    if n < 0 or cols < 0: raise ShapeError(f"eye: dimensions must be non-negative, got n={n}, m={m}")
     if n == 0 or cols == 0: return Tensor.zeros(n, cols, **kwargs)
     # only the first min(n, cols) rows hold a 1 (with more rows than columns, the offset i*(cols+1) of a later row
     # would run into the next row): build those, then pad the zero rows below
@@ -266,49 +270,56 @@ class Tensor:
   @staticmethod
   def rand(*shape, device: str | None = None, dtype: DTypeLike | None = None, **kwargs) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    shp = _argfix(*shape)
+    shp = _check_dims(_argfix(*shape), "rand")
     if not all_int(shp): raise ValueError(f"rand needs a concrete shape, got {shp}")
     return Tensor(Tensor._rng().random(shp, dtype=np.float32), device=device, dtype=dt, **kwargs)
   @staticmethod
   def randn(*shape, device: str | None = None, dtype: DTypeLike | None = None, **kwargs) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    shp = _argfix(*shape)
+    shp = _check_dims(_argfix(*shape), "randn")
     if not all_int(shp): raise ValueError(f"randn needs a concrete shape, got {shp}")
     return Tensor(Tensor._rng().standard_normal(shp, dtype=np.float32), device=device, dtype=dt, **kwargs)
   @staticmethod
   def randint(*shape, low: int = 0, high: int = 10, **kwargs) -> Tensor:
-    if low >= high: raise ValueError(f"randint: low ({low}) must be below high ({high})")
+    """Uniform ints in [low, high): int bounds and an int dtype only (tinygrad raises TypeError for others)."""
+    shp = _check_dims(_argfix(*shape), "randint")
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (low, high)):
+      raise TypeError(f"randint: low={low!r} and high={high!r} must be ints")
+    if low >= high: raise ArgumentError(f"randint: low ({low}) must be below high ({high})")
     dt = to_dtype(kwargs.pop("dtype", dtypes.int32))
-    return Tensor(Tensor._rng().integers(low, high, _argfix(*shape)).astype(dt.np), **kwargs)
+    if not dtypes.is_int(dt): raise DTypeError(f"randint: dtype must be an int dtype, got {dt}")
+    return Tensor(Tensor._rng().integers(low, high, shp).astype(dt.np), **kwargs)
   @staticmethod
   def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> Tensor:
     """Uniform in [low, high): rand's [0, 1) stretched to the width of the interval and moved to its start."""
     out_dtype = kwargs.pop("dtype", dtypes.default_float)
-    unit = Tensor.rand(*shape, **kwargs)
+    unit = Tensor.rand(*_check_dims(_argfix(*shape), "uniform"), **kwargs)
     return ((high - low) * unit + low).cast(out_dtype)
   @staticmethod
-  def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor: return (std * Tensor.randn(*shape, **kwargs)) + mean
+  def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor:
+    return (std * Tensor.randn(*_check_dims(_argfix(*shape), "normal"), **kwargs)) + mean
   @staticmethod
   def scaled_uniform(*shape, **kwargs) -> Tensor:
     """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
-    scale = prod(_argfix(*shape)) ** -0.5
-    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(scale)
+    dims = _check_dims(_argfix(*shape), "scaled_uniform")
+    scale = prod(dims) ** -0.5 if prod(dims) else 1.0  # an empty tensor: nothing to scale (0 ** -0.5 divides by zero)
+    return Tensor.uniform(*dims, low=-1.0, high=1.0, **kwargs).mul(scale)
   @staticmethod
   def glorot_uniform(*shape, **kwargs) -> Tensor:
     """Xavier/Glorot: uniform in [-1, 1) scaled by sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest."""
-    dims = _argfix(*shape)
+    dims = _check_dims(_argfix(*shape), "glorot_uniform")
     limit = (6 / (dims[0] + prod(dims[1:]))) ** 0.5
     return Tensor.uniform(*dims, low=-1.0, high=1.0, **kwargs).mul(limit)
   @staticmethod
   def kaiming_uniform(*shape, a: float = 0.01, **kwargs) -> Tensor:
     """He init for a leaky ReLU of slope a: uniform in [-b, b), b = sqrt(3) * gain / sqrt(fan_in)."""
-    dims = _argfix(*shape)
+    dims = _check_dims(_argfix(*shape), "kaiming_uniform")
     limit = math.sqrt(3.0) * _he_gain(a) / _sqrt_fan_in(dims)
     return Tensor.uniform(*dims, low=-limit, high=limit, **kwargs)
   @staticmethod
   def kaiming_normal(*shape, a: float = 0.01, **kwargs) -> Tensor:
     """He init for a leaky ReLU of slope a: normal with std gain / sqrt(fan_in)."""
-    dims = _argfix(*shape)
+    dims = _check_dims(_argfix(*shape), "kaiming_normal")
     return Tensor.normal(*dims, mean=0.0, std=_he_gain(a) / _sqrt_fan_in(dims), **kwargs)
   def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
     """num_samples category indices drawn from the weights along the last dim (1-D: (num_samples,); 2-D (B, n): one
@@ -364,7 +375,7 @@ class Tensor:
     consumer has added its share to node.grad: the gradient is complete when it is pushed on to the node's inputs."""
     if gradient is None:
       if self.shape != () and self.numel() != 1:
-        raise RuntimeError(f"backward on a non-scalar tensor of shape {self.shape} needs a gradient argument of that shape")
+        raise ShapeError(f"backward on a non-scalar tensor of shape {self.shape} needs a gradient argument of that shape")
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False).reshape(self.shape)
     if gradient.shape != self.shape: raise ShapeError(f"backward gradient shape {gradient.shape} != tensor shape {self.shape}")
     if self._ctx is None and not self.requires_grad: raise RuntimeError("backward on a tensor that does not require grad")
@@ -384,6 +395,7 @@ class Tensor:
   def reshape(self, shape, *args) -> Tensor:
     new_shape = _argfix(shape, *args)
     if sum(1 for s in new_shape if isinstance(s, int) and s == -1) > 1: raise ShapeError(f"reshape {new_shape}: only one dimension can be -1")
+    _check_dims(new_shape, f"reshape {self.shape}", infer=True)
     new_shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(new_shape))
     if -1 in [s for s in new_shape if isinstance(s, int)]:
       known = prod(s for s in new_shape if not (isinstance(s, int) and s == -1))
@@ -395,6 +407,7 @@ class Tensor:
   def expand(self, shape, *args) -> Tensor:
     new_shape = _argfix(shape, *args)
     if len(new_shape) < self.ndim: raise ShapeError(f"expand {self.shape} to {new_shape}: fewer dimensions")
+    _check_dims(new_shape, f"expand {self.shape}", infer=True)
     new_shape = tuple(from_ if to == -1 or to is None else to for from_, to in zip((1,) * (len(new_shape) - self.ndim) + self.shape, new_shape))
     return self._broadcast_to(new_shape)
   def _broadcast_to(self, shape: tuple[sint, ...]) -> Tensor:
@@ -454,18 +467,33 @@ class Tensor:
     return inside.where(ret, Tensor(dtypes.as_const(value, self.dtype), device=self.device, dtype=self.dtype))
   def _pad_edges(self, pads: tuple[tuple[sint, sint], ...], mode: str) -> Tensor:
     """reflect / replicate / circular padding from movement ops only, one dim at a time (so corners are the padding of
-    the padding, as torch's): negative pads crop first (torch's order), then each side is a shrunk piece of the
-    cropped dim (flipped for reflect, one edge element expanded for replicate, the far end for circular) and cat puts
-    the three pieces together (pads and adds: it fuses like a constant pad). Any number of dims, where torch takes
-    only the last 1 to 3."""
+    the padding, as torch's). Each side is a shrunk piece of the dim (flipped for reflect, one edge element expanded for
+    replicate, the far end for circular) and cat puts the three pieces together (pads and adds: it fuses like a constant
+    pad). Any number of dims, where torch takes only the last 1 to 3.
+
+    A negative pad crops, in torch's order: circular crops first and wraps what is left; reflect and replicate pad the
+    whole dim and crop after (element i reads x[reflect(i - before)] of the uncropped x, so reflect takes pads up to the
+    dim's full size even where the crop leaves less). A crop is done first as far as the padding on the other side does
+    not read what it removes (there both orders give the same), the rest after padding."""
     if not all_int(flatten(pads)): raise ShapeError(f"pad mode {mode!r} needs int pads, got {pads}")
-    x = self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, self.shape)))
-    for d, (b, a) in enumerate(cast("tuple[tuple[int, int], ...]", pads)):  # int pads: checked above
+    first, later = [], []  # per dim: the crop done before padding, and the one left for after
+    for d, ((b, a), n) in enumerate(zip(cast("tuple[tuple[int, int], ...]", pads), self.shape)):  # int pads: checked above
+      cb, ca, pb, pa = max(-b, 0), max(-a, 0), max(b, 0), max(a, 0)
+      if (pb or pa) and not isinstance(n, int): raise ShapeError(f"pad mode {mode!r} needs a concrete size for padded dim {d}, got {n}")
+      if isinstance(n, int) and n + b + a < 0: raise ShapeError(f"pad ({b}, {a}) crops more than dim {d} of shape {self.shape} has")
+      if mode == "reflect" and (pb or pa) and (pb >= n or pa >= n):
+        raise ShapeError(f"reflect padding ({b}, {a}) of dim {d} must be less than its size {n} (shape {self.shape})")
+      if mode == "circular":
+        first.append((cb, ca)); later.append((0, 0)); continue
+      # the far side's padding reads the elements next to its edge: reflect `pad` of them and the edge, replicate the edge
+      def kept(p: int) -> int: return 0 if not p else (p + 1 if mode == "reflect" else 1)
+      cb1, ca1 = (max(min(cb, n - kept(pa)), 0), max(min(ca, n - kept(pb)), 0)) if isinstance(n, int) else (cb, ca)
+      first.append((cb1, ca1)); later.append((cb - cb1, ca - ca1))
+    x = self.shrink(tuple((lo, s - hi) for (lo, hi), s in zip(first, self.shape)))
+    for d, (b, a) in enumerate(cast("tuple[tuple[int, int], ...]", pads)):
       b, a, n = max(b, 0), max(a, 0), x.shape[d]
       if b == 0 and a == 0: continue
       if not isinstance(n, int): raise ShapeError(f"pad mode {mode!r} needs a concrete size for padded dim {d}, got {n}")
-      if mode == "reflect" and (b >= n or a >= n):
-        raise ShapeError(f"reflect padding ({b}, {a}) of dim {d} must be less than its size {n} (shape {x.shape})")
       if mode == "circular" and (b > n or a > n):
         raise ShapeError(f"circular padding ({b}, {a}) of dim {d} can be at most its size {n} (shape {x.shape}): it wraps once")
       if n == 0: raise ShapeError(f"pad mode {mode!r} cannot pad the empty dim {d} of shape {x.shape}")
@@ -475,7 +503,7 @@ class Tensor:
       elif mode == "replicate": left, right = run(piece(0, 1), b), run(piece(n - 1, n), a)
       else: left, right = piece(n - b, n), piece(0, a)
       x = Tensor.cat(*[t for t, k in ((left, b), (x, n), (right, a)) if k], dim=d)
-    return x
+    return x.shrink(tuple((lo, s - hi) for (lo, hi), s in zip(later, x.shape))) if any(lo or hi for lo, hi in later) else x
   def pad2d(self, padding: Sequence[int], value: float = 0.0) -> Tensor:
     """Pad the last len(padding)//2 dims with a flat (left, right, top, bottom, ...) tuple, last dim first."""
     return self.pad(tuple(padding), value=value)
@@ -515,12 +543,15 @@ class Tensor:
     for i in range(len(self)): yield self[i]
   def _normalize_indices(self, indices) -> list[Any]:
     """One entry per index item, Ellipsis expanded, lists / tuples / ndarrays turned into int index arrays
-    (_sequence_index), missing trailing dims as full slices."""
+    (_sequence_index), missing trailing dims as full slices. A list that _list_is_tuple is a tuple of items."""
+    if isinstance(indices, list) and _list_is_tuple(indices): indices = tuple(indices)
     items = list(indices) if isinstance(indices, tuple) else [indices]
     for i, it in enumerate(items):
       if isinstance(it, (list, tuple, np.ndarray)): items[i] = self._sequence_index(it)
+      elif isinstance(it, np.integer): items[i] = int(it)  # a numpy int is an int index (numpy, torch)
       elif isinstance(it, bool) or not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
-        raise TypeError(f"invalid index {it!r} of type {type(it).__name__}: use int, slice, None, Ellipsis, or an int Tensor/list")
+        # IndexError, as numpy, torch and tinygrad raise, and the TypeError this raised before
+        raise IndexTypeError(f"invalid index {it!r} of type {type(it).__name__}: use int, slice, None, Ellipsis, or an int Tensor/list")
     if sum(1 for it in items if it is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 for it in items if it is not None and it is not Ellipsis)
     if consumed > self.ndim: raise IndexError(f"too many indices for tensor of shape {self.shape}: {consumed} indices for {self.ndim} dims")
@@ -530,10 +561,11 @@ class Tensor:
       return items[:at] + fill + items[at + 1:]
     return items + fill
   def _sequence_index(self, seq) -> Tensor | np.ndarray:
-    """A list / tuple (nested or not) or ndarray used as one index: numpy's rule, one index array however deep (torch
-    2.13 still reads a list of lists as a tuple of indices, with a deprecation warning; tinygrad 0.10.0 always does).
+    """A list / tuple (nested or not) or ndarray used as one index item (an item of a tuple index, or a list
+    _list_is_tuple leaves whole): one index array however deep, as numpy, torch and tinygrad read an item.
     Host data stays an int ndarray (__getitem__ checks its bounds); a sequence holding Tensors stacks them (ints and
-    nested lists in it become Tensors first), so they must all have one shape."""
+    nested lists in it become Tensors first), so they must all have one shape (torch and tinygrad 0.10.0 raise
+    TypeError for Tensors with dims in an item: the stack is numpy's reading)."""
     def has_tensor(v) -> bool: return isinstance(v, Tensor) or (isinstance(v, (list, tuple)) and any(has_tensor(e) for e in v))
     if isinstance(seq, (list, tuple)) and has_tensor(seq):
       def part(e) -> Tensor:
@@ -570,8 +602,10 @@ class Tensor:
     masked sum (a gather that stays lazy and differentiable); out-of-range tensor index values select zeros.
     Int indices are applied first, like torch and tinygrad, so they do not separate tensor indices when placing the
     broadcast dims: x[1, :, idx] has shape (4, *idx.shape) for x of shape (3, 4, 5) (numpy would put idx's dims first).
-    A 0-d index Tensor counts as an int there too (torch's rule). A list is one index array however deep (numpy's
-    rule, see _sequence_index), and host index data out of range raises IndexError.
+    A 0-d index Tensor counts as an int there too (torch's rule). A list holding a Tensor, a sequence, a slice, None or
+    Ellipsis is a tuple of items, as in tinygrad and torch (x[[[0, 1], [2, 0]]] is x[[0, 1], [2, 0]], see
+    _list_is_tuple); a list of ints is one index array, and a sequence as an item is one index array however deep
+    (_sequence_index). Host index data out of range raises IndexError.
     """
     if (isinstance(indices, Tensor) and indices.dtype == dtypes.bool) or (isinstance(indices, np.ndarray) and indices.dtype == np.bool_):
       return self._bool_index(indices)
@@ -636,7 +670,8 @@ class Tensor:
     dims = [d for d, _ in tensor_idx]
     sizes = [self.shape[d] for d in dims]
     idxs = [t if dtypes.is_unsigned(t.dtype) else (t < 0).where(t + s, t) for (_, t), s in zip(tensor_idx, sizes)]
-    bshape = _broadcast_shape(*(t.shape for t in idxs))
+    try: bshape = _broadcast_shape(*(t.shape for t in idxs))
+    except ShapeError as e: raise IndexShapeError(f"index tensors do not broadcast together: {e}") from None  # numpy's, torch's IndexError
     rest = [d for d in range(self.ndim) if d not in dims]
     k, nb, nr = len(dims), len(bshape), len(rest)
     # mask[*b, i_1..i_k, *r] = all_j(idx_j[*b] == i_j), compared at the full shape: the index and the arange are
@@ -666,11 +701,16 @@ class Tensor:
 
     Builds the new value with a one-hot scatter and assigns it; this costs O(numel * selected) work, fine for small updates."""
     if self.requires_grad or (isinstance(v, Tensor) and v.requires_grad):
-      raise RuntimeError("setitem on a tensor that requires grad is not supported: it would break the autograd graph")
+      # NotImplementedError: tinygrad 0.10.0's type, and a RuntimeError (torch's, and ours before)
+      raise NotImplementedError("setitem on a tensor that requires grad is not supported: it would break the autograd graph")
     if not all_int(self.shape): raise ValueError(f"setitem needs a concrete shape, got {self.shape}")
     n = self.numel()
     pos = Tensor.arange(n, device=self.device, requires_grad=False).reshape(self.shape)[indices]
     vt = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
+    # a value read from this tensor's own buffer through another view (t[1:] = t[:-1]) is copied out first: the write
+    # may only read the buffer at the element it writes (the scheduler refuses the shifted read), and numpy, torch and
+    # tinygrad give the values from before the write
+    if self.lazydata.is_realized and _reads_base(vt.lazydata, self.lazydata.base): vt = vt.contiguous()
     try: vt = vt.cast(self.dtype)._broadcast_to(pos.shape)
     except ValueError: raise ShapeError(f"setitem: cannot broadcast value of shape {vt.shape} to the indexed shape {pos.shape}") from None
     m = pos.numel()
@@ -706,7 +746,7 @@ class Tensor:
     """Coordinate grids from 0-d or 1-d tensors (self first; also callable as Tensor.meshgrid(a, b, ...)): output k
     has tensor k laid along dim k ("ij") or, with "xy", the first two dims swapped, like torch and numpy."""
     tensors = (self,) + args
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if indexing not in ("ij", "xy"): raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     if any(t.ndim > 1 for t in tensors): raise ShapeError(f"meshgrid needs 0-d or 1-d tensors, got shapes {[t.shape for t in tensors]}")
     sizes = [t.numel() for t in tensors]
     where = list(range(len(tensors)))
@@ -719,13 +759,15 @@ class Tensor:
     """Tile the tensor repeats[i] times along dim i (torch's repeat, numpy's tile)."""
     reps = _argfix(repeats, *args)
     if len(reps) < self.ndim: raise ShapeError(f"repeat {reps} needs at least {self.ndim} entries for shape {self.shape}")
-    if any(not isinstance(r, int) or r < 0 for r in reps): raise ValueError(f"repeat counts must be non-negative ints, got {reps}")
+    if any(not isinstance(r, int) or r < 0 for r in reps): raise ArgumentError(f"repeat counts must be non-negative ints, got {reps}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     return self.reshape(flatten((1, s) for s in base)).expand(flatten((r, s) for r, s in zip(reps, base))) \
       .reshape(tuple(r * s for r, s in zip(reps, base)))
   def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
     """Each element `repeats` times in a row along dim (of the flattened tensor when dim is None): a new axis after dim
     is broadcast to `repeats` and merged into dim."""
+    if not isinstance(repeats, (int, np.integer)) or repeats < 0:
+      raise ArgumentError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
     x, d = (self.flatten(), 0) if dim is None else (self, self._resolve_dim(dim))
     copies = x.unsqueeze(d + 1).expand(_splice(x.shape, d + 1, d + 1, (repeats,)))
     return copies.flatten(d, d + 1)
@@ -733,13 +775,14 @@ class Tensor:
     d = self._resolve_dim(dim)
     n = self.shape[d]
     if isinstance(sizes, int):
-      if sizes <= 0: raise ValueError(f"split size must be positive, got {sizes}")
+      if sizes <= 0: raise ArgumentError(f"split size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, max(1, n), sizes)]  # type: ignore[arg-type]  # a concrete dim (range raises on a UOp)
+    if any(isinstance(sz, int) and sz < 0 for sz in sizes): raise ArgumentError(f"split sizes must be non-negative, got {list(sizes)}")
     if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} sum to {sum(sizes)}, but dim {dim} of shape {self.shape} has {n}")
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return tuple(self.shrink(tuple((s0, s0 + sz) if j == d else None for j in range(self.ndim))) for s0, sz in zip(starts, sizes))
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
-    if chunks <= 0: raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
+    if chunks <= 0: raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
     n = self.shape[self._resolve_dim(dim)]
     return list(self.split(-(-n // chunks) if n else [0] * chunks, dim=dim))
   def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -970,6 +1013,10 @@ class Tensor:
     target = to_dtype(dtype)
     if bitcast and self.requires_grad: raise RuntimeError("can't backprop through bitcast")
     if target == self.dtype: return self
+    resized = bitcast and target.itemsize != self.dtype.itemsize
+    if resized and (not self.ndim or (isinstance(n := self.shape[-1], int) and n * self.dtype.itemsize % target.itemsize)):
+      # a ShapeError, which is also tinygrad's and torch's RuntimeError (and the ValueError this raised before)
+      raise ShapeError(f"cannot bitcast {self.dtype} of shape {self.shape} to {target}: the last dimension's bytes do not divide into {target}")
     return F.Cast.apply(self, dtype=target, bitcast=True) if bitcast else F.Cast.apply(self, dtype=target)
   def cast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=False)
   def bitcast(self, dtype: DTypeLike) -> Tensor: return self._convert(dtype, bitcast=True)
@@ -1036,7 +1083,7 @@ class Tensor:
   def abs(self) -> Tensor: return self * self.sign()
   def clip(self, min_=None, max_=None) -> Tensor:
     """Limit to [min_, max_]; either bound may be left out (not both): a maximum with the lower, then a minimum with the upper."""
-    if min_ is None and max_ is None: raise ValueError("clip needs min_ or max_")
+    if min_ is None and max_ is None: raise ArgumentError("clip needs min_ or max_ (tinygrad and torch raise RuntimeError without both)")
     out = self
     if min_ is not None: out = out.maximum(min_)
     if max_ is not None: out = out.minimum(max_)
@@ -1116,7 +1163,7 @@ class Tensor:
     a, b = self._broadcasted(x, reverse)
     if rounding_mode == "trunc": return a.idiv(b) if dtypes.is_int(a.dtype) else (a._to_float() / b._to_float()).trunc()
     if rounding_mode == "floor": return a // b if dtypes.is_int(a.dtype) else (a._to_float() / b._to_float()).floor()
-    if rounding_mode is not None: raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None: raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = a._to_float(), b._to_float()
     return a * b.reciprocal()
   def idiv(self, x, reverse: builtins.bool = False) -> Tensor:
@@ -1275,46 +1322,63 @@ class Tensor:
   @staticmethod
   def einsum(formula: str, *operands, acc_dtype: DTypeLike | None = None) -> Tensor:
     """Einstein summation: 'ij,jk->ik' (matmul), 'bij,bjk->bik', 'ij->ji', 'ii->' (trace), 'ii->i' (diagonal),
-    'i,j->ij' (outer), 'ijk->j' (sums), any number of operands (given spread out or as one list). Without '->' the
-    output is the letters that appear once, in alphabetical order (numpy's and torch's rule). Spaces are ignored.
+    'i,j->ij' (outer), 'ijk->j' (sums), '...ij,...jk->...ik' (ellipsis), any number of operands (given spread out or as
+    one list). Without '->' the output is the ellipsis dims, then the letters that appear once, in alphabetical order
+    (numpy's and torch's rule). Spaces are ignored.
 
-    A letter repeated within an operand takes its diagonal (movement ops); then every operand is permuted and
-    reshaped onto one axis order (output letters first, then the summed ones), multiplied with broadcasting and summed
-    over the letters the output leaves out: one fused multiply-reduce, as a matmul is. Not supported (raised
-    clearly): ellipsis ('...'), a letter repeated in the output, size-1 broadcasting between operands."""
+    torch's rules: '...' stands for the dims no letter names, right-aligned across operands and broadcast together (an
+    output without '...' sums them); a letter of size 1 in one operand broadcasts against the others. A letter repeated
+    within an operand takes its diagonal (movement ops); then every operand is permuted and reshaped onto one axis order
+    (output labels first, then the summed ones), multiplied with broadcasting and summed over the labels the output
+    leaves out: one fused multiply-reduce, as a matmul is. A letter repeated in the output raises."""
     ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
     eq = formula.replace(" ", "")
-    if "." in eq: raise NotImplementedError(f"einsum {formula!r}: ellipsis ('...') is not supported, name every dim with a letter")
     lhs, arrow, rhs = eq.partition("->")
     ins = lhs.split(",")
-    if not all(c.isalpha() and c.isascii() for c in "".join(ins) + rhs):
-      raise ArgumentError(f"einsum {formula!r}: subscripts must be letters a-z / A-Z, separated by ',' with an optional '->'")
+    for sub in ins + [rhs]:
+      if sub.count("...") > 1: raise ArgumentError(f"einsum {formula!r}: more than one ellipsis ('...') in {sub!r}")
+      if not all(c.isalpha() and c.isascii() for c in sub.replace("...", "")):
+        raise ArgumentError(f"einsum {formula!r}: subscripts must be letters a-z / A-Z and at most one '...', separated by ',' with an optional '->'")
     if len(ins) != len(ops): raise ArgumentError(f"einsum {formula!r} names {len(ins)} operands, got {len(ops)}")
-    if not arrow: rhs = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1 and c.isalpha()))
-    if len(set(rhs)) != len(rhs): raise ArgumentError(f"einsum {formula!r}: a letter repeats in the output {rhs!r}")
-    if set(rhs) - set("".join(ins)):
-      raise ArgumentError(f"einsum {formula!r}: output letters {sorted(set(rhs) - set(''.join(ins)))} not in any input")
+    # each subscript as a list of labels: its letters, and for '...' the dims no letter names, labelled '.0', '.1', ...
+    # right-aligned over the operand with the most of them (ellipsis dims broadcast like a binary op's shapes)
+    ell_dims = [t.ndim - len(sub.replace("...", "")) if "..." in sub else 0 for sub, t in zip(ins, ops)]
+    for k, (sub, t, ne) in enumerate(zip(ins, ops, ell_dims)):
+      if ne < 0 or ("..." not in sub and len(sub) != t.ndim):
+        raise ShapeError(f"einsum {formula!r}: operand {k} has {t.ndim} dims {t.shape} but {len(sub.replace('...', ''))} letters {sub!r}")
+    n_ell = max(ell_dims, default=0)
+    def labels(sub: str, ne: int) -> list[str]:
+      head, _, tail = sub.partition("...")
+      return [*head, *[f".{n_ell - ne + j}" for j in range(ne)], *tail] if "..." in sub else list(sub)
+    subs = [labels(sub, ne) for sub, ne in zip(ins, ell_dims)]
+    letters = [c for c in lhs if c.isalpha()]
+    out = labels(rhs, n_ell) if arrow else [f".{j}" for j in range(n_ell)] + sorted(c for c in set(letters) if letters.count(c) == 1)
+    if len(set(out)) != len(out): raise ArgumentError(f"einsum {formula!r}: a letter repeats in the output {rhs!r}")
+    if set(out) - {c for sub in subs for c in sub} - {f".{j}" for j in range(n_ell)}:
+      raise ArgumentError(f"einsum {formula!r}: output letters {sorted(set(out) - set(letters))} not in any input")
     sizes: dict[str, sint] = {}
     def size_of(c: str, n: sint) -> None:
-      if c in sizes and resolve(sym_ne(sizes[c], n)): raise ShapeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
-      sizes[c] = n
-    prepared: list[tuple[str, Tensor]] = []
-    for k, (sub, t) in enumerate(zip(ins, ops)):
-      if len(sub) != t.ndim: raise ShapeError(f"einsum {formula!r}: operand {k} has {t.ndim} dims {t.shape} but {len(sub)} letters {sub!r}")
-      while (c := next((c for c in sub if sub.count(c) > 1), None)) is not None:
-        i, j = sub.index(c), sub.index(c, sub.index(c) + 1)
-        size_of(c, t.shape[i]); size_of(c, t.shape[j])
-        t, sub = t._diagonal(i, j), sub[:j] + sub[j + 1:]
-      for c, n in zip(sub, t.shape): size_of(c, n)
-      prepared.append((sub, t))
-    order = rhs + "".join(sorted(set(sizes) - set(rhs)))
-    def aligned(sub: str, t: Tensor) -> Tensor:
+      """c's size over all operands: equal sizes, or 1 against any size (broadcast, torch's rule)."""
+      if c not in sizes or (isinstance(sizes[c], int) and sizes[c] == 1): sizes[c] = n
+      elif not (isinstance(n, int) and n == 1) and resolve(sym_ne(sizes[c], n)):
+        raise ShapeError(f"einsum {formula!r}: {'the ellipsis dim' if c[0] == '.' else 'letter'} {c!r} has sizes {sizes[c]} and {n}")
+    prepared: list[tuple[list[str], Tensor]] = []
+    for k, (labs, t) in enumerate(zip(subs, ops)):
+      while (c := next((c for c in labs if labs.count(c) > 1), None)) is not None:
+        i, j = labs.index(c), labs.index(c, labs.index(c) + 1)
+        if resolve(sym_ne(t.shape[i], t.shape[j])):
+          raise ShapeError(f"einsum {formula!r}: letter {c!r} repeats in operand {k} over dims of sizes {t.shape[i]} and {t.shape[j]}")
+        t, labs = t._diagonal(i, j), labs[:j] + labs[j + 1:]
+      for c, n in zip(labs, t.shape): size_of(c, n)
+      prepared.append((labs, t))
+    order = out + sorted(set(sizes) - set(out))
+    def aligned(sub: list[str], t: Tensor) -> Tensor:
       mine = sorted(sub, key=order.index)
       t = t.permute(*[sub.index(c) for c in mine]) if t.ndim else t
-      return t.reshape(*[sizes[c] if c in sub else 1 for c in order])
+      return t.reshape(tuple(t.shape[mine.index(c)] if c in sub else 1 for c in order))
     prod_ = functools.reduce(Tensor.mul, [aligned(sub, t) for sub, t in prepared])
     prod_ = prod_._broadcast_to(tuple(sizes[c] for c in order))
-    summed = tuple(range(len(rhs), len(order)))
+    summed = tuple(range(len(out), len(order)))
     return prod_.sum(summed, acc_dtype=acc_dtype) if summed else (prod_ if acc_dtype is None else prod_.cast(acc_dtype))
   def _diagonal(self, i: builtins.int, j: builtins.int) -> Tensor:
     """The diagonal of dims i < j (of one size n), in place of dim i, dim j gone: with the pair moved last and
@@ -1375,6 +1439,8 @@ class Tensor:
       return x.permute(*range(len(lead)), *[len(lead) + j for j in pairs])
     if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
       o_ = [(n + (s - k)) // s for n, s, k in zip(n_, s_, k_)]
+      # no window fits (a kernel over an empty or too small dim): tinygrad asserts, torch raises, as the path below does
+      if any(isinstance(o, int) and o <= 0 for o in o_): raise ShapeError(f"kernel {k_} is larger than the input {n_}")
       blocks = [o * s for o, s in zip(o_, s_)]
       x = self.pad(tuple(lead + [(0, max(0, b - n)) for b, n in zip(blocks, n_)]))
       x = view(head(x, [(b,) for b in blocks]), zip(o_, s_))
@@ -1524,7 +1590,7 @@ class Tensor:
 
   # *** losses ***
   def _do_reduction(self, reduction: str = "mean") -> Tensor:
-    if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    if reduction not in ("none", "sum", "mean"): raise ArgumentError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
     return self.sum() if reduction == "sum" else self.mean() if reduction == "mean" else self
   def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
     """BCE on probabilities (self in (0, 1))."""
@@ -1535,11 +1601,11 @@ class Tensor:
   def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: builtins.int = -1, label_smoothing: builtins.float = 0.0,
                                       reduction: str = "mean") -> Tensor:
     """Cross entropy of logits (..., classes) against int labels Y (...); labels equal to ignore_index add nothing and are not counted."""
-    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if not 0.0 <= label_smoothing <= 1.0: raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     if not dtypes.is_int(Y.dtype): raise DTypeError(f"sparse_categorical_crossentropy: labels must be an int tensor, got {Y.dtype}")
     if Y.shape != self.shape[:-1]:
       raise ShapeError(f"sparse_categorical_crossentropy: labels {Y.shape} must have the shape of logits {self.shape} without the class dim")
-    if reduction not in ("none", "sum", "mean"): raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    if reduction not in ("none", "sum", "mean"): raise ArgumentError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
     log_probs = self.log_softmax()
     # like tinygrad, ignore_index=-1 (the default) ignores nothing
     loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
@@ -1552,7 +1618,7 @@ class Tensor:
     return -(unreduced.sum() if reduction == "sum" else unreduced)
   def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: builtins.float = 0.0) -> Tensor:
     """torch-style: logits (N, C, ...) with int labels (N, ...) or class probabilities (N, C, ...)."""
-    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if not 0.0 <= label_smoothing <= 1.0: raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     if self.ndim < 2: raise ShapeError(f"cross_entropy needs logits with a class dim (N, C, ...), got {self.shape}")
     if Y.ndim == self.ndim - 1:
       Y = Y.one_hot(num_classes=self.shape[1])  # type: ignore[arg-type]  # a concrete class dim
@@ -1575,10 +1641,11 @@ class Tensor:
   def interpolate(self, size: tuple[builtins.int, ...], mode: str = "linear", align_corners: builtins.bool = False) -> Tensor:
     """Resize the last len(size) dims: mode 'linear' (bi/trilinear), 'nearest' or 'nearest-exact'."""
     if not isinstance(size, (tuple, list)) or not all_int(size) or not 0 < len(size) <= self.ndim:
-      raise ValueError(f"interpolate: size must be a tuple of at most {self.ndim} ints, got {size}")
-    if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate: unknown mode {mode!r}")
-    # integers resize in float and round back half up once, not in their own wrapping dtype (tinygrad 0.10.0 and our
-    # old code wrapped: a bug). torch's uint8 bilinear is fixed-point, rounding after each pass: within 1 of ours
+      raise ArgumentError(f"interpolate: size must be a tuple of at most {self.ndim} ints, got {size}")
+    if mode not in ("linear", "nearest", "nearest-exact"): raise ArgumentError(f"interpolate: unknown mode {mode!r}")
+    if mode == "linear" and self.dtype == dtypes.uint8: return self._linear_uint8(size, align_corners)
+    # other integers resize in float and round back half up once, not in their own wrapping dtype (torch has no
+    # linear resize for them; tinygrad 0.10.0 wraps around)
     x, expand = (self if dtypes.is_float(self.dtype) else self._to_float()), list(self.shape)
     for i in range(-1, -len(size) - 1, -1):
       n_in, n_out = self.shape[i], size[i]
@@ -1598,6 +1665,35 @@ class Tensor:
         x = x.gather(i, index.clip(0, n_in - 1).cast(dtypes.int32).reshape(reshape).expand(expand))
     if not dtypes.is_float(self.dtype) and mode == "linear": x = (x + 0.5).floor()
     return x.cast(self.dtype)
+  def _linear_uint8(self, size: Sequence[builtins.int], align_corners: builtins.bool) -> Tensor:
+    """Linear resize of uint8 as torch's bilinear does it, bit for bit (tinygrad 0.10.0 matches it too): one dim at a
+    time, last dim first (a dim whose size stays is skipped), each output the fixed-point sum lo * w_lo + hi * w_hi with
+    integer weights of P fraction bits, rounded half up and shifted back to uint8 before the next dim. P is the most bits
+    (at most 22) that keep the largest weight of that dim under 2**15 once rounded. Where the source position falls
+    outside the input it is clamped, so both taps are the edge element and it gets the whole weight."""
+    x = self.cast(dtypes.int32)
+    for i in range(-1, -len(size) - 1, -1):
+      n_in, n_out = cast(builtins.int, self.shape[i]), size[i]
+      if n_in == n_out: continue
+      lo, hi, w_lo, w_hi = [], [], [], []
+      for o in range(n_out):
+        if align_corners: src = o * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else: src = max((o + 0.5) * n_in / n_out - 0.5, 0.0)
+        a = min(math.floor(src), n_in - 1)
+        b, frac = min(a + 1, n_in - 1), src - a
+        lo.append(a); hi.append(b)
+        w_lo.append(1.0 if a == b else 1.0 - frac); w_hi.append(0.0 if a == b else frac)
+      biggest = max(w_lo + w_hi)
+      bits = max(p for p in range(23) if math.floor(biggest * 2 ** p + 0.5) < 2 ** 15)
+      shape = [1] * self.ndim
+      shape[i] = n_out
+      def taps(ix: list) -> Tensor:
+        index = Tensor(np.array(ix, np.int32), device=self.device, requires_grad=False).reshape(shape)
+        return x.gather(i, index.expand(_splice(x.shape, self.ndim + i, self.ndim + i + 1, (n_out,))))
+      def fixed(ws: list) -> Tensor:
+        return Tensor(np.floor(np.array(ws) * 2 ** bits + 0.5).astype(np.int32), device=self.device, requires_grad=False).reshape(shape)
+      x = (taps(lo) * fixed(w_lo) + taps(hi) * fixed(w_hi) + (1 << (bits - 1))).idiv(1 << bits)
+    return x.cast(dtypes.uint8)
 
   # *** training / inference switches ***
   def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
@@ -1620,12 +1716,49 @@ def _const_is(t: Tensor, v: ConstType) -> bool:
   lb = t.lazydata
   return lb.is_unrealized_unmasked_const and not isinstance(lb.base.arg, bool) and lb.base.arg == v
 
+def _list_dtype(data: list | tuple) -> DType:
+  """The dtype a list of Python scalars gets (dtypes.from_py); numpy scalars and arrays in it count as the Python
+  values they hold (bool, int or float), as tinygrad and torch take them."""
+  try: return dtypes.from_py(data)
+  except TypeError:
+    try: kind = np.array(data).dtype.kind
+    except ValueError: kind = "O"  # ragged: the conversion below says so
+    if kind == "b": return dtypes.bool
+    return dtypes.default_int if kind in "iu" else dtypes.default_float
+
+def _reads_base(lb: LazyBuffer, base: LazyBuffer) -> bool:
+  """Whether the lazy graph of `lb` reads the buffer of `base` (walks the unscheduled sources)."""
+  seen: set[int] = set()
+  todo = [lb]
+  while todo:
+    b = todo.pop().base
+    if b is base: return True
+    if id(b) in seen: continue
+    seen.add(id(b))
+    todo.extend(b.__dict__.get("srcs", ()))  # a realized base has no sources left
+  return False
+
+def _list_is_tuple(idx: list) -> bool:
+  """Whether a list index is a tuple of index items, x[[i, j]] = x[i, j]: when it holds a Tensor, a sequence, a slice,
+  None or Ellipsis and has fewer than 32 items, torch's rule (tinygrad 0.10.0 reads any list that is not all ints as a
+  tuple). A list of ints, or of 32 or more items, is one index array (numpy's rule, where torch agrees with it)."""
+  return len(idx) < 32 and any(e is None or e is Ellipsis or isinstance(e, (Tensor, list, tuple, np.ndarray, slice)) for e in idx)
+
 def _argfix(*x: Any) -> tuple:
   """Shapes and dim lists may come spread out, f(2, 3), or as one tuple or list, f((2, 3)): both give (2, 3)."""
   packed = bool(x) and type(x[0]) in (tuple, list)
   if not packed: return x
   if len(x) > 1: raise ValueError(f"bad arguments: {x}")
   return tuple(x[0])
+
+def _check_dims(shape: tuple, what: str, infer: bool = False) -> tuple:
+  """`shape` unchanged if no dim is a negative int (-1 may be, with `infer`: reshape's and expand's "this one as it
+  is"). Checked before any arithmetic on it, so a creation function or a reshape fails with one clear error (a
+  ShapeError: tinygrad's ValueError/AssertionError, torch's RuntimeError), not with whatever the arithmetic hits first
+  (a ZeroDivisionError from 0 ** -0.5 in scaled_uniform)."""
+  if any(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s < (-1 if infer else 0) for s in shape):
+    raise ShapeError(f"{what}: negative dimension in shape {tuple(shape)}")
+  return shape
 
 def _input_grads(ctx: F.Function, out_grad: Tensor) -> list[LazyBuffer | None]:
   """ctx's backward for out_grad, one entry per parent; what it builds is labelled as the backward of ctx's method."""

@@ -40,12 +40,12 @@ def test_lerp_uint8_does_not_wrap():
 def test_interpolate_uint8_matches_torch(size):
   img = rand(1, 2, 4, 6, dtype=np.uint8, low=0, high=256)
   got = Tensor(img).interpolate(size)
-  # the float result rounded half up, once: torch's own uint8 kernel is fixed-point and rounds after each pass, so
-  # it is within 1 of that (not equal); before the fix the uint8 differences wrapped (off by ~100)
-  flt = torch.nn.functional.interpolate(torch.tensor(img).float(), size=size, mode="bilinear", align_corners=False)
-  assert_close(got, torch.floor(flt + 0.5).to(torch.uint8).numpy(), dtype=np.uint8)
+  # torch's own uint8 kernel, bit for bit: fixed-point, rounding after each dim (issue 45; this compared with the float
+  # result rounded once before, which is within 1 of torch's). Before the first fix the uint8 differences wrapped (off by ~100)
   fixed_point = torch.nn.functional.interpolate(torch.tensor(img), size=size, mode="bilinear", align_corners=False)
-  assert np.abs(got.numpy().astype(int) - fixed_point.numpy().astype(int)).max() <= 1
+  assert_close(got, fixed_point.numpy(), dtype=np.uint8)
+  flt = torch.nn.functional.interpolate(torch.tensor(img).float(), size=size, mode="bilinear", align_corners=False)
+  assert np.abs(got.numpy().astype(int) - torch.floor(flt + 0.5).numpy().astype(int)).max() <= 1
 
 # *** pow: in the graph for every exponent, gradients as torch's ***
 

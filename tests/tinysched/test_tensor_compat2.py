@@ -75,9 +75,9 @@ A3 = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
 def _ti(v): return Tensor(np.array(v, dtype=np.int32))
 def _npi(v): return np.array(v)
 
-# each case builds the index from a maker of index arrays: numpy's rule is the reference (the lists are numpy's
-# sequence indices: a list is one index array however deep, as in torch's announced behaviour; torch 2.13 still reads
-# a list of lists as a tuple, with a deprecation warning)
+# each case builds the index from a maker of index arrays: numpy is the reference, given the index as tinygrad 0.10.0 and
+# torch 2.13 read it (issue 45): a top-level list holding a sequence is a tuple of items (_as_tuple), a list of ints is
+# one index array, and a sequence as an item is one index array however deep
 INDEX_CASES = {
   "nested_list": lambda m: [[[0]]], "list": lambda m: [0, 2], "list_of_lists": lambda m: [[0, 1], [2, 0]],
   "negative_list": lambda m: [-1, 0, -3], "empty_list": lambda m: [], "tuple_in_tuple": lambda m: ((0, 1),),
@@ -90,18 +90,23 @@ INDEX_CASES = {
   "tensor_int_slice": lambda m: (m([2, 0]), 1, slice(None)), "list_pair_tuple": lambda m: ([0, 1], [1, 2]),
 }
 
+def _as_tuple(idx):
+  return tuple(idx) if isinstance(idx, list) and any(isinstance(e, (list, tuple, np.ndarray)) for e in idx) else idx
+
 @pytest.mark.parametrize("name", list(INDEX_CASES))
 def test_advanced_indexing_matches_numpy(name):
-  want = A3[INDEX_CASES[name](_npi)]
+  want = A3[_as_tuple(INDEX_CASES[name](_npi))]
   assert_close(Tensor(A3)[INDEX_CASES[name](_ti)], want, dtype=np.float32)
   assert_close(Tensor(A3)[INDEX_CASES[name](lambda v: v)], want, dtype=np.float32)  # plain lists in place of the arrays
 
-def test_list_of_tensors_is_one_index():
-  # a list of Tensors stacks into one index, like a list of numpy arrays (tinygrad 0.10.0 and torch 2.13 read it as a tuple)
-  got = Tensor(A3)[[_ti([0, 2]), _ti([1, 1])]]
-  assert_close(got, A3[np.array([[0, 2], [1, 1]])], dtype=np.float32)
-  assert_close(Tensor(A3)[[_ti(2), 0, _ti(1)]], A3[[2, 0, 1]], dtype=np.float32)  # 0-d Tensors and ints mixed
-  with pytest.raises(IndexError, match="same shape"): Tensor(A3)[[_ti([0, 1]), _ti([1])]]
+def test_list_of_tensors_is_a_tuple():
+  # a top-level list of Tensors is a tuple of indices, as tinygrad 0.10.0 and torch 2.13 read it (issue 45; it stacked
+  # them into one index before, numpy's reading of a list of arrays)
+  assert_close(Tensor(A3)[[_ti([0, 2]), _ti([1, 1])]], A3[[0, 2], [1, 1]], dtype=np.float32)
+  assert_close(Tensor(A3)[[_ti(2), 0, _ti(1)]], A3[2, 0, 1], dtype=np.float32)  # 0-d Tensors and ints mixed: ints
+  # inside a tuple, a list of Tensors is one index array (stacked; tinygrad and torch raise TypeError for it)
+  assert_close(Tensor(A3)[[_ti([0, 2]), _ti([1, 1])], 0], A3[np.array([[0, 2], [1, 1]]), 0], dtype=np.float32)
+  with pytest.raises(IndexError, match="same shape"): Tensor(A3)[[_ti([0, 1]), _ti([1])], 0]
 
 @needs_torch
 def test_int_and_0d_tensor_are_basic_like_torch():
@@ -129,7 +134,7 @@ def test_unsupported_indices_raise_clearly():
   with pytest.raises(IndexError, match="boolean"): x[[True, False, True]]
   with pytest.raises(IndexError, match="boolean"): x[0, Tensor([True, False, True, False])]  # a mask alone is supported
   assert_close(x[Tensor([True, False, True])], A3[[True, False, True]])
-  with pytest.raises(IndexError, match="ragged"): x[[[0, 1], [2]]]
+  with pytest.raises(IndexError, match="ragged"): x[[[0, 1], [2]], 0]  # a ragged item (a top-level list of lists is a tuple)
   with pytest.raises(IndexError, match="int Tensor"): x[[0.5, 1.0]]
   with pytest.raises(IndexError, match="out of bounds"): x[[0, 3]]
 
@@ -252,7 +257,7 @@ def test_einsum_list_form_and_ints():
   assert_close(Tensor.einsum("ij,jk->ik", [Tensor(a), Tensor(b)]), torch.einsum("ij,jk->ik", torch.tensor(a), torch.tensor(b)), dtype=np.int32)
 
 EINSUM_ERRORS = [
-  ("...ij->ij", [(2, 3, 4)], NotImplementedError, "ellipsis"), ("ij->ii", [(3, 3)], ValueError, "repeats"),
+  ("...ij...->ij", [(2, 3, 4)], ValueError, "ellipsis"), ("ij->ii", [(3, 3)], ValueError, "repeats"),
   ("ij->k", [(3, 3)], ValueError, "not in any input"), ("ij,jk->ik", [(3, 4)], ValueError, "2 operands"),
   ("ijk->i", [(3, 4)], ShapeError, "3 letters"), ("ij,jk->ik", [(3, 4), (5, 2)], ShapeError, "letter 'j'"),
   ("i1->i", [(3, 4)], ValueError, "letters"), ("ii->i", [(3, 4)], ShapeError, "letter 'i'"),
@@ -357,8 +362,9 @@ def test_symbolic_edge_cases_fail_clearly_or_work():
   with pytest.raises(ValueError, match="unbound Variable 'u'"): Tensor(Variable("u", 1, 10) + 1)
 
 def test_nested_list_of_index_tensors_is_one_index_array():
-  # x[[[i, j], [j, i]]] stacks the Tensors at every depth (it raised a TypeError from numpy: a stacked Tensor was
-  # handed on as host data)
+  # an item [[i, j], [j, i]] stacks the Tensors at every depth (it raised a TypeError from numpy: a stacked Tensor was
+  # handed on as host data). At the top level the list is a tuple of two items (tinygrad's and torch's reading, issue 45)
   xn = np.arange(12.0, dtype=np.float32).reshape(3, 4)
   i, j = Tensor([0, 2]), Tensor([1, 0])
-  np.testing.assert_array_equal(Tensor(xn)[[[i, j], [j, i]]].numpy(), xn[np.array([[[0, 2], [1, 0]], [[1, 0], [0, 2]]])])
+  np.testing.assert_array_equal(Tensor(xn)[([[i, j], [j, i]],)].numpy(), xn[np.array([[[0, 2], [1, 0]], [[1, 0], [0, 2]]])])
+  np.testing.assert_array_equal(Tensor(xn)[[[i, j], [j, i]]].numpy(), xn[np.array([[0, 2], [1, 0]]), np.array([[1, 0], [0, 2]])])
