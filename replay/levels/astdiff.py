@@ -61,7 +61,10 @@ def _brief(x: Any) -> Any:
   return x
 
 def text_diff(old_text: str, new_text: str, old_name: str = "stored", new_name: str = "current", context: int = 3) -> str:
-  return "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True), old_name, new_name, n=context))
+  """A unified diff, each line ending in a newline: a text whose last line has none (a graph's printout) would otherwise
+  glue that line's `-` to the next `+` (`CONST dtypes.float 0.0+      CONST ...`), in every report."""
+  def lines(t: str) -> list[str]: return [ln if ln.endswith("\n") else ln + "\n" for ln in t.splitlines(True)]
+  return "".join(difflib.unified_diff(lines(old_text), lines(new_text), old_name, new_name, n=context))
 
 def kernel_list_diff(old: list[UOp], new: list[UOp]) -> dict[str, Any]:
   """How a schedule's kernel list changed; kernels are matched by AST key, and the ones only on one side are

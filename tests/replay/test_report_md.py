@@ -101,3 +101,11 @@ def test_every_failing_kind_is_named_first():
   page = H.render(rep, {})
   head = page[:page.index('id="groups"')]
   assert all(f'class="card v-{v}"' in head and f'<span class="badge v-{v}">' in head for v in kinds)
+
+def test_a_text_diff_keeps_every_line_apart():
+  # the last line of a printout has no newline: its `-` line must not run into the `+` line after it
+  from replay.levels.astdiff import text_diff
+  d = text_diff("SINK\n  CONST dtypes.float 0.0", "SINK\n  CONST dtypes.float 1.0")
+  lines = d.splitlines()
+  assert "-  CONST dtypes.float 0.0" in lines and "+  CONST dtypes.float 1.0" in lines, d
+  assert all(ln.count("CONST") <= 1 for ln in lines), d
