@@ -21,8 +21,9 @@ def _index(store: Store) -> tuple[dict[tuple, dict], list[tuple[str, dict]]]:
   sched: list[tuple[str, dict]] = []
   for row in store.captures():
     label = row["label"] or ""
-    # paired and compared by their keys in today's format (a store written before an IR refactor: replay/store/upgrade.py)
-    row = {**row, "pair_input": _todays_key(store, row["input_key"]), "pair_output": _todays_key(store, row["output_key"])}
+    # paired by the input's key in today's format (a store written before an IR refactor: replay/store/upgrade.py); outputs
+    # are compared that way only where their stored keys differ (below)
+    row = {**row, "pair_input": _todays_key(store, row["input_key"])}
     if _paired_by_call(row["level"]): sched.append((label, row))
     else: out.setdefault((row["level"], label, row["pair_input"]), row)
   return out, sched
@@ -75,7 +76,7 @@ def compare(old_path: str, new_path: str, level: str | None = None, label: str |
         r.outcome = "changed"
         r.reason = "only in the new capture" if o is None else "only in the old capture"
         r.signature = f"{k[0]}: {r.reason}"
-      elif o["pair_output"] != n["pair_output"]:
+      elif o["output_key"] != n["output_key"] and _todays_key(old, o["output_key"]) != _todays_key(new, n["output_key"]):
         r.outcome = "changed"
         try: _describe(r, old, o, new, n)
         except Exception as e:  # an unreadable side is itself a finding
