@@ -6,7 +6,7 @@ from typing import Callable, NoReturn
 import click
 from replay import check, process
 from replay.check import Options, Report, Selection
-from replay.report import files as F
+from replay.report import escape as E, files as F
 
 def _fail(msg: str, hint: str | None = None, code: int = 2) -> NoReturn:
   click.echo(f"replay: error: {msg}", err=True)
@@ -50,7 +50,7 @@ def _storage_failure(ctx: click.Context, what: str) -> NoReturn:
   params = ctx.meta.get("replay.params", {})
   paths = [str(p) for k in PATH_PARAMS for v in [params.get(k)] if v for p in (v if isinstance(v, (list, tuple)) else [v])]
   where = f" (stores: {', '.join(paths)})" if paths else ""
-  _fail(f"replay {sub}: a store or file could not be read or written{where}: {what}",
+  _fail(E.terminal_line(f"replay {sub}: a store or file could not be read or written{where}: {what}"),  # (a path may be anything)
         "free space on that disk or make the file writable (a locked database: wait for the other writer), then run it again; "
         "what was written before is kept")
 

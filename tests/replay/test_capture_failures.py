@@ -135,6 +135,10 @@ def test_the_replay_commands_turn_storage_errors_into_exit_2(tmp_path, monkeypat
   monkeypatch.setattr(app, "stats", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device", str(db))))
   r = CliRunner().invoke(cli, ["stats", str(db)])
   assert r.exit_code == 2 and "No space left on device" in r.output, r.output
+  # an error text (SQLite's, a path's) is shown escaped: it cannot act on the terminal
+  monkeypatch.setattr(app, "stats", lambda *a, **k: (_ for _ in ()).throw(sqlite3.OperationalError("disk \x1b]0;pwned\x07 full")))
+  r = CliRunner().invoke(cli, ["stats", str(db)])
+  assert r.exit_code == 2 and "\x1b" not in r.output and "\\x1b]0;pwned" in r.output, r.output
   # planted: the group's handling taken out, the raw error escapes (click: exit 1 and a traceback)
   monkeypatch.setattr(app, "stats", full)
   from replay.cli import common
