@@ -158,8 +158,8 @@ def test_function_level_imports_say_why():
       if inner and not _reason(lines, line): bad.append(f"{p.relative_to(ROOT)}:{line} imports {t} inside a function without a reason")
   assert not bad, f"{len(bad)} function-level import(s) without a reason:\n" + "\n".join(bad)
 
-LEVEL_TEST = re.compile(r"""\blevel(?:["']\])?\s*(==|!=|\bin\b|\bnot in\b)\s*[("']*(kernel|schedule|program)\b"""
-                        r"""|["'](kernel|schedule|program)["']\s*(==|!=|\bin\b|\bnot in\b)\s*[\w.\[\]"']*levels?\b""")
+LEVEL_TEST = re.compile(r"""\blevel(?:["']\])?\s*(==|!=|\bin\b|\bnot in\b)\s*[("']*(kernel|schedule|program|model)\b"""
+                        r"""|["'](kernel|schedule|program|model)["']\s*(==|!=|\bin\b|\bnot in\b)\s*[\w.\[\]"']*levels?\b""")
 
 def test_no_level_tests_outside_the_level_classes():
   bad = []

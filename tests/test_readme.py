@@ -26,4 +26,4 @@ def test_the_python_api_example_runs():
   assert r.returncode == 0, r.stderr[-3000:]
   lines = r.stdout.splitlines()
   assert lines[0].startswith("{'identical': ") and "'changed': 0" in lines[0] and lines[1] == "0"
-  assert "('kernel', 'schedule', 'program')" in r.stdout and "SINK" in lines and "NO_SUCH_DEVICE" in lines[-1]
+  assert "('kernel', 'schedule', 'program', 'model')" in r.stdout and "SINK" in lines and "NO_SUCH_DEVICE" in lines[-1]

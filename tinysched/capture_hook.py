@@ -3,7 +3,9 @@
 `replay` installs a function in HOOK; tinysched never imports replay. When HOOK is None (the default)
 a capture point costs one attribute lookup. The hook is called as HOOK(level, inputs, output) with
 level "kernel" (inputs (pre, var_vals, assigns) -> ast), "schedule" (inputs (big graph sink, ...) ->
-asts) or "program" (inputs (ast, opts, target) -> source).
+asts) or "program" (inputs (ast, opts, target) -> source). One more point is an observation, not a level: "host"
+(inputs (numpy array, dtype) -> None), host data copied into a new Tensor, whose contents no graph holds (replay's
+model level digests it); a tool ignores what it does not record.
 """
 from __future__ import annotations
 import contextlib, importlib, os, sys

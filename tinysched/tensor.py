@@ -12,6 +12,7 @@ from tinysched.uop import UOp, sint, resolve, smax, sym_ne
 from tinysched.reduce import output_dtype as reduce_output_dtype, acc_dtype as reduce_acc_dtype
 from tinysched.lazy import LazyBuffer, Metadata, METADATA
 from tinysched.device import Device, Buffer
+from tinysched import capture_hook
 from tinysched.helpers import prod, all_int, make_tuple, flatten
 from tinysched import function as F
 from tinysched import schedule as S, realize as R
@@ -34,6 +35,8 @@ def _host_array(x: Any, dt: DType) -> np.ndarray:
 
 def _from_np(x: np.ndarray, device: str, dtype: DType | None = None) -> LazyBuffer:
   d = dtypes.from_np(x.dtype) if dtype is None else dtype  # bfloat16 bits arrive as uint16: the caller names the dtype
+  # host data entering the graph: a capture tool sees it (its contents are not in any graph)
+  if capture_hook.HOOK is not None: capture_hook.HOOK("host", (x, d), None)
   buf = Buffer(device, x.size, d)
   if x.size: buf.copyin(x)
   else: buf.allocate()

@@ -34,7 +34,7 @@ from replay.errors import HintedError
 from replay import check
 from replay.check import Selection
 from replay.report.text import ordered_groups
-from replay.levels import LEVELS
+from replay.levels import HOOKED, LEVELS
 from replay.baseline.checkouts import CommitsError, head_state, interruptible, list_models, pythonpath, repo_root, signals_deferred
 from replay.baseline.coverage import save as save_coverage  # it compacts the store: one file to commit
 from replay.baseline.extras import EXTRAS, capture_extra
@@ -222,7 +222,7 @@ def _change_summary(name: str, old: Path, new: Path) -> str:
   for g in rep.groups()[:8]: lines.append(f"    [{g['outcome']}] x{g['count']}  {(g['signature'] or '')[:140]}")
   return "\n".join(lines)
 
-def run_accept(models: list[str] | None = None, captures_dir: str = "captures", levels: tuple[str, ...] = LEVELS,
+def run_accept(models: list[str] | None = None, captures_dir: str = "captures", levels: tuple[str, ...] = HOOKED,
                timeout: float | None = None, cwd: Path | str | None = None, log: Log = print) -> SuiteAccepted:
   root = repo_root(cwd)
   cap = root / captures_dir
@@ -319,11 +319,13 @@ def write_captures_readme(root: Path, cap: Path) -> Path:
   text = f"""# Capture baseline
 
 The process-replay baseline: what the model suite (`tinysched/models/suite.py`, quick versions) made the
-scheduler and code generator produce, plus three members beside it (replay/baseline/extras.py): `tests.db`, this
+scheduler and code generator produce, plus four members beside it (replay/baseline/extras.py): `tests.db`, this
 project's Tensor/scheduler tests captured and distilled to the few rows that exercise rules no model does
 (`replay distill`), `gpu_target.db`, program-level captures rendered for an NVIDIA-like GPU target on this
-CPU machine, and `index_past_2_31.db`, kernels whose indices pass 2**31 (scheduled, not run: `replay prove` checks
-their int64 indexing). CI replays these stores through every change (`replay check`, `ci/replay-gate`). Written by
+CPU machine, `index_past_2_31.db`, kernels whose indices pass 2**31 (scheduled, not run: `replay prove` checks
+their int64 indexing), and `frontend.db`, the model level: each model call of `tinysched/models/calls.py` with the big
+graphs it builds and the numbers it returns, judged against its float64 twin. CI replays these stores through every
+change (`replay check`, `ci/replay-gate`). Written by
 `replay accept`; regenerate it rather than editing by hand. `replay coverage` shows which rules they exercise
 (each store's `coverage` table keeps the counts measured at accept time).
 
@@ -334,13 +336,14 @@ Last accepted at commit `{sha or 'unknown'}`{' with uncommitted changes (dirty)'
 {chr(10).join(rows) if rows else '| (no stores) | | | | ' + ' | ' * len(LEVELS) + ' | | |'}
 
 Captures per level: `kernel` = (pre-sink, var_vals, assigns) -> kernel AST; `schedule` = one
-`create_schedule` call -> its list of kernel ASTs; `program` = AST + optimization choices -> source.
+`create_schedule` call -> its list of kernel ASTs; `program` = AST + optimization choices -> source; `model` = one model
+call (name, dtype, seed, flags) -> the big graphs it builds and its host data, with its numbers beside them.
 
 ## Regenerate
 
 ```
 replay accept                      # the whole suite: re-capture, show the changes, replace {rel}/*.db, rewrite this file
-replay accept --models mlp,cnn     # only some models (or members: tests, gpu_target)
+replay accept --models mlp,cnn     # only some models (or members: tests, gpu_target, frontend)
 git add {rel}/                     # then commit
 ```
 

@@ -120,6 +120,7 @@ class Coverage:
   captures: int = 0
   outcomes: dict[str, int] = field(default_factory=dict)  # capture rows by replay outcome (ran / error / incompatible)
   other_firings: int = 0  # firings of matchers outside the inventory, over all rows
+  front_end: dict[str, int] = field(default_factory=dict)  # front-end function -> model-level rows that ran it (0: none)
   @property
   def uncovered(self) -> list[RuleCount]: return [r for r in self.rules if r.captures == 0]
   def to_dict(self) -> dict[str, Any]:
@@ -127,6 +128,8 @@ class Coverage:
             "outcomes": dict(sorted(self.outcomes.items())), "rules": [r.to_dict() for r in self.rules],
             "totals": {"rules": len(self.rules), "exercised": len(self.rules) - len(self.uncovered), "uncovered": len(self.uncovered)},
             "other_firings": self.other_firings,
+            "front_end": {"functions": dict(sorted(self.front_end.items())), "run": sum(1 for n in self.front_end.values() if n),
+                          "never": sorted(k for k, n in self.front_end.items() if not n)},
             "why_unreached": {f"{w}.{n}": t for (w, n), t in sorted(WHY_UNREACHED.items()) if any(c.rule.where == w and c.rule.name == n
                                                                                                 for c in self.uncovered)}}
   def to_json(self) -> str: return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
@@ -144,6 +147,43 @@ def _rows(paths: list[str]) -> list[tuple[str, list[dict]]]:
                           "pass capture stores written by `replay capture` or `replay suite` (`replay stats DB` shows what a "
                           "store holds)") from None
   return out
+
+# the front end's inventory: every function and method defined in these modules (a package: all its modules)
+FRONT_END_MODULES = ("tinysched.tensor", "tinysched.function", "tinysched.lazy", "tinysched.reduce", "tinysched.nn")
+
+def front_end_inventory() -> list[str]:
+  """`module:Qual.name` of every function and method the front-end modules define (as the model level's trace names them)."""
+  out: set[str] = set()
+  for m in _walk(FRONT_END_MODULES):
+    for name, obj in vars(m).items():
+      if getattr(obj, "__module__", None) != m.__name__: continue
+      if isinstance(obj, type):
+        for attr, f in vars(obj).items():
+          f = f.__func__ if isinstance(f, (staticmethod, classmethod)) else f.fget if isinstance(f, property) else f
+          if callable(f) and getattr(f, "__code__", None) is not None: out.add(f"{m.__name__}:{name}.{attr}")
+      elif callable(obj) and getattr(obj, "__code__", None) is not None: out.add(f"{m.__name__}:{name}")
+  return sorted(out)
+
+def _walk(names: tuple[str, ...]) -> list[Any]:
+  mods = []
+  for n in names:
+    m = importlib.import_module(n)
+    mods.append(m)
+    if hasattr(m, "__path__"): mods += [importlib.import_module(f"{n}.{i.name}") for i in pkgutil.iter_modules(m.__path__)]
+  return mods
+
+def front_end_counts(stores: list[tuple[str, list[dict]]]) -> dict[str, int]:
+  """Per front-end function, the model-level rows whose call ran it (from the functions each row recorded at capture)."""
+  counts = {n: 0 for n in front_end_inventory()}
+  for _, rows in stores:
+    for row in rows:
+      # (rows that record the front-end functions their call ran: the model level's)
+      try: fns = json.loads(row.get("extra") or "{}").get("functions")
+      except (ValueError, AttributeError): continue
+      if not isinstance(fns, dict): continue
+      for n in fns:
+        if n in counts: counts[n] += 1
+  return counts
 
 def coverage(paths: list[str]) -> Coverage:
   """Replay every capture row of the stores with rule tracing and count, per rule, the rows that fired it."""
@@ -179,6 +219,7 @@ def coverage(paths: list[str]) -> Coverage:
           counts[rk].firings += n
     finally: store.close()
   cov.rules = sorted(counts.values(), key=lambda c: (c.captures > 0, c.rule))
+  cov.front_end = front_end_counts(stores)
   return cov
 
 def table(cov: Coverage, uncovered_only: bool = False) -> str:
@@ -198,6 +239,12 @@ def table(cov: Coverage, uncovered_only: bool = False) -> str:
   if cov.outcomes.get("error") or cov.outcomes.get("incompatible"):
     out.append("  captures that did not run to the end count only the rules they fired before (`replay check` says why they failed)")
   if cov.other_firings: out.append(f"  {cov.other_firings} firings of matchers outside the rule modules (UOp.substitute) not counted")
+  fe = cov.front_end
+  if any(fe.values()):
+    never = sorted(k for k, v in fe.items() if not v)
+    out.append(f"front end ({', '.join(FRONT_END_MODULES)}): {len(fe) - len(never)} of {len(fe)} functions run by the model-level captures; "
+               f"never run ({len(never)}): " + ", ".join(n.split(":", 1)[1] for n in never[:40]) + (" ..." if len(never) > 40 else ""))
+  else: out.append("front end: no model-level captures in these stores (the `frontend` baseline member has them)")
   return "\n".join(out)
 
 def save(path: str, log: Callable[[str], None] = print) -> Coverage:

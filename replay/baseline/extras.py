@@ -8,12 +8,16 @@
               tinysched/codegen/target.py) on this machine, with no such device: local memory, barriers and the GPU
               work-group choice are replayed (with --reoptimize, re-chosen) on every change. Execution runs them
               wherever an OpenCL device can take their work-group sizes
+  frontend    the model level: every model call of tinysched/models/calls.py (float16 and bfloat16 forward and backward,
+              optimizer steps, a CNN training step with the fusion switches on and off, KV-cache decode steps), each
+              with the big graphs it builds, its host data digests and its numbers on this machine's default device
+              (replay/record/calls.py): a change to the Tensor API, autograd, nn or the optimizers is judged by its numbers
   index_past_2_31  kernels whose indices pass 2**31 (a 4 GiB int8 buffer read through a Variable-sized shrink, a read at
               the last element of a 2.5 GiB buffer), scheduled and not run: the
               real sizes users have, so the index proofs (replay prove) check int64 indexing and narrowing on the
               baseline itself. Their buffers are past what the execution check may allocate here: it skips them, saying so
 
-Both are made with the current checkout's code, like the model stores; a failing test run or a model that fails
+All are made with the current checkout's code, like the model stores; a failing test run or a model that fails
 stops the accept before any store is replaced.
 """
 from __future__ import annotations
@@ -26,7 +30,7 @@ from replay.baseline.distill import distill, summary
 from replay.baseline.suite import run_model
 
 Log = Callable[[str], None]
-EXTRAS = ("gpu_target", "index_past_2_31", "tests")
+EXTRAS = ("gpu_target", "index_past_2_31", "frontend", "tests")
 TEST_PATHS = ("tests/tinysched",)
 GPU_MODELS = ("cnn_train", "gpt2_tiny", "mlp_digits")
 TARGET = "nvidia-like-gpu"
@@ -104,10 +108,23 @@ def capture_index_past_2_31(out: Path, root: Path, timeout: float | None, log: L
   log(f"    scheduled in {time.perf_counter() - t0:.1f}s")
   return {"model": "index_past_2_31", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
 
+def capture_frontend(out: Path, root: Path, timeout: float | None, log: Log) -> dict:
+  """The `frontend` member: every registered model call captured at the model level into `out`."""
+  t0 = time.perf_counter()
+  try: r = subprocess.run([sys.executable, "-m", "replay.record.calls", str(out)], cwd=root, env=subprocess_env(root), capture_output=True,
+                          text=True, timeout=timeout)
+  except subprocess.TimeoutExpired: raise BaselineError(f"frontend: timed out after {timeout}s", "raise --timeout") from None
+  if r.returncode != 0:
+    raise BaselineError(f"frontend: a model call could not be captured: {(r.stderr.strip().splitlines() or ['?'])[-1]}",
+                        "fix the model call (tinysched/models/calls.py) or the front end, or accept the others with --models")
+  for line in r.stdout.splitlines()[:-1]: log(f"  {line}")
+  return {"model": "frontend", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
+
 def capture_extra(name: str, out: Path, root: Path, model_stores: list[Path], timeout: float | None, log: Log) -> dict:
   if name == "tests": return capture_tests(out, root, model_stores, timeout, log)
   if name == "gpu_target": return capture_gpu_target(out, root, timeout, log)
   if name == "index_past_2_31": return capture_index_past_2_31(out, root, timeout, log)
+  if name == "frontend": return capture_frontend(out, root, timeout, log)
   raise BaselineError(f"no baseline member {name!r}", f"the members beside the models are {', '.join(EXTRAS)}")
 
 __all__ = ["EXTRAS", "TEST_PATHS", "GPU_MODELS", "TARGET", "PER_RULE", "BaselineError", "capture_extra"]

@@ -66,11 +66,15 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
                    "or not a test reaches them), which [replay:accept] cannot accept; see the report's proofs, fix the rule or the indexing")
   bad = {v: sum(_verdict(r) == v for r in results) for v in ALWAYS_FAIL_VERDICTS}
   if bad["wrong"]:
-    return False, (f"{bad['wrong']} capture(s) compute numbers that disagree with the independent numpy reference (exec wrong): "
-                   "a device, runtime, codegen or scheduler bug, which [replay:accept] cannot accept; see the report's failures")
+    models = sum(_verdict(r) == "wrong" and (r.get("exec") or {}).get("judged") == "model call" for r in results)
+    what = f" ({models} of them model calls: the front end's numbers left their float64 twin)" if models else ""
+    return False, (f"{bad['wrong']} capture(s) compute numbers that disagree with the independent numpy reference (exec wrong){what}: "
+                   "a device, runtime, codegen, scheduler or front-end bug, which [replay:accept] cannot accept; see the report's failures")
   if bad["mismatch"]:
-    return False, (f"{bad['mismatch']} changed kernel(s) compute different numbers (exec mismatch): a miscompile, which "
-                   "[replay:accept] cannot accept; fix the scheduler/codegen change")
+    models = sum(_verdict(r) == "mismatch" and (r.get("exec") or {}).get("judged") == "model call" for r in results)
+    what = f" ({models} of them model calls: the front end now computes other numbers than stored)" if models else ""
+    return False, (f"{bad['mismatch']} changed kernel(s) compute different numbers (exec mismatch){what}: a miscompile or a change of "
+                   "meaning, which [replay:accept] cannot accept; fix the scheduler/codegen/front-end change")
   if bad["unstable"]:
     return False, (f"{bad['unstable']} kernel list(s) gave different bits on two runs with the same inputs (exec unstable): "
                    "a race or uninitialized read, which [replay:accept] cannot accept")

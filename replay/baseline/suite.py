@@ -8,7 +8,7 @@ from __future__ import annotations
 import json, os, subprocess, sys, time
 from pathlib import Path
 from tinysched.models.suite import SUITE, available
-from replay.levels import LEVELS
+from replay.levels import HOOKED
 from replay.baseline.checkouts import capture_tool_path, runner_module
 from replay.process import parent_death_signal
 from replay.store.sqlite import Store, StoreError, remove_stale_temps, replace_store
@@ -21,7 +21,7 @@ def _has_captures(db: Path) -> bool:
 def suite_models() -> list[str]:
   return list(SUITE)
 
-def run_model(name: str, db: Path, quick: bool, levels: tuple[str, ...] = LEVELS, cwd: str | None = None,
+def run_model(name: str, db: Path, quick: bool, levels: tuple[str, ...] = HOOKED, cwd: str | None = None,
               python: str = sys.executable, timeout: float | None = None, replace: bool = False, env: dict[str, str] | None = None) -> dict:
   """Capture one model into `db` in a subprocess; returns {"model", "ok", "seconds", "summary"|"error"|"skipped"}.
 

@@ -97,7 +97,9 @@ def exec_report(rep, mode: str = "changed", device: str | None = None, slower_th
       new_row = rows.get((r.db, *r.pair["new"], r.level))
       if row is None or new_row is None: continue
       if new_row["input_key"] != row["input_key"] and not _same_input(r.pair["old_db"], row["input_key"], r.db, new_row["input_key"]):
-        r.exec = {"verdict": "skipped", "reason": "the two captures have different inputs (the front end changed): their numbers are not comparable"}
+        r.exec = {"verdict": "skipped", "reason": "the two captures have different inputs (the front end changed): their kernels' numbers are "
+                  "not comparable; model-level rows compare whole calls' numbers across such a change (the `frontend` baseline member, "
+                  "python -m replay.record.calls)"}
         continue
     else:
       row = rows.get((r.db, r.run_id, r.seq, r.level))

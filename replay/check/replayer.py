@@ -37,7 +37,9 @@ def replay_row(store: Store, row: dict, detail: bool = True, full: dict | None =
     except IncompatibleCapture as e: return incompatible(str(e))
     except Exception as e:  # noqa: BLE001 (the decoder raises only IncompatibleCapture; anything else is still the input's fault)
       return incompatible(f"stored input cannot be decoded ({type(e).__name__}: {e})")
+    if level.wants_row: full = {} if full is None else full
     if full is not None: full["inputs"] = inputs  # the execution check's job builder needs them too (replay.check.execution)
+    if level.wants_row: full["row_extra"] = row.get("extra")  # type: ignore[index]
     reopt = level.reoptimizes(row, reoptimize)[0]
     if reopt and full is None: full = {}  # the chosen choices are in what `run` fills (described below)
     try: new, new_bytes, res.note = level.run_row(inputs, row, reoptimize, full, memo)

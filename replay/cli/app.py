@@ -8,7 +8,7 @@ import json, os, subprocess, sys
 from pathlib import Path
 import click
 from tinysched.codegen.target import TARGETS
-from replay.levels import LEVELS
+from replay.levels import HOOKED, LEVELS
 from replay.record.recorder import RENDERED
 from replay.store.sqlite import Store, StoreError, compact
 from replay.store.encode import VERSION, IncompatibleCapture
@@ -147,7 +147,7 @@ def diff_cmd(old_db, new_db, level, label, allow_empty, exec_mode, device, timeo
 @main.command("capture", context_settings={"ignore_unknown_options": True})
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="capture store to write (created if missing)")
 @click.option("--label", default="", help="label for this run (e.g. the model name)")
-@click.option("--levels", default=",".join(LEVELS), show_default=True, help="comma-separated capture levels")
+@click.option("--levels", default=",".join(HOOKED), show_default=True, help="comma-separated capture levels")
 @click.option("--target", "target_name", metavar="NAME", help="also render every scheduled kernel for this named target "
               "(tinysched/codegen/target.py TARGETS), program level, without the device")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -223,7 +223,7 @@ def show_cmd(db, key, html_path) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default="captures", show_default=True,
               help="without --db: one store per model, OUT/<model>.db (replaced)")
 @click.option("--full", is_flag=True, help="full-size models (default: the quick versions CI runs)")
-@click.option("--levels", default=",".join(LEVELS), show_default=True)
+@click.option("--levels", default=",".join(HOOKED), show_default=True)
 @click.option("--twice", is_flag=True, help="capture each model a second time under another PYTHONHASHSEED and report key sets that differ")
 @click.option("--hash-seeds", default="1,2", show_default=True, metavar="A,B", help="with --twice: the two PYTHONHASHSEED values")
 @click.option("--target", "target_name", metavar="NAME", help="also render every scheduled kernel for this named target "

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 import click
 from replay.git import GitError, common_dir
-from replay.levels import LEVELS
+from replay.levels import HOOKED, LEVELS
 from replay.check import CheckError, Options, Selection
 from replay.report import escape as E
 from replay.cli.common import Command, _fail, _dbs, exec_device, run_check, report_options, terminal_progress, write_reports, report_paths_writable
@@ -70,7 +70,7 @@ def _accept_process(captures_dir: str) -> Iterator[None]:
 @click.argument("head", default="HEAD")
 @click.option("--models", help="comma-separated model names (default: HEAD's whole suite)")
 @click.option("--level", type=click.Choice(LEVELS), help="compare only this capture level")
-@click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
+@click.option("--levels", default=",".join(HOOKED), show_default=True, help="capture levels to record")
 @click.option("--full", is_flag=True, help="full-size models (default: the quick versions CI runs)")
 @click.option("--keep", is_flag=True, help="keep the worktrees and both capture stores after a completed run (paths are printed)")
 @click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktrees (default: the system temp dir)")
@@ -139,7 +139,7 @@ def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
 @click.argument("dbs", nargs=-1)
 @click.option("--models", help="comma-separated model names (default: the whole suite)")
 @click.option("--dir", "captures_dir", default="captures", show_default=True, help="the baseline folder, relative to the repository root")
-@click.option("--levels", default=",".join(LEVELS), show_default=True, help="capture levels to record")
+@click.option("--levels", default=",".join(HOOKED), show_default=True, help="capture levels to record")
 @click.option("--timeout", type=float, default=None, help="seconds per model before it counts as failed")
 @click.option("--key", "keys", multiple=True, help="per-kernel accept: only the capture whose input key starts with this (repeatable)")
 @click.option("--group", "groups", multiple=True,

@@ -15,6 +15,7 @@ from replay.execute.inputs import compare, seeded_fill, same_bits, discontinuous
 from replay.execute.jobs import program_specs
 from replay.execute.launch import _Side, _fresh, _interpret, _outputs_of, _over_memory, _unlaunchable
 from replay.execute.timing import _timing
+from replay.execute import numbers as model_numbers
 
 def _dtype(name: str):
   """The dtype a job's specs name."""
@@ -86,7 +87,9 @@ def _graph_check(job: dict, sides: dict[str, "_Side"], host, specs, names) -> tu
 
 def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 0.10) -> dict:
   """Run a built job (see build_job): old and new on `device`, each kernel checked against the interpreter; at schedule
-  level both kernel lists against the input graph too; compare, and time."""
+  level both kernel lists against the input graph too; compare, and time. A model-level job runs a model call instead
+  (replay/execute/numbers.py)."""
+  if job.get("kind") == "model": return model_numbers.judge_job(job, device)
   names = dict(job["names"])
   old, new = _Side(device, job["old"], names), _Side(device, job["new"], names)
   if job["specs"] is None:  # program level

@@ -24,6 +24,7 @@ def _job_kernels(jobs: list[dict]) -> list[str]:
   for j in sorted(jobs, key=lambda j: j["id"]):
     for it in list(j.get("old") or []) + list(j.get("new") or []):
       out.setdefault(json.dumps(["ast", it[1]] if it[0] == "ast" else ["src", it[1], it[2]]))
+    for enc in j.get("kernels") or []: out.setdefault(json.dumps(["ast", enc]))  # a model call's kernels (its replay scheduled them)
   return list(out)
 
 PRECOMPILE_MIN = 8  # fewer kernels than this: a compile process's start (~0.5 s) would cost about what batching saves

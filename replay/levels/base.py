@@ -50,6 +50,8 @@ class Level:
   runs_stored_source: ClassVar[bool] = False  # its execution job launches stored OpenCL source (needs an OpenCL device)
   capture_always: ClassVar[bool] = False  # every call is queued, repeats included (each call's outputs carry new metadata)
   output_is_kernel: ClassVar[bool] = False  # the output is one kernel AST (`replay stats` counts them, `show --html` draws it)
+  hooked: ClassVar[bool] = True  # a tinysched capture point reports it (captured by default); False: recorded by its own runner
+  wants_row: ClassVar[bool] = False  # `describe` reads the stored row's `extra` (replay_row puts it in `full` as "row_extra")
 
   # *** capture ***
   def identity(self, inputs: Any, output: Any) -> tuple[Any, Any]:

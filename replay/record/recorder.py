@@ -29,7 +29,7 @@ from tinysched.codegen.target import TARGETS, UnknownTargetError, named_target
 from tinysched.device import Device
 from tinysched.uop import UOp
 from replay import levels
-from replay.levels import LEVELS, RowWriter, names as level_names
+from replay.levels import HOOKED, LEVELS, RowWriter, names as level_names
 from replay.store.encode import key_of
 from replay.store.sqlite import Store, StoreError, StoreUnavailable, graph_row, dumps, pause_point
 from replay.git import query as _git, code_commit  # metadata: None when git cannot tell, within 10s
@@ -63,7 +63,7 @@ class Capturer:
   (bytes, no references to the caller's graphs: capture must not keep a graph alive that the program dropped); the
   SQLite transaction happens in `flush`, every FLUSH_EVERY pending rows (or SCHEDULE_FLUSH_EVERY schedules, whose
   graphs are big), at stop, at exit and on SIGTERM."""
-  def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None):
+  def __init__(self, path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = HOOKED, target: Any = None):
     bad = [lv for lv in levels if lv not in level_names()]
     if bad: raise ValueError(f"unknown capture level(s) {bad}: choose from {', '.join(level_names())}")
     if target is not None and RENDERED not in levels:
@@ -234,7 +234,7 @@ def relabel(label: str) -> None:
   """Label what the active capture records from now on (pytest --replay-capture: the running test's node id)."""
   if _active is not None: _active.label = label
 
-def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None) -> Capturer:
+def start(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = HOOKED, target: Any = None) -> Capturer:
   global _active
   if _active is not None and _active.yields:  # a test of capture itself, inside a session capture: pause the session
     _active.flush()
@@ -258,7 +258,7 @@ def stop() -> None:
       capture_hook.HOOK = _active
 
 @contextlib.contextmanager
-def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = LEVELS, target: Any = None) -> Iterator[Capturer]:
+def capture(path: str | os.PathLike, label: str = "", levels: tuple[str, ...] = HOOKED, target: Any = None) -> Iterator[Capturer]:
   """Capture everything tinysched schedules and compiles inside the block into the store at `path`. `target` (a
   Target, e.g. TARGETS["nvidia-like-gpu"]): also render every scheduled kernel for it (program level)."""
   c = start(path, label, levels, target)
@@ -298,13 +298,13 @@ def env_config() -> tuple[Path, str, tuple[str, ...]] | None:
   raw = os.environ.get("TINYSCHED_CAPTURE")
   if not raw: return None
   raw_levels = os.environ.get("TINYSCHED_CAPTURE_LEVELS")
-  levels = LEVELS if raw_levels is None else tuple(x.strip() for x in raw_levels.split(",") if x.strip())
+  levels = HOOKED if raw_levels is None else tuple(x.strip() for x in raw_levels.split(",") if x.strip())
   if bad := [lv for lv in levels if lv not in level_names()]:
     raise _config_error("TINYSCHED_CAPTURE_LEVELS", raw_levels or "", f"unknown capture level(s) {', '.join(bad)}",
-                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for all levels")
+                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for the default ones")
   if not levels:
     raise _config_error("TINYSCHED_CAPTURE_LEVELS", raw_levels or "", "names no capture level",
-                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for all levels")
+                        f"use a comma-separated subset of {','.join(LEVELS)}, or unset it for the default ones")
   path = Path(raw).expanduser()
   if path.is_dir(): raise _config_error("TINYSCHED_CAPTURE", raw, "is a directory", "name a .db file, e.g. TINYSCHED_CAPTURE=run.db")
   if not path.parent.is_dir():
@@ -312,7 +312,7 @@ def env_config() -> tuple[Path, str, tuple[str, ...]] | None:
                         "create the directory, or name a file in an existing one")
   return path, os.environ.get("TINYSCHED_CAPTURE_LABEL", ""), levels
 
-def env_target(levels: tuple[str, ...] = LEVELS):
+def env_target(levels: tuple[str, ...] = HOOKED):
   """The Target TINYSCHED_CAPTURE_TARGET names (tinysched/codegen/target.py TARGETS), or None when unset; exits 2
   naming the value and the known names for an unknown one."""
   raw = os.environ.get("TINYSCHED_CAPTURE_TARGET")

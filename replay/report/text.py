@@ -161,7 +161,8 @@ def _exec_line(r: Result) -> str:
     parts.append(f"{e.get('where')}")
     parts.append(f"max rel err {e['max_rel_err']:.3g}" if e.get("max_rel_err") is not None else "")
     parts.append(f"max {e['max_ulp']:.3g} ULP" if e.get("max_ulp") is not None else "")
-    parts.append(f"{e.get('n_diff')} elements differ (first at {e.get('first_diff')}) in buffer {e.get('buffer')}"
+    parts.append(f"{e.get('n_diff')} elements differ (first at {e.get('first_diff')}) in "
+                 + (f"output {e['output']!r}" if e.get("output") is not None else f"buffer {e.get('buffer')}")
                  + (f", {e['n_nonfinite']} of them NaN/inf on one side only" if e.get("n_nonfinite") else ""))
     if e.get("unstable_sides"): parts.append(f"also unstable: {e['unstable_sides']}")
     if e.get("wrong_sides"): parts.append(f"off the reference: {', '.join(e['wrong_sides'])}")

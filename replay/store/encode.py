@@ -142,7 +142,10 @@ MAX_DIM = 2**48             # a view's dimension, |stride|; |offset| < 2**62
 INT_LO, INT_HI = -2**63, 2**64 - 1  # any integer argument: int64 .. uint64
 
 _OPS = {o.name: o for o in Ops}
-_DOC_KEYS = frozenset({"format", "version", "nodes", "roots", "var_vals", "assigns", "opts", "target", "flags"})
+# MODEL_FIELD: the model level's record beside its graphs (replay/levels/model.py): plain JSON, no node references, so an
+# upgrade carries it through unchanged
+MODEL_FIELD = "model"
+_DOC_KEYS = frozenset({"format", "version", "nodes", "roots", "var_vals", "assigns", "opts", "target", "flags", MODEL_FIELD})
 
 _REPR = reprlib.Repr()
 _REPR.maxstring, _REPR.maxother, _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 60, 60, 3, 6, 4
@@ -482,8 +485,8 @@ def in_todays_form(data: bytes) -> bytes | None:
   try:
     doc = json.loads(data)
     if type(doc) is not dict or doc.get("format") != FORMAT or type(doc.get("version")) is not int or doc["version"] >= VERSION: return None
-    if set(doc) - {"format", "version", "nodes", "roots"}: return None  # an input: its extras are the level's business
-    return encode_graph(parse(data).roots())
+    if set(doc) - {"format", "version", "nodes", "roots", MODEL_FIELD}: return None  # an input: its extras are the level's business
+    return encode_graph(parse(data).roots(), {MODEL_FIELD: doc[MODEL_FIELD]} if MODEL_FIELD in doc else None)
   except (ValueError, IncompatibleCapture, RecursionError): return None
 
 def decode_kernel_input(data: bytes) -> tuple[UOp, dict[UOp, int], dict[UOp, None]]:

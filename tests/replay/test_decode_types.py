@@ -310,6 +310,7 @@ def test_every_graph_of_random_programs_passes(steps):
   finally: capture_hook.HOOK = None
   assert got
   for level, inputs, output in got:
+    if level == "host": continue  # (host data entering a Tensor: an observation point, not a graph)
     # decoded (the table checks every node) and encoded again: the same bytes (BUFFERs renumbered, so not the same nodes)
     if level == "kernel":
       verify(inputs[0], output)

@@ -54,9 +54,10 @@ def words_db(tmp_path, words_level):
   cap.close()
   return db
 
-def test_the_registry_names_the_three_levels_in_order():
-  assert levels.LEVELS == ("kernel", "schedule", "program")
-  assert [levels.get(n).rank for n in levels.LEVELS] == [0, 1, 2]
+def test_the_registry_names_the_four_levels_in_order():
+  assert levels.LEVELS == ("kernel", "schedule", "program", "model")
+  assert [levels.get(n).rank for n in levels.LEVELS] == [0, 1, 2, 3]
+  assert levels.HOOKED == ("kernel", "schedule", "program")  # the model level is recorded by its own runner
   with pytest.raises(IncompatibleCapture, match="level is 'bogus', not a capture level"): levels.get("bogus")
 
 def test_a_new_level_is_one_class(words_db, words_level):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 import numpy as np
 from tinysched import Tensor, UOp, Variable
+from tinysched.dtype import DType, dtypes
 from tinysched.models.layers import cached_attention, embedding, new_cache, param, realize, token_ids, write_cache
 
 @dataclass(frozen=True)
@@ -45,12 +46,11 @@ def random_gpt2_weights(c: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
   return sd
 
 class GPT2:
-  def __init__(self, c: GPT2Config, sd: dict[str, np.ndarray]):
-    self.c = c
-    self.sd = sd
-    self.wte = embedding(sd["transformer.wte.weight"])
-    self.wpe = param(sd["transformer.wpe.weight"])
-    w = lambda k: param(sd[k])
+  def __init__(self, c: GPT2Config, sd: dict[str, np.ndarray], dtype: DType = dtypes.float32):
+    self.c, self.sd, self.dtype = c, sd, dtype
+    self.wte = embedding(sd["transformer.wte.weight"], dtype)
+    self.wpe = param(sd["transformer.wpe.weight"], dtype)
+    w = lambda k: param(sd[k], dtype)
     self.blocks = [{k: w(f"transformer.h.{i}.{k}") for k in ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.weight",
                    "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
                    "mlp.c_proj.bias")}
@@ -65,7 +65,7 @@ class GPT2:
     """Residual stream (1, T, n_embd) after the last block, lazy; the KV caches are written now. `tokens`: ids, or a
     (1, T) int32 Tensor of them (what a jitted decode step takes: its input is then a buffer, not baked-in data)."""
     c = self.c
-    if not self.cache: self.cache = new_cache(c.n_layer, 1, c.n_positions, c.n_head, c.n_embd // c.n_head)
+    if not self.cache: self.cache = new_cache(c.n_layer, 1, c.n_positions, c.n_head, c.n_embd // c.n_head, self.dtype)
     t = tokens.shape[1] if isinstance(tokens, Tensor) else len(tokens)
     x = self.wte(tokens if isinstance(tokens, Tensor) else token_ids([list(tokens)], c.vocab_size))
     x = x + self.wpe[start_pos:start_pos + t].reshape(1, t, c.n_embd)

@@ -32,25 +32,25 @@ def realize(*ts: Tensor, label: str = "") -> None:
 # *** weights ***
 
 def param(arr: np.ndarray, dtype=dtypes.float32) -> Tensor:
-  """A realized, non-trainable weight from a host array (its own buffer)."""
-  return Tensor(np.ascontiguousarray(arr, dtype=dtype.np), requires_grad=False).realize()
+  """A realized, non-trainable weight from a host array (its own buffer), in `dtype`."""
+  return Tensor(np.ascontiguousarray(arr), dtype=dtype, requires_grad=False).realize()
 
-def replace_weights(obj, **tensors: np.ndarray | None) -> None:
-  """Set obj.<name> to realized weights from arrays (shapes checked against what the layer made), None clears it."""
+def replace_weights(obj, dtype=dtypes.float32, **tensors: np.ndarray | None) -> None:
+  """Set obj.<name> to realized weights in `dtype` from arrays (shapes checked against what the layer made), None clears it."""
   for name, arr in tensors.items():
     old = getattr(obj, name, None)
     if arr is None:
       setattr(obj, name, None); continue
     if old is not None and tuple(old.shape) != tuple(arr.shape):
       raise ValueError(f"{type(obj).__name__}.{name}: weight of shape {arr.shape} does not fit the layer's {tuple(old.shape)}")
-    setattr(obj, name, param(arr))
+    setattr(obj, name, param(arr, dtype))
 
 # *** embeddings ***
 
-def embedding(weight: np.ndarray) -> nn.Embedding:
-  """nn.Embedding holding `weight` (vocab, dim), all rows."""
+def embedding(weight: np.ndarray, dtype=dtypes.float32) -> nn.Embedding:
+  """nn.Embedding holding `weight` (vocab, dim), all rows, in `dtype`."""
   emb = nn.Embedding(*weight.shape)
-  replace_weights(emb, weight=weight)
+  replace_weights(emb, dtype, weight=weight)
   return emb
 
 def token_ids(ids: Sequence[Sequence[int]], vocab: int) -> Tensor:
@@ -76,10 +76,10 @@ def gelu_erf(x: Tensor) -> Tensor: return 0.5 * x * (1.0 + erf(x * (1.0 / math.s
 
 # *** attention with a KV cache ***
 
-def causal_mask(t: int, start_pos: int) -> Tensor | None:
-  """(1, 1, t, start_pos + t) additive mask for a prefill of t tokens after start_pos cached ones (None for t == 1)."""
+def causal_mask(t: int, start_pos: int, dtype=dtypes.float32) -> Tensor | None:
+  """(1, 1, t, start_pos + t) additive mask in `dtype` for a prefill of t tokens after start_pos cached ones (None for t == 1)."""
   if t == 1: return None
-  return Tensor.full((1, 1, t, start_pos + t), float("-inf")).triu(start_pos + 1)
+  return Tensor.full((1, 1, t, start_pos + t), float("-inf"), dtype=dtype).triu(start_pos + 1)
 
 def cached_attention(q: Tensor, cache_kv: Tensor, start_pos: int | UOp) -> Tensor:
   """softmax(q k^T / sqrt(d) + causal) v over the cache positions [0, start_pos + T).
@@ -103,7 +103,7 @@ def cached_attention(q: Tensor, cache_kv: Tensor, start_pos: int | UOp) -> Tenso
   values = cache_kv[1].transpose(1, 2)                                     # (B, H, max_context, D)
   scores = q.transpose(1, 2).matmul(keys.transpose(2, 3)) * (1.0 / math.sqrt(head_dim))  # type: ignore[arg-type]  # a concrete head dim
   # (an int start_pos comes with a concrete seqlen)
-  if isinstance(start_pos, int) and (mask := causal_mask(seqlen, start_pos)) is not None: scores = scores + mask  # type: ignore[arg-type]
+  if isinstance(start_pos, int) and (mask := causal_mask(seqlen, start_pos, scores.dtype)) is not None: scores = scores + mask  # type: ignore[arg-type]
   e = (scores + scores.max(-1, keepdim=True).neg()).exp()
   probs = e * e.sum(-1, keepdim=True).reciprocal()
   probs = probs.pad((None, None, None, (0, max_context - end)))
@@ -122,9 +122,9 @@ def write_cache(cache_kv: Tensor, k: Tensor, v: Tensor, start_pos: int | UOp) ->
             for x in (k, v))
   realize(cache_kv.shrink((None, None, (start_pos, start_pos + seqlen), None, None)).assign(Tensor.stack(k, v)), label="kv_cache")
 
-def new_cache(n_layers: int, bsz: int, max_context: int, n_heads: int, head_dim: int) -> list[Tensor]:
+def new_cache(n_layers: int, bsz: int, max_context: int, n_heads: int, head_dim: int, dtype=dtypes.float32) -> list[Tensor]:
   """One realized (2, B, max_context, H, D) zero buffer per layer, each its own allocation (host zeros, so no aliasing)."""
-  return [param(np.zeros((2, bsz, max_context, n_heads, head_dim), np.float32)) for _ in range(n_layers)]
+  return [param(np.zeros((2, bsz, max_context, n_heads, head_dim), np.float32), dtype) for _ in range(n_layers)]
 
 __all__ = ["kernel_log", "realize", "param", "replace_weights", "embedding", "token_ids", "erf", "gelu_erf", "causal_mask",
            "cached_attention", "write_cache", "new_cache"]
