@@ -143,10 +143,9 @@ def _plan(selected: list[tuple[str, list[dict]]], jobs: int, detail: bool, exec_
   return tasks
 
 def _cost(row: dict) -> int:
-  """A row's replay cost in arbitrary units, to balance chunks: its input's node count (what decoding and scheduling
-  grow with, within about 2x on the committed captures) plus a fixed part per row."""
-  n = row.get("node_count")
-  return 20 + (n if type(n) is int and n > 0 else 100)
+  """A row's replay cost in arbitrary units, to balance chunks (Level.replay_cost)."""
+  try: return levels.get(row["level"]).replay_cost(row)
+  except Exception: return 120  # noqa: BLE001 (an unknown level: replay_row says it is incompatible, at no cost)
 
 def _chunks(path: str, rows: list[dict], detail: bool, budget: float, exec_mode: str | None = None,
             reoptimize: bool = False) -> list[tuple[str, list[dict], bool, str | None, bool]]:

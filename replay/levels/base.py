@@ -88,6 +88,11 @@ class Level:
     reopt, host, note = self.reoptimizes(row, reoptimize)
     out, data = self.run(inputs, {} if reopt and full is None else full, memo, reopt, host)
     return out, data, note
+  def replay_cost(self, row: dict) -> int:
+    """A row's replay cost in arbitrary units, to balance the replay's chunks: its node count (what decoding and
+    scheduling grow with, within about 2x on the committed captures) plus a fixed part per row."""
+    n = row.get("node_count")
+    return 20 + (n if type(n) is int and n > 0 else 100)
   def replay_key(self, row: dict, reoptimize: bool) -> tuple:
     """What besides (level, input key) decides a row's replay outcome (rows with equal keys are replayed once)."""
     return ()

@@ -112,6 +112,11 @@ class ModelLevel(Level):
     return so
 
   # *** replay ***
+  def replay_cost(self, row: dict) -> int:
+    # a call runs its whole schedule on the interpreter: about as long as scheduling 20x its graphs' nodes (measured on
+    # the committed baseline), so the replay's chunks spread the calls over its workers
+    return 20 * super().replay_cost(row)
+
   def decode_input(self, data: bytes) -> Any:
     try: doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e: raise IncompatibleCapture(f"model call input is not JSON: {str(e)[:80]}") from None
@@ -184,7 +189,8 @@ class ModelLevel(Level):
     spec = sides.decoded_input(self.decode_input)
     stored = sides.ex.get("outputs")
     if not isinstance(stored, dict) or not stored: return {"skip": "the capture holds no numbers for this call (re-capture it)"}
-    job: dict[str, Any] = {"kind": "model", "spec": spec, "stored": stored, "size": 1 << 22}
+    # each call a group of its own: the pool spreads them over its workers (a call shares few kernels with another)
+    job: dict[str, Any] = {"kind": "model", "spec": spec, "stored": stored, "size": 1 << 22, "group": f"model call {spec['call']}"}
     if sides.current is not None and isinstance(run := sides.current.get("run"), C.CallRun):
       # the replay ran the call: its numbers are the current code's on that device (judge_job runs it again elsewhere)
       job.update(new=N.summaries(run.outputs, run.dtypes), new_device=run.device, kernels=[ast_text(a) for a in run.kernels])
