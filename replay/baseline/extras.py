@@ -9,7 +9,7 @@
               work-group choice are replayed (with --reoptimize, re-chosen) on every change. Execution runs them
               wherever an OpenCL device can take their work-group sizes
   frontend    the model level: every model call of tinysched/models/calls.py (float16 and bfloat16 forward and backward,
-              optimizer steps, a CNN training step with the fusion switches on and off, KV-cache decode steps), each
+              optimizer steps, normalizations, a CNN training step with the fusion switches on and off, a KV-cache decode step), each
               with the big graphs it builds, its host data digests and its numbers on this machine's default device
               (replay/record/calls.py): a change to the Tensor API, autograd, nn or the optimizers is judged by its numbers
   index_past_2_31  kernels whose indices pass 2**31 (a 4 GiB int8 buffer read through a Variable-sized shrink, a read at

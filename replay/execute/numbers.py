@@ -153,15 +153,15 @@ def judge_job(job: dict, device: str) -> dict[str, Any]:
   from replay.execute.calls import REFERENCE_DEVICE, run_call  # (the call runner imports the models)
   spec = job["spec"]
   if job.get("paired"):
-    return judge(spec, job["stored"], job["new"], job.get("new_reference"),
-                 {"device": job.get("new_device"), "reference": "each run's float64 twin, stored at its capture; old and new runs compared"},
+    return judge(spec, job["stored"], job["numbers"], job.get("twin"),
+                 {"device": job.get("numbers_device"), "reference": "each run's float64 twin, stored at its capture; old and new runs compared"},
                  ("new capture", "old capture"))
-  if job.get("new") is not None and job.get("new_device") == device: new = job["new"]
+  if job.get("numbers") is not None and job.get("numbers_device") == device: new = job["numbers"]
   else:
     run = run_call(spec, device, collect=False)
     new = summaries(run.outputs, run.dtypes)
-  if job.get("reference") is not None:
-    return judge(spec, job["stored"], new, job["reference"],
+  if job.get("twin") is not None:
+    return judge(spec, job["stored"], new, job["twin"],
                  {"device": device, "reference": "the call's float64 twin stored at capture (the call's graphs and host data are unchanged)"})
   ref = run_call(spec, REFERENCE_DEVICE, dtype="float64", collect=False)
   return judge(spec, job["stored"], new, summaries(ref.outputs, ref.dtypes),

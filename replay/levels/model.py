@@ -56,9 +56,9 @@ def device_free(graphs: list[UOp]) -> list[UOp]:
         subs[u] = u.replace(arg=(u.arg[0], (DEVICE_NAME, *u.arg[1][1:])))
   return [g.substitute(subs) for g in graphs] if subs else list(graphs)
 
-def encode_output(run: C.CallRun) -> bytes:
+def encode_output(run: C.CallRun, stats: dict | None = None) -> bytes:
   calls = [{"vars": dict(sorted(vv.items())), "flags": dict(sorted(fl.items()))} for _, vv, fl in run.graphs]
-  return encode_graph(device_free([g for g, _, _ in run.graphs]), {MODEL_FIELD: {"calls": calls, "host": run.host}})
+  return encode_graph(device_free([g for g, _, _ in run.graphs]), {MODEL_FIELD: {"calls": calls, "host": run.host}}, stats=stats)
 
 def _check_model_field(m: Any, n_roots: int) -> tuple[tuple[dict, ...], tuple[tuple, ...]]:
   if type(m) is not dict or set(m) != {"calls", "host"}: raise IncompatibleCapture("a model output has no calls/host record")
@@ -98,18 +98,13 @@ class ModelLevel(Level):
     run: C.CallRun = output
     info = info or {}
     so: dict = {}
-    data = encode_output(run)
+    data = encode_output(run, so)
     parse(data)  # what cannot be read back is not stored
-    out_key = w.graph(data, "model_output", self._stats(run, so))
+    out_key = w.graph(data, "model_output", so)
     in_key = w.graph(encode_input(inputs), "model_input")
     extra = numbers_extra(inputs, run, info.get("reference"), run.functions)
     w.add(self.name, in_key, out_key, label, node_count=so.get("node_count"), extra=dumps(extra), op_names=" ".join(so.get("ops", [])),
           var_vals=dumps({}), output_shapes=dumps({k: s["shape"] for k, s in extra["outputs"].items()}))
-
-  @staticmethod
-  def _stats(run: C.CallRun, so: dict) -> dict:
-    encode_graph(device_free([g for g, _, _ in run.graphs]), stats=so)
-    return so
 
   # *** replay ***
   def replay_cost(self, row: dict) -> int:
@@ -144,8 +139,8 @@ class ModelLevel(Level):
     return {"graph": graph_row(key, data, "model_output", so.get("node_count"), so.get("ops", ())), "op_names": " ".join(so.get("ops", []))}
 
   def accepted_extra(self, row: dict, full: dict) -> str | None:
-    """An accepted change re-records the call's numbers, its reference and the functions it runs, with the current
-    code (on the device the stored numbers came from: the accept runs it where the capture did)."""
+    """An accepted change re-records the call's numbers (on this machine's default device, as a capture does), its
+    float64 twin's and the functions it runs, with the current code."""
     spec = full.get("spec")
     if spec is None: return None
     return record_extra(spec, full.get("run"))
@@ -155,7 +150,6 @@ class ModelLevel(Level):
 
   def diff(self, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "") -> Change:
     changes: list[dict] = []
-    kernel_list = D.kernel_list_diff(list(old.graphs), list(new.graphs)) if len(old.graphs) != len(new.graphs) else None
     if len(old.graphs) == len(new.graphs):
       for i, (a, b) in enumerate(zip(old.graphs, new.graphs)):
         # (a big graph too large for the tree diff says so in `too_big`: only real differences are listed)
@@ -167,12 +161,13 @@ class ModelLevel(Level):
                for i, (g, c) in enumerate(zip(o.graphs, o.calls))]
       parts.append("-- host data --\n" + "\n".join(f"{h[0]} {list(h[1])} {h[2][:16]}" for h in o.host))
       return "\n\n".join(parts)
-    sig = prefix + D.signature("model", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes], kernel_list)
-    if not changes and kernel_list is None:
+    sig = prefix + D.signature("model", [{**c, "path": c["path"].split(".", 1)[-1]} for c in changes])
+    if len(old.graphs) != len(new.graphs): sig = prefix + f"model: {len(new.graphs)} schedule(s) now, {len(old.graphs)} stored"
+    elif not changes:
       sig = prefix + "model: " + ("host data changed" if host_changed else "schedule calls' variables or flags changed" if calls_changed
                                   else "graphs changed")
     elif host_changed: sig += " + host data"
-    return Change(sig, D.text_diff(text(old), text(new), *names), changes[:50], len(changes) + int(host_changed), kernel_list)
+    return Change(sig, D.text_diff(text(old), text(new), *names), changes[:50], len(changes) + int(host_changed))
 
   def describe(self, data: bytes, old: Any, new: Any, full: dict | None, reoptimized: bool, names: tuple[str, str],
                too_big: str) -> tuple[Change, list[str]]:
@@ -190,17 +185,18 @@ class ModelLevel(Level):
     stored = sides.ex.get("outputs")
     if not isinstance(stored, dict) or not stored: return {"skip": "the capture holds no numbers for this call (re-capture it)"}
     # each call a group of its own: the pool spreads them over its workers (a call shares few kernels with another)
+    # (its fields are its own: `old`/`new`/`reference` mean kernel items and their reference in replay/execute/jobs.py)
     job: dict[str, Any] = {"kind": "model", "spec": spec, "stored": stored, "size": 1 << 22, "group": f"model call {spec['call']}"}
     if sides.current is not None and isinstance(run := sides.current.get("run"), C.CallRun):
       # the replay ran the call: its numbers are the current code's on that device (judge_job runs it again elsewhere)
-      job.update(new=N.summaries(run.outputs, run.dtypes), new_device=run.device, kernels=[ast_text(a) for a in run.kernels])
+      job.update(numbers=N.summaries(run.outputs, run.dtypes), numbers_device=run.device, kernels=[ast_text(a) for a in run.kernels])
     # a replay that found the graphs and host data unchanged: the float64 twin stored at capture is today's too (only
     # a changed front end needs its twin run again)
-    if sides.identical and isinstance(sides.ex.get("reference"), dict) and sides.ex["reference"]: job["reference"] = sides.ex["reference"]
+    if sides.identical and isinstance(sides.ex.get("reference"), dict) and sides.ex["reference"]: job["twin"] = sides.ex["reference"]
     if sides.paired:
       new = (sides.new_ex or {}).get("outputs")
       if not isinstance(new, dict) or not new: return {"skip": "the new capture holds no numbers for this call"}
-      job.update(paired=True, new=new, new_reference=(sides.new_ex or {}).get("reference") or None, new_device=(sides.new_ex or {}).get("device"))
+      job.update(paired=True, numbers=new, twin=(sides.new_ex or {}).get("reference") or None, numbers_device=(sides.new_ex or {}).get("device"))
     return job
 
   # *** reports and triage ***

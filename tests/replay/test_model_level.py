@@ -205,3 +205,27 @@ def test_coverage_lists_the_front_end_functions_the_model_rows_run(db, tmp_path)
   assert r.returncode == 0, r.stderr
   fe = json.loads((tmp_path / "c.json").read_text())["front_end"]
   assert fe["functions"]["tinysched.tensor:Tensor.backward"] > 0 and fe["run"] > 100 and "front end (" in r.stdout
+
+def test_the_diff_says_what_changed_beside_the_graphs(db):
+  from replay.levels.model import ModelOutput
+  lv = levels.get("model")
+  s = Store(db, readonly=True)
+  try: out = lv.decode_output(s.blob(next(r for r in s.captures() if r["label"] == "block_forward_bf16")["output_key"]))
+  finally: s.close()
+  assert len(out.graphs) == 1 and out.host
+  assert lv.diff(out, ModelOutput(out.graphs, out.calls, out.host[:-1])).signature == "model: host data changed"
+  twice = lv.diff(out, ModelOutput(out.graphs * 2, out.calls * 2, out.host))
+  assert twice.signature == "model: 2 schedule(s) now, 1 stored" and "-- schedule 1" in twice.text_diff
+
+def test_a_model_job_hands_the_pool_only_its_kernels(db, monkeypatch):
+  """The batch compile reads kernel items from every job: a model job adds the kernels its replay scheduled, and
+  nothing of its numbers (an output named `y` once became a bogus source item)."""
+  from replay.check import Options, Selection, run
+  from replay.execute import pool as exec_pool
+  from replay.store.encode import decode_graph
+  seen: list[dict] = []
+  monkeypatch.setattr(exec_pool, "run_jobs", lambda jobs, *a, **k: seen.extend(jobs) or {})
+  run(Selection((str(db),), level="model"), Options(exec="all", device="NUMPY"))
+  assert len(seen) == len(CALLS_NUMPY) and all(j["kind"] == "model" and j["kernels"] for j in seen)
+  items = [json.loads(x) for x in exec_pool._job_kernels(seen)]
+  assert items and all(it[0] == "ast" and decode_graph(it[1].encode()) for it in items)

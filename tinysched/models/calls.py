@@ -107,6 +107,24 @@ def adam_step(dt: DType, seed: int) -> Outputs: return _small_mlp_step(dt, seed,
 def sgd_step(dt: DType, seed: int) -> Outputs:
   return _small_mlp_step(dt, seed, lambda ps: nn.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3, nesterov=True))
 
+def lamb_step(dt: DType, seed: int) -> Outputs:
+  return _small_mlp_step(dt, seed, lambda ps: nn.optim.LAMB(ps, lr=1e-2, weight_decay=0.01))
+
+# *** the other normalizations and activations, forward and backward ***
+
+def norms_backward(dt: DType, seed: int) -> Outputs:
+  rng = np.random.default_rng(seed)
+  x = Tensor(_normal(rng, 4, 8, 6, 6), dtype=dt, requires_grad=True)
+  aff = lambda n: {"weight": 1 + _normal(rng, n, std=0.1), "bias": _normal(rng, n, std=0.1)}
+  gn, inorm, ln = _set(nn.GroupNorm(2, 8), dt, **aff(8)), _set(nn.InstanceNorm(8), dt, **aff(8)), _set(nn.LayerNorm(6), dt, **aff(6))
+  rms = _set(nn.RMSNorm(6), dt, weight=1 + _normal(rng, 6, std=0.1))
+  with Tensor.train():
+    y = gn(x).silu() + inorm(x).sigmoid() * ln(x).softmax(-1) + rms(x).log_softmax(-1).exp() + x.cumsum(-1) * 0.1 + x.abs().sqrt()
+    loss = y.square().mean() + y.max(axis=(2, 3)).mean() - y.min(-1).var()
+    loss.backward()
+  return {"y": y, "loss": loss, "grad_x": x.grad, "grad_gn": gn.weight.grad, "grad_in": inorm.bias.grad, "grad_ln": ln.weight.grad,
+          "grad_rms": rms.weight.grad}
+
 # *** a CNN training step: conv, BatchNorm in training mode (running statistics assigned), max-pool, AdamW ***
 
 def _batchnorm(n: int, dt: DType, rng: np.random.Generator) -> nn.BatchNorm:
@@ -195,6 +213,8 @@ CALLS: dict[str, ModelCall] = {c.name: c for c in (
   ModelCall("block_backward_bf16", block_backward, "bfloat16", "attention block loss and gradients in bfloat16"),
   ModelCall("adam_step", adam_step, "float32", "Adam's second step on a small MLP: the loss and every parameter's update"),
   ModelCall("sgd_step", sgd_step, "float32", "SGD (Nesterov momentum, weight decay) second step on a small MLP"),
+  ModelCall("lamb_step", lamb_step, "float32", "LAMB's second step on a small MLP (layer-wise trust ratio)"),
+  ModelCall("norms_backward", norms_backward, "float32", "GroupNorm, InstanceNorm, LayerNorm, RMSNorm, softmax, cumsum, var: loss and gradients"),
   ModelCall("cnn_train_step_fused", cnn_train_step, "float32", "conv-BatchNorm-maxpool CNN AdamW step, FUSE_ARANGE=1 FUSE_CONV_BW=1", FUSED),
   ModelCall("cnn_train_step_unfused", cnn_train_step, "float32", "the same step with FUSE_ARANGE=0 FUSE_CONV_BW=0", UNFUSED),
   ModelCall("gpt2_decode_step", gpt2_decode_step, "float32", "GPT-2 (vocabulary 50257, 2 layers) prefill + one symbolic KV-cache decode step"),
