@@ -86,12 +86,8 @@ def _step_deltas(params: dict[str, Tensor], step: Callable[[], Tensor]) -> Outpu
   out.update({f"delta_{k}": p.numpy().astype(np.float64) - before[k] for k, p in params.items()})
   return out
 
-def _small_mlp_step(dt: DType, seed: int, make_opt: Callable[[list[Tensor]], Any]) -> Outputs:
-  rng = np.random.default_rng(seed)
-  model = _MLP(dt, rng, (64, 32, 10))
-  x, y = Tensor(_normal(rng, 48, 64), dtype=dt), Tensor(rng.integers(0, 10, 48).astype(np.int32))
-  params = {f"{i}.{k}": getattr(lin, k) for i, lin in enumerate(model.layers) for k in ("weight", "bias")}
-  opt = make_opt(list(params.values()))
+def _training_step(model: Callable[[Tensor], Tensor], opt: Any, x: Tensor, y: Tensor) -> Callable[[], Tensor]:
+  """One optimizer step on the cross-entropy of model(x) against y, as a function (returns the loss)."""
   def step() -> Tensor:
     with Tensor.train():
       opt.zero_grad()
@@ -99,6 +95,14 @@ def _small_mlp_step(dt: DType, seed: int, make_opt: Callable[[list[Tensor]], Any
       loss.backward()
       opt.step()
     return loss
+  return step
+
+def _small_mlp_step(dt: DType, seed: int, make_opt: Callable[[list[Tensor]], Any]) -> Outputs:
+  rng = np.random.default_rng(seed)
+  model = _MLP(dt, rng, (64, 32, 10))
+  x, y = Tensor(_normal(rng, 48, 64), dtype=dt), Tensor(rng.integers(0, 10, 48).astype(np.int32))
+  params = {f"{i}.{k}": getattr(lin, k) for i, lin in enumerate(model.layers) for k in ("weight", "bias")}
+  step = _training_step(model, make_opt(list(params.values())), x, y)
   # two steps: Adam's second step is the first to read its moments back (bias correction with t = 2)
   step()
   return _step_deltas(params, step)
@@ -149,15 +153,7 @@ def cnn_train_step(dt: DType, seed: int) -> Outputs:
   model = _CNN(dt, rng)
   x, y = Tensor(_normal(rng, 16, 1, 8, 8), dtype=dt), Tensor(rng.integers(0, 10, 16).astype(np.int32))
   params = {"conv1": model.conv1.weight, "conv2": model.conv2.weight, "bn1.weight": model.bn1.weight, "fc.weight": model.fc.weight}
-  opt = nn.optim.AdamW(get_parameters(model), lr=1e-2, weight_decay=0.05)
-  def step() -> Tensor:
-    with Tensor.train():
-      opt.zero_grad()
-      loss = model(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      opt.step()
-    return loss
-  out = _step_deltas(params, step)
+  out = _step_deltas(params, _training_step(model, nn.optim.AdamW(get_parameters(model), lr=1e-2, weight_decay=0.05), x, y))
   out["bn2.running_mean"], out["bn2.running_var"] = model.bn2.running_mean.numpy(), model.bn2.running_var.numpy()
   return out
 
