@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, asdict
 from typing import Any
 from replay.execute.verdicts import EXIT_2_VERDICTS, FAIL_VERDICTS
 from replay.prove.run import refuted_in
+from replay.check import perf
 
 OUTCOMES = ("identical", "changed", "error", "incompatible", "unstable")
 
@@ -76,11 +77,6 @@ class Report:
     """The proofs' counterexamples (rules, view cases, captures): each fails like a wrong number."""
     return refuted_in(self.proofs)
   def perf_failures(self) -> list[Result]:
-    """Captures whose new kernels are slower than the old by more than --perf-gate PCT beyond noise (none when off)."""
-    if self.perf_gate is None: return []
-    out = []
-    for r in self.results:
-      e = r.exec or {}
-      o, n, noise = e.get("old_time_s"), e.get("new_time_s"), e.get("noise") or 0.0
-      if o and n and n > o * (1 + max(self.perf_gate / 100, 2 * noise)) + 20e-6: out.append(r)
-    return out
+    """Captures whose new kernels are slower than the old by more than --perf-gate PCT, their noise and the spread the
+    same-code (A/A) rows of their duration class showed (replay/check/perf.py); none when the gate is off."""
+    return [self.results[i] for i in perf.failures([r.exec for r in self.results], self.perf_gate)]

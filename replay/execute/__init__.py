@@ -33,7 +33,8 @@ time limit comes from a calibration run and its size (or --timeout); one that ti
 alone with twice the time before it counts.
 
 Timing: one warm-up, then rounds that interleave old, new and old again; each side's time is the minimum
-over rounds; the noise is how far the two old series disagree. `slower`/`faster` only beyond
+over rounds; the noise is how far the two old series disagree. Sides that run the same kernels are an A/A sample, never
+`slower`/`faster` (replay/check/perf.py). `slower`/`faster` only beyond
 max(threshold, 2 x noise) plus an absolute floor. FLOPs and bytes per kernel come from the AST.
 
 The modules: `inputs` (seeded inputs, comparison and tolerances), `reference` (the scheduler's input

@@ -164,8 +164,11 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     errs = list(old_vs_new.values())
     res.update(verdict="equivalent", max_abs_err=max((e["max_abs_err"] or 0.0 for e in errs), default=0.0),
                max_rel_err=max((e.get("max_rel_err") or 0.0 for e in errs), default=0.0))
+  # both sides the same kernels (an identical row of a sweep): timed as an A/A test, never a perf finding (replay/check/perf.py)
+  same_code = json.dumps(job["old"], sort_keys=True) == json.dumps(job["new"], sort_keys=True)
+  if same_code: res["same_code"] = True
   if timing_runs:
-    try: res.update(_timing(old, new, warm["old"], warm["new"], specs, timing_runs, slower_threshold))
+    try: res.update(_timing(old, new, warm["old"], warm["new"], specs, timing_runs, slower_threshold, same_code))
     except Exception as e: res["timing_error"] = f"{type(e).__name__}: {e}"
   return res
 

@@ -7,8 +7,10 @@ if TYPE_CHECKING: from replay.execute.launch import _Side
 
 MIN_SLOWER_S = 20e-6  # a kernel is only "slower" if it also lost at least this much time
 
-def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], specs, runs: int, threshold: float) -> dict:
-  """Each side timed on its own buffers, which have been run once already (compiled, caches warm)."""
+def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], specs, runs: int, threshold: float,
+            same_code: bool = False) -> dict:
+  """Each side timed on its own buffers, which have been run once already (compiled, caches warm). `same_code`: both
+  sides run the same kernels, so neither can be slower or faster (an A/A sample: replay/check/perf.py)."""
   so, sn, so2 = [], [], []
   for _ in range(runs):  # interleaved: a machine-wide slowdown hits both sides alike
     so.append(old.run(bo, timed=True)); sn.append(new.run(bn, timed=True)); so2.append(old.run(bo, timed=True))
@@ -21,8 +23,8 @@ def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], spec
   out: dict[str, Any] = {"old_time_s": min(o, o2) if o2 else o, "new_time_s": n, "noise": noise, "timing_runs": runs,
                          "old_kernel_times_s": t_old, "new_kernel_times_s": t_new}
   base = out["old_time_s"]
-  out["slower"] = bool(base and n > base * (1 + margin) + MIN_SLOWER_S)
-  out["faster"] = bool(base and n * (1 + margin) + MIN_SLOWER_S < base)
+  out["slower"] = bool(base and n > base * (1 + margin) + MIN_SLOWER_S) and not same_code
+  out["faster"] = bool(base and n * (1 + margin) + MIN_SLOWER_S < base) and not same_code
   sizes = {i: s for i, (s, _) in specs.items()}
   flops = bytes_ = 0
   for it in new.items:

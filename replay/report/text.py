@@ -17,6 +17,7 @@ import json
 from typing import Any
 from replay.check.results import Report
 from replay.check.results import Result, OUTCOMES
+from replay.check import perf
 from replay.execute.verdicts import FAIL_VERDICTS
 from replay.prove import run as prove_run
 from replay.report import escape as E
@@ -150,7 +151,9 @@ def exec_timing(rep: Report) -> str | None:
   if not timed: return None
   old, new = sum(e["old_time_s"] for e in timed), sum(e["new_time_s"] for e in timed)
   slower = sum(1 for e in timed if e.get("slower"))
-  return f"kernel time over {len(timed)} executed captures: stored {old*1e3:.3f} ms, current {new*1e3:.3f} ms ({new/old:.2f}x); {slower} slower"
+  line = f"kernel time over {len(timed)} executed captures: stored {old*1e3:.3f} ms, current {new*1e3:.3f} ms ({new/old:.2f}x); {slower} slower"
+  aa = perf.summary([r.exec for r in rep.results], rep.perf_gate)
+  return line + (f"; {aa}" if aa else "")
 
 def _exec_line(r: Result) -> str:
   e = r.exec or {}

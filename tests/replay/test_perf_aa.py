@@ -1,0 +1,54 @@
+"""Perf verdicts that do not cry wolf (replay/check/perf.py): a kernel timed against the same code is an A/A test, never
+a finding; the A/A rows of a run set the margin of their duration class and measure the plain rule's false-alarm rate.
+Each rule is shown going red with its defence taken out, and the committed baseline with --perf-gate passes repeatedly
+beside a CPU-heavy process."""
+import os, subprocess, sys
+from pathlib import Path
+import pytest
+from replay.check import perf
+from replay.check.results import Report, Result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+def res(old: float, new: float, noise: float = 0.0, same_code: bool = False) -> Result:
+  r = Result("x.db", 1, 1, "kernel", "m", "k" * 64, "s" * 64)
+  r.exec = {"verdict": "equivalent", "old_time_s": old, "new_time_s": new, "noise": noise, **({"same_code": True} if same_code else {})}
+  return r
+
+def test_same_code_is_never_slower_a_changed_kernel_is():
+  rep = Report(results=[res(1e-3, 4e-3, same_code=True)], perf_gate=10.0)
+  assert rep.perf_failures() == [] and rep.exit_code() == 0      # 4x on the same code: noise, by definition
+  rep.results[0].exec.pop("same_code")                             # the defence out: the same numbers from changed code
+  assert rep.perf_failures() and rep.exit_code() == 1
+
+def test_the_a_a_spread_of_a_class_sets_its_margin(monkeypatch):
+  aa = [res(5e-4, 5e-4 * (1 + 0.3 * i / 24), same_code=True) for i in range(25)]  # short kernels, up to +30% on the same code
+  at_25, at_50 = res(5e-4, 6.25e-4), res(5e-4, 7.5e-4)
+  rep = Report(results=[*aa, at_25, at_50], perf_gate=10.0)
+  assert rep.perf_failures() == [at_50]                            # +25% is within what the A/A rows showed, +50% is not
+  monkeypatch.setattr(perf, "MIN_AA", 10**6)                       # the calibration out: the plain 10% rule
+  assert rep.perf_failures() == [at_25, at_50]
+  assert perf.false_alarms([r.exec for r in rep.results], 10.0) == (sum(r.exec["new_time_s"] > 5.5e-4 + 20e-6 for r in aa), 25)
+
+def test_a_class_with_few_a_a_rows_keeps_the_plain_rule():
+  rep = Report(results=[res(5e-4, 7e-4, same_code=True), res(5e-4, 6.25e-4)], perf_gate=10.0)
+  assert len(rep.perf_failures()) == 1                             # one A/A row says nothing about a class
+  assert "fired on 1 of 1" in perf.summary([r.exec for r in rep.results], 10.0)
+
+def _opencl() -> bool:
+  try:
+    from tinysched.runtime.opencl import opencl_available
+    return opencl_available()
+  except Exception: return False
+
+@pytest.mark.skipif(not _opencl(), reason="needs an OpenCL platform: timings come from its profiling events")
+def test_unchanged_code_passes_the_perf_gate_beside_a_cpu_heavy_process(tmp_path):
+  burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+  try:
+    for _ in range(3):
+      r = subprocess.run([sys.executable, "-m", "replay.cli", "check", "--exec-all", "--reoptimize", "--perf-gate", "10", "--no-determinism",
+                          "captures/mlp_digits.db"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TINYSCHED_DEVICE": "OPENCL", "TINYSCHED_PROGRAM_CACHE": "1"})
+      assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+      assert "A/A (same code on both sides, never a finding)" in r.stdout and "0 slower" in r.stdout
+  finally: burner.kill()
