@@ -124,8 +124,9 @@ def _run(selection: Selection, options: Options, device: str | None) -> Report:
                      "check the filter (`replay stats DB` lists levels and labels), or pass --allow-empty where an empty run is expected")
   rep.perf_gate = options.perf_gate
   if options.exec:
-    # every kernel of the store (exec "all") is a correctness sweep: fewer timing runs than for the changed ones
-    runs = options.timing_runs if options.timing_runs is not None else (5 if options.exec == "changed" else 1)
+    # every kernel of the store (exec "all") is a correctness sweep: fewer timing runs than for the changed ones, unless a
+    # perf gate is to judge them (its rank test needs rounds: replay/execute/timing.py)
+    runs = options.timing_runs if options.timing_runs is not None else (5 if options.exec == "changed" or options.perf_gate is not None else 1)
     try: execution.exec_report(rep, mode=options.exec, device=device, slower_threshold=options.slower_threshold, progress=options.progress,
                      timing_runs=runs, timeout_s=options.timeout)
     except DeviceUnusable as e:

@@ -34,7 +34,8 @@ alone with twice the time before it counts.
 
 Timing: one warm-up, then rounds that interleave old, new and old again; each side's time is the minimum
 over rounds; the noise is how far the two old series disagree. Sides that run the same kernels are an A/A sample, never
-`slower`/`faster` (replay/check/perf.py). `slower`/`faster` only beyond
+`slower`/`faster` (replay/check/perf.py). With 3 rounds or more, the rounds must also rank that way (Mann-Whitney U, p <
+0.05) and a confirmation of as many rounds must agree (replay/execute/timing.py). `slower`/`faster` only beyond
 max(threshold, 2 x noise) plus an absolute floor. FLOPs and bytes per kernel come from the AST.
 
 The modules: `inputs` (seeded inputs, comparison and tolerances), `reference` (the scheduler's input

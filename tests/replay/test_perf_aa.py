@@ -52,3 +52,47 @@ def test_unchanged_code_passes_the_perf_gate_beside_a_cpu_heavy_process(tmp_path
       assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
       assert "A/A (same code on both sides, never a finding)" in r.stdout and "0 slower" in r.stdout
   finally: burner.kill()
+
+# *** the verdict of one job's timing rounds (replay/execute/timing.py) ***
+
+class _FakeSide:
+  """A side whose every timed run takes the next time of `times` (seconds, round and round), for one kernel."""
+  items: list = []
+  def __init__(self, times: list[float]): self.times, self.i = times, 0
+  def run(self, bufs, timed: bool = False) -> list[float]:
+    t = self.times[self.i % len(self.times)]
+    self.i += 1
+    return [t]
+
+def _judge(old_times: list[float], new_times: list[float], same_code: bool = False) -> dict:
+  from replay.execute.timing import _timing
+  return _timing(_FakeSide(old_times), _FakeSide(new_times), {}, {}, {}, 5, 0.10, same_code)
+
+def test_a_steady_2x_slowdown_is_slower_and_confirmed():
+  out = _judge([100e-6], [200e-6])
+  assert out["slower"] and out["rank_p"] < 0.05 and out["confirm_rank_p"] < 0.05 and out["confirmed_with_runs"] == 5
+
+def test_minima_apart_but_rounds_not_is_not_slower():
+  # each old series had one lucky round far below its others: the minima say +50%, the rounds do not (old and old2 runs
+  # alternate through this list)
+  old = [100e-6, 100e-6, 400e-6, 410e-6, 420e-6, 440e-6, 450e-6, 460e-6, 430e-6, 405e-6]
+  out = _judge(old, [150e-6, 155e-6, 160e-6, 152e-6, 158e-6])
+  assert not out["slower"] and out["rank_p"] >= 0.05
+
+def test_a_burst_of_load_is_not_confirmed():
+  # the first five rounds of the new side ran during a burst of load; the confirmation rounds did not
+  out = _judge([100e-6], [250e-6] * 5 + [100e-6] * 5)
+  assert out["rank_p"] < 0.05 and out["confirmed_with_runs"] == 5 and not out["slower"]
+
+def test_the_rank_test_is_exact():
+  from replay.execute.timing import rank_p
+  assert rank_p([1.0] * 10, [2.0] * 5) == pytest.approx(1 / 3003)  # 5 of 15 rounds, all above: one arrangement in C(15, 5)
+  assert rank_p([1.0, 2.0], [3.0]) == pytest.approx(1 / 3)
+  assert rank_p([2.0] * 4, [1.0] * 4) == 1.0
+
+def test_without_the_rank_test_and_the_confirmation_the_lucky_round_is_a_false_alarm(monkeypatch):
+  from replay.execute import timing
+  monkeypatch.setattr(timing, "ALPHA", 2.0)                          # the defences out: every p passes,
+  monkeypatch.setattr(timing.statistics, "median", min)              # and the confirmation compares minima again
+  old = [100e-6, 100e-6, 400e-6, 410e-6, 420e-6, 440e-6, 450e-6, 460e-6, 430e-6, 405e-6]
+  assert _judge(old, [150e-6, 155e-6, 160e-6, 152e-6, 158e-6] * 2)["slower"]
