@@ -127,7 +127,9 @@ def _run(selection: Selection, options: Options, device: str | None) -> Report:
     # every kernel of the store (exec "all") is a correctness sweep: fewer timing runs than for the changed ones, unless a
     # perf gate is to judge them (its rank test needs rounds: replay/execute/timing.py)
     runs = options.timing_runs if options.timing_runs is not None else (5 if options.exec == "changed" or options.perf_gate is not None else 1)
-    try: execution.exec_report(rep, mode=options.exec, device=device, slower_threshold=options.slower_threshold, progress=options.progress,
+    # (with a perf gate, the workers judge slower at the gate's percentage: their rank test and confirmation then decide it)
+    threshold = options.perf_gate / 100 if options.perf_gate is not None else options.slower_threshold
+    try: execution.exec_report(rep, mode=options.exec, device=device, slower_threshold=threshold, progress=options.progress,
                      timing_runs=runs, timeout_s=options.timeout)
     except DeviceUnusable as e:
       raise CheckError(str(e), "check the device with `replay check --exec --device NUMPY`, or run without --exec") from None

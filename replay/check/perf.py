@@ -10,8 +10,8 @@ rate the gate would have had on this machine, in this run.
 """
 from __future__ import annotations
 from typing import Any, Iterable
+from replay.execute.timing import MIN_SLOWER_S  # (one floor for the worker's verdict and the gate)
 
-MIN_SLOWER_S = 20e-6  # a kernel is only slower if it also lost at least this much time
 MIN_AA = 20           # A/A rows a class needs before their spread sets its margin
 CLASSES = ((0.0, 50e-6, "launch-bound (< 50 us)"), (50e-6, 1e-3, "short (50 us - 1 ms)"), (1e-3, float("inf"), "long (>= 1 ms)"))
 
@@ -48,11 +48,12 @@ def margin(e: dict, gate_pct: float, calib: dict[str, dict[str, Any]]) -> float:
   return m
 
 def failures(execs: list[dict | None], gate_pct: float | None) -> list[int]:
-  """Indices (into `execs`) of the changed-code kernels slower beyond the gate, their noise and the A/A margin."""
+  """Indices (into `execs`) of the changed-code kernels slower beyond the gate, their noise and the A/A margin, and
+  slower by the worker's own verdict where it gave one (its rank test and confirmation: replay/execute/timing.py)."""
   if gate_pct is None: return []
   calib = calibration(execs)
   return [i for i, e in enumerate(execs) if e and not e.get("same_code") and e.get("old_time_s") and e.get("new_time_s")
-          and _fires(e, margin(e, gate_pct, calib))]
+          and e.get("slower", True) and _fires(e, margin(e, gate_pct, calib))]
 
 def false_alarms(execs: Iterable[dict | None], gate_pct: float) -> tuple[int, int]:
   """(A/A rows the plain rule would have flagged, A/A rows): the false-alarm rate of the gate without calibration."""

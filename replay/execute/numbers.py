@@ -55,8 +55,6 @@ def values(s: dict) -> np.ndarray:
   raw = base64.b64decode(s["values"], validate=True)
   return np.frombuffer(raw, "<i8" if s.get("kind") == "int" else "<f8")
 
-def sample_of(a: np.ndarray, stride: int) -> np.ndarray: return a.reshape(-1)[::stride]
-
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
   """||a - b|| / ||b|| over the finite elements; inf when NaN/inf do not sit at the same places with the same values."""
   fa, fb = np.isfinite(a), np.isfinite(b)

@@ -96,3 +96,12 @@ def test_without_the_rank_test_and_the_confirmation_the_lucky_round_is_a_false_a
   monkeypatch.setattr(timing.statistics, "median", min)              # and the confirmation compares minima again
   old = [100e-6, 100e-6, 400e-6, 410e-6, 420e-6, 440e-6, 450e-6, 460e-6, 430e-6, 405e-6]
   assert _judge(old, [150e-6, 155e-6, 160e-6, 152e-6, 158e-6] * 2)["slower"]
+
+def test_the_gate_takes_the_workers_rank_verdict(monkeypatch):
+  # the minima are 30% apart, but the worker's rank test (or its confirmation) said not slower: no perf failure
+  r = res(1e-3, 1.3e-3)
+  r.exec.update(slower=False, rank_p=0.4)
+  rep = Report(results=[r], perf_gate=10.0)
+  assert rep.perf_failures() == []
+  monkeypatch.setattr(perf, "failures", lambda execs, gate: [i for i, e in enumerate(execs) if e and perf._fires(e, gate / 100)])
+  assert rep.perf_failures() == [r]  # the plant: the gate's own margin rule alone
