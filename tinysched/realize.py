@@ -52,7 +52,7 @@ def exec_item(ast: UOp, bufs: Sequence[Buffer], var_vals: dict[UOp, int], backen
   if cost is None:
     # FLOPs at new Variable values (a decode step's start_pos) walk the AST: ~28 us, more than the launch itself, so
     # they are counted when GlobalCounters.global_ops is read
-    cost = (functools.partial(kernel_flops, ast, var_vals) if var_vals else kernel_flops(ast), buffers_bytes(ast, bufs))
+    cost = (functools.partial(kernel_flops, ast, var_vals) if var_vals else kernel_flops(ast), buffers_bytes(ast, bufs, var_vals))
   GlobalCounters.count(*cost, t)
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, plan_memory: bool | None = None) -> None:

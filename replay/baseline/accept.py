@@ -38,6 +38,7 @@ from replay.levels import HOOKED, LEVELS
 from replay.baseline.checkouts import CommitsError, head_state, interruptible, list_models, pythonpath, repo_root, signals_deferred
 from replay.baseline.coverage import save as save_coverage  # it compacts the store: one file to commit
 from replay.baseline.extras import EXTRAS, capture_extra
+from replay.baseline import history
 from replay.baseline.suite import run_model
 
 Log = Callable[[str], None]
@@ -210,6 +211,7 @@ class SuiteAccepted:
   skipped: list[str]
   stale: list[Path]
   readme: Path
+  notes: list[str] = field(default_factory=list)  # what did not go as asked but leaves the new baseline whole (the perf history)
 
 def _change_summary(name: str, old: Path, new: Path) -> str:
   if not old.exists(): return f"  {name}: new store (no baseline before)"
@@ -222,8 +224,34 @@ def _change_summary(name: str, old: Path, new: Path) -> str:
   for g in rep.groups()[:8]: lines.append(f"    [{g['outcome']}] x{g['count']}  {(g['signature'] or '')[:140]}")
   return "\n".join(lines)
 
+def _carry_history(old: Path, new: Path, log: Log) -> str | None:
+  """The old store's perf history into the new one (the new store replaces it), or a note saying why it could not be."""
+  try: n = history.carry(old, new)
+  except StoreError as e:
+    note = f"{old.stem}: its perf history was not carried over ({e})"
+    log(f"  {note}")
+    return note
+  if n: log(f"  {old.stem}: perf history carried over ({n} row(s))")
+  return None
+
+def _record_history(root: Path, cap: Path, stores: list[Path], log: Log) -> str | None:
+  """One perf-history measurement on the replaced stores, at the commit the baseline was accepted at; or a note saying
+  why none was written. The new baseline is in place already, so nothing here can undo it."""
+  sha, dirty = head_state(root, exclude=str(cap.relative_to(root)) if cap.is_relative_to(root) else None)  # (the new stores dirty the tree)
+  log("perf history:")
+  try:
+    with pythonpath(root): history.record(stores, log, commit=(sha, int(dirty)))  # timed with the checkout's code
+  except history.HistoryError as e: note = f"perf history not recorded: {e}" + (f" ({e.hint})" if e.hint else "")
+  except KeyboardInterrupt as e: note = f"perf history not recorded: interrupted ({e or 'SIGINT'})"
+  else: return None
+  log(f"  {note}; the new baseline is in place")
+  return note
+
 def run_accept(models: list[str] | None = None, captures_dir: str = "captures", levels: tuple[str, ...] = HOOKED,
-               timeout: float | None = None, cwd: Path | str | None = None, log: Log = print) -> SuiteAccepted:
+               timeout: float | None = None, cwd: Path | str | None = None, log: Log = print, perf: bool = True) -> SuiteAccepted:
+  """Capture the suite (`models`, default all and the extra members) into new stores, carry each old store's perf history
+  into its new one, show the changes, replace the stores, then (`perf`) time every row of them and record a perf-history
+  measurement (replay/baseline/history.py)."""
   root = repo_root(cwd)
   cap = root / captures_dir
   suite = list_models(root)
@@ -238,6 +266,7 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
   replaced: list[Path] = []
   summaries: list[str] = []
   skipped: list[str] = []
+  notes: list[str] = []
   try:
     with interruptible():
       results = []
@@ -270,6 +299,7 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           if not r.get("skipped"): log(f"  {m}: captured nothing; its baseline is kept")
           skipped.append(m)
           continue
+        if note := _carry_history(cap / f"{m}.db", tmp / f"{m}.db", log): notes.append(note)  # (before save_coverage compacts)
         save_coverage(str(tmp / f"{m}.db"), log=lambda s: log(f"  {Path(s.split(':', 1)[0]).name}:{s.split(':', 1)[1]}"))
         summaries.append(_change_summary(m, cap / f"{m}.db", tmp / f"{m}.db"))
         log(summaries[-1])
@@ -281,9 +311,10 @@ def run_accept(models: list[str] | None = None, captures_dir: str = "captures", 
           os.replace(tmp / f"{m}.db", cap / f"{m}.db")
           replaced.append(cap / f"{m}.db")
   finally: shutil.rmtree(tmp, ignore_errors=True)
+  if perf and replaced and (note := _record_history(root, cap, replaced, log)): notes.append(note)
   stale = [p for p in sorted(cap.glob("*.db")) if p.stem not in names] if not models else []
   readme = write_captures_readme(root, cap)
-  return SuiteAccepted(root, cap, replaced, summaries, skipped, stale, readme)
+  return SuiteAccepted(root, cap, replaced, summaries, skipped, stale, readme, notes)
 
 def store_info(db: Path) -> dict:
   """What a baseline store holds: models, commit(s) captured from, captures per level, kernels scheduled."""
@@ -327,7 +358,8 @@ their int64 indexing), and `frontend.db`, the model level: each model call of `t
 graphs it builds and the numbers it returns, judged against its float64 twin. CI replays these stores through every
 change (`replay check`, `ci/replay-gate`). Written by
 `replay accept`; regenerate it rather than editing by hand. `replay coverage` shows which rules they exercise
-(each store's `coverage` table keeps the counts measured at accept time).
+(each store's `coverage` table keeps the counts measured at accept time); `replay perf` each kernel's time at every
+accept (the `perf_history` table, docs/perf-history.md).
 
 Last accepted at commit `{sha or 'unknown'}`{' with uncommitted changes (dirty)' if dirty else ' (clean working tree)'}.
 

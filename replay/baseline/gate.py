@@ -6,7 +6,8 @@ Rules (`decide`), in order; the first that applies wins:
 2. any result whose `exec.verdict` is `wrong` (a kernel disagrees with the independent reference, even when old
    and new agree), `mismatch` (old and new kernels compute different numbers), `unstable` (different bits on
    two runs), `failed` (a kernel could not be run) or `timeout` (it hung): FAIL, always: wrong or unverified
-   numbers are not a reviewable change; the same for a `--perf-gate` regression, and for a capture whose replay
+   numbers are not a reviewable change; the same for a `--perf-gate` regression, for a throughput figure above the
+   device's measured peak (`exec.throughput_refused`: a bug of the cost model or timer), and for a capture whose replay
    `outcome` is `unstable` (the determinism check, on by default: its output differs between processes, and the
    reason says whether the hash seed or the allocation order exposed it);
 3. exit code 0 and nothing changed: PASS;
@@ -82,6 +83,9 @@ def decide(report_json: dict | None, exit_code: int, accept: bool) -> tuple[bool
     what = ", ".join(f"{n} {k}" for k, n in (("failed to run", bad["failed"]), ("timed out (hung?)", bad["timeout"])) if n)
     return False, (f"kernels in the execution check: {what}; their numbers are unverified, which [replay:accept] cannot accept: "
                    "fix them (see the report), then run again")
+  if (refused := [r for r in results if isinstance(r, dict) and (r.get("exec") or {}).get("throughput_refused")]):
+    return False, (f"{len(refused)} kernel(s) measured above the device's measured peak ({_row(refused[0])}: "
+                   f"{refused[0]['exec']['throughput_refused']}): a bug in the harness's cost model or timer, not a result; fix it")
   if code not in (0, 1): return False, f"replay check exited {code} (errors or bad usage); see its output above"
   if (slow := summary.get("perf_regressions")):
     return False, f"{slow} capture(s) got slower beyond --perf-gate {report_json.get('perf_gate')}% and their noise: fix the slowdown"

@@ -19,7 +19,7 @@ from replay.report import escape as E, text as R
 from replay.report.atomic import write_atomic
 from replay.report.html import capture_page
 from replay.report.info import show, stats
-from replay.baseline import coverage as C, twice as D
+from replay.baseline import coverage as C, history as H, twice as D
 from replay.baseline.distill import distill, summary
 from replay.prove import run as prove_run, smt
 from replay.prove.cache import ProofCache
@@ -304,6 +304,29 @@ def coverage_cmd(dbs, json_path, uncovered_only, save) -> None:
     for p in paths:
       try: C.save(p, log=click.echo)
       except (StoreError, OSError) as e: _fail(f"{p}: cannot save coverage: {e}", "pass stores you can write (not in use by a capture)")
+
+@main.command("perf")
+@click.argument("dbs", nargs=-1)
+@click.option("--level", type=click.Choice(LEVELS), help="only this capture level")
+@click.option("--key", help="only inputs whose input key, or an output key of theirs, starts with this")
+@click.option("--top", type=int, default=20, show_default=True, help="rows to print, largest drift first (0: all)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="also write every row's history and drift as JSON (whatever --top)")
+def perf_cmd(dbs, level, key, top, json_path) -> None:
+  """Each kernel's time across the commits the baseline was accepted at (the stores' perf history, recorded by
+  `replay accept`; default captures/*.db), largest drift first: a slow drift over many small commits shows here.
+  Exit 2 when no store has a history, or the filters select no row."""
+  report_paths_writable(json_path)
+  paths = _dbs(dbs)
+  try: h = H.history(paths, key_prefix=key, level=level)
+  except H.HistoryError as e: _fail(str(e), e.hint)
+  click.echo(H.text(h, top))
+  if json_path:
+    try: write_atomic(json_path, h.to_json())
+    except OSError as e: _fail(f"cannot write {json_path}: {e.strerror or e}", "name a file in a folder you can write")
+  if not h.stores: _fail(f"no perf history in {len(paths)} store(s)", H.HINT)  # (empty means fail)
+  if not h.series:
+    given = " ".join(f"--{k} {v}" for k, v in (("level", level), ("key", key)) if v is not None)
+    _fail(f"{given} selects no row of the perf history", "check the filter (`replay perf` without it lists every row)")
 
 @main.command("distill")
 @click.argument("sources", nargs=-1, required=True)

@@ -151,14 +151,17 @@ def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
 @click.option("--reoptimize/--stored-opts", default=None,
               help="with --key/--group: program rows choose their opts again with the current heuristic, as the gate replays them "
                    "(default: on, unless REPLAY_REOPTIMIZE=0 as for ci/replay-gate), or keep their stored opts")
-def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message, level, label, jobs, reoptimize) -> None:
+@click.option("--no-perf", is_flag=True, help="do not time the new baseline for the perf history (`replay perf`); the history the "
+              "stores hold is carried over either way")
+def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message, level, label, jobs, reoptimize, no_perf) -> None:
   """Re-capture the suite as the new baseline: show what changed against captures/, then replace
   captures/<model>.db and captures/README.md, ready to commit.
 
   With --key/--group (per-kernel accept): update only those rows of the stores DBS (default: DIR/*.db, relative to the
   current directory as for `replay check`) to the current code's outputs, recording the commit, who and --message."""
   if keys or groups:
-    _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, reoptimize, {"models": models, "levels": levels, "timeout": timeout})
+    _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, reoptimize,
+                 {"models": models, "levels": levels, "timeout": timeout, "no_perf": no_perf})
     return
   if given := [f"--{n}" for n, v in (("message", message), ("level", level), ("label", label), ("jobs", jobs), ("reoptimize", reoptimize))
                if v is not None] + (["DB"] if dbs else []):
@@ -167,11 +170,12 @@ def accept_cmd(dbs, models, captures_dir, levels, timeout, keys, groups, message
   lv = _levels(levels)
   try:
     with _accept_process(captures_dir):
-      res = run_accept(_models(models), captures_dir, lv, timeout=timeout, log=_echo)
+      res = run_accept(_models(models), captures_dir, lv, timeout=timeout, log=_echo, perf=not no_perf)
   except CommitsError as e: _fail(str(e), e.hint)
   except KeyboardInterrupt as e: _fail(f"interrupted ({e or 'SIGINT'}); the baseline is unchanged", "run `replay accept` again")
   rel = lambda p: os.path.relpath(p, Path.cwd())
   for m in res.skipped: click.echo(f"note: {m}: skipped, its old baseline (if any) is kept")
+  for n in res.notes: click.echo(f"note: {n}")
   for p in res.stale: click.echo(f"note: {rel(p)} is not a model of the suite any more: remove it with `git rm {rel(p)}`")
   click.echo(f"replaced {len(res.replaced)} store(s) in {rel(res.captures)}; updated {rel(res.readme)}")
   click.echo("ready to commit:\n  git add " + " ".join(rel(p) for p in [*res.replaced, res.readme]))
@@ -208,6 +212,10 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, r
               help="decide on this JSON report (from `replay check` or `replay report merge`) instead of running the check")
 @click.option("--exit-code", type=int, default=None, help="with --from-report: exit status of the command that wrote it (default: the report's)")
 @click.option("--exec/--no-exec", "do_exec", default=True, show_default=True, help="run changed kernels old vs new on the device")
+@click.option("--exec-all", "exec_all", is_flag=True, default=False, help="run every captured kernel, not only the changed ones (the "
+              "identical ones are the A/A rows that calibrate --perf-gate)")
+@click.option("--perf-gate", type=float, default=None, metavar="PCT", help="fail when changed kernels are slower by more than PCT%% beyond "
+              "their noise and the A/A rows' spread (timed in 5 rounds, each confirmed)")
 @click.option("--device", default=None, help="device for --exec")
 @click.option("-j", "--jobs", type=int, default=None, help="parallel replay workers")
 @click.option("--prove/--no-prove", "do_prove", default=None, help="prove every integer rule and the changed captures' indexing with "
@@ -220,8 +228,8 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, r
               help="override: treat changes as accepted (or not) instead of looking for [replay:accept]")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), default=None,
               help="append the decision and the Markdown report here (default: $GITHUB_STEP_SUMMARY when set)")
-def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, determinism, report_md, report_json, junit, report_html, accept,
-             summary_path) -> None:
+def gate_cmd(dbs, from_report, exit_code, do_exec, exec_all, perf_gate, device, jobs, do_prove, determinism, report_md, report_json, junit,
+             report_html, accept, summary_path) -> None:
   """Gate CI on process replay: run `replay check` (default captures/*.db, with --exec) or read a report, then
   pass when nothing changed, or when changes are accepted with [replay:accept] in the PR title or head commit
   message. Errors, incompatible captures, numerical mismatches and unstable outputs always fail, and the marker
@@ -238,6 +246,7 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, deter
       write_reports(rep, None, None, None, report_html)
   else:
     if exit_code is not None: _fail("--exit-code goes with --from-report")
+    if (exec_all or perf_gate is not None) and not do_exec: _fail("--exec-all and --perf-gate run kernels", "drop --no-exec")
     if do_exec and not G.exec_available():
       _fail("the execution check (replay.execute.pool) is not available in this installation",
             "update replay, or gate without it: --no-exec (numerical mismatches are then not detected)")
@@ -247,7 +256,8 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, device, jobs, do_prove, deter
     selection = Selection(tuple(_dbs(dbs)))
     if do_prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or --no-prove")
     if do_prove is None and not smt.available(): click.echo("replay gate: note: z3 is not installed: no proofs in this run", err=True)
-    options = Options(jobs=jobs, exec="changed" if do_exec else None, device=device, progress=terminal_progress(),
+    options = Options(jobs=jobs, exec=("all" if exec_all else "changed") if do_exec else None, device=device, progress=terminal_progress(),
+                      perf_gate=perf_gate,
                       prove=smt.available() if do_prove is None else do_prove, determinism=determinism)
     report, code = G.run_check(selection, options, paths, log=lambda s: click.echo(s, err=True), show=click.echo)
   accepted_by = None

@@ -97,6 +97,7 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
       return {"device": device, "verdict": "skipped", "reason": why}
     ast = decode_graph(job["ast"].encode())[0]
     old.ast = new.ast = ast
+    new.cost = job.get("new_cost")  # type: ignore[attr-defined]  # (program level only, like .ast)
     specs, extra_names = program_specs(ast, names)
     names.update({k: v for k, v in extra_names.items() if k not in names})
   else: specs = {int(i): (size, _dtype(dt)) for i, (size, dt) in job["specs"].items()}

@@ -28,11 +28,18 @@ def target_to_json(target) -> dict[str, Any]:
   d = target.to_dict()
   return {k: v for k, v in d.items() if k not in HOST_FIELDS}
 
+def _dim(g): return g if isinstance(g, int) else {"uop": encode_graph([g]).decode()}
+
+def cost_json(prg) -> dict | None:
+  """A rendered Program's executed cost (tinysched/cost.py), symbolic counts as encoded graphs: what the execution check
+  measures the new side's throughput in (replay/execute/timing.py)."""
+  if prg.cost is None: return None
+  return {"flops": _dim(prg.cost.flops), "accesses": [_dim(a) for a in prg.cost.accesses]}
+
 def launch_json(prg) -> dict:
   """What launching a rendered Program again needs without the code generator: its name, launch sizes (symbolic
   sizes as encoded graphs), Variables in argument order, buffer dtypes. Stored with program-level captures."""
-  def dim(g): return g if isinstance(g, int) else {"uop": encode_graph([g]).decode()}
-  return {"name": prg.name, "global": [dim(g) for g in prg.global_size], "local": list(prg.local_size) if prg.local_size else None,
+  return {"name": prg.name, "global": [_dim(g) for g in prg.global_size], "local": list(prg.local_size) if prg.local_size else None,
           "vars": [v.arg[0] for v in prg.vars],
           "var_bits": [8 * v.dtype.itemsize for v in prg.vars], "dtypes": [d.name for d in prg.buf_dtypes]}
 
@@ -280,13 +287,14 @@ class ProgramLevel(Level):
     if not launch: return {"skip": "the capture has no launch dimensions for its stored source (captured before they were recorded; re-capture it)"}
     doc = sides.decoded_input(parse)
     ast = doc.roots()[0]
+    new_cost = None  # (a stored new source's cost is not known: no throughput for it)
     if sides.paired:
       new_src, new_launch = sides.new_output().decode(), (sides.new_ex or {}).get("launch")
       if not new_launch: return {"skip": "the new capture has no launch dimensions for its source (re-capture it)"}
     else:
       prg = sides.current["program"] if sides.current is not None else replay_program_full(doc)
-      new_src, new_launch = prg.src, launch_json(prg)
+      new_src, new_launch, new_cost = prg.src, launch_json(prg), cost_json(prg)
     size = sum(n for n, _ in program_specs(ast, names)[0].values())  # for the time limit and the run order
     return {"specs": None, "size": size, "ast": ast_text(ast), "old": [["src", launch["name"], sides.old_output().decode(), launch]],
             "new": [["src", new_launch["name"], new_src, new_launch]], "reference": {"kind": "kernels", "side": "ast"},
-            "domains": domains([ast], lambda u: u.arg if u.op is Ops.DEFINE_GLOBAL else None)}
+            "domains": domains([ast], lambda u: u.arg if u.op is Ops.DEFINE_GLOBAL else None), "new_cost": new_cost}

@@ -37,6 +37,7 @@ NEXT_STEPS = {
   "failed": "a kernel could not be compiled or run (see the error); its numbers are unverified",
   "timeout": "a job ran past its time limit twice (the second time alone): a hung kernel, or raise the limit with --timeout SECONDS",
   "perf": "kernels got slower beyond --perf-gate and their noise margin",
+  "throughput": "a throughput figure above the device's measured peak: fix the cost model (tinysched/cost.py) or the timer",
   "counterexample": "a proof found values for which a rule or a kernel's index is wrong (shown above), whether or not a test reaches "
                     "them; [replay:accept] cannot waive it. `replay prove --rules -v` or `replay prove DB --key KEY` shows it again",
   "unstable_output": "the same stored input gave different outputs in two processes (the determinism check: another PYTHONHASHSEED, "
@@ -153,7 +154,19 @@ def exec_timing(rep: Report) -> str | None:
   slower = sum(1 for e in timed if e.get("slower"))
   line = f"kernel time over {len(timed)} executed captures: stored {old*1e3:.3f} ms, current {new*1e3:.3f} ms ({new/old:.2f}x); {slower} slower"
   aa = perf.summary([r.exec for r in rep.results], rep.perf_gate)
-  return line + (f"; {aa}" if aa else "")
+  gl = perf.group_line([r.exec for r in rep.results], rep.perf_gate)
+  return line + (f"; {aa}" if aa else "") + (f"; {gl}" if gl else "") + (f"; {pk}" if (pk := peak_line(timed)) else "")
+
+def peak_line(timed: list[dict]) -> str | None:
+  """The throughput figures against the device's measured peak: the best fraction reached, and the refused figures."""
+  held = [e for e in timed if e.get("peak")]
+  if not held: return None
+  p = max((e["peak"] for e in held), key=lambda d: (d.get("gflops", 0), d.get("gbps", 0)))
+  refused = sum(1 for e in held if e.get("throughput_refused"))
+  best = max((e.get("peak_fraction") or 0.0 for e in held), default=0.0)
+  return (f"throughput held to the peak measured on {p.get('device')} ({p.get('gflops', 0):.1f} GFLOP/s, {p.get('gbps', 0):.1f} GB/s): "
+          f"{len(held)} figures, the best {100 * best:.1f}% of it, {refused} refused"
+          + (" (ABOVE THE PEAK: a cost-model or timer bug)" if refused else ""))
 
 def _exec_line(r: Result) -> str:
   e = r.exec or {}
@@ -174,7 +187,9 @@ def _exec_line(r: Result) -> str:
   if e.get("old_time_s") and e.get("new_time_s"):
     parts.append(f"time {e['old_time_s']*1e6:.1f}us -> {e['new_time_s']*1e6:.1f}us (noise {100 * (e.get('noise') or 0):.0f}%)"
                  + (" SLOWER" if e.get("slower") else "") + (" faster" if e.get("faster") else ""))
-    if e.get("gbps") is not None: parts.append(f"{e['gbps']:.2f} GB/s, {e.get('gflops', 0):.2f} GFLOP/s")
+    if e.get("gbps") is not None:
+      parts.append(f"{e['gbps']:.2f} GB/s, {e.get('gflops', 0):.2f} GFLOP/s"
+                   + (f" ({100 * e['peak_fraction']:.1f}% of the measured peak)" if e.get("peak_fraction") is not None else ""))
   if e.get("seed") is not None: parts.append(f"seed {e['seed']}")
   return ", ".join(p for p in parts if p)
 
@@ -203,6 +218,8 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   for r in fails[:10]: lines.append(f"  {verdict_of(r).upper()}: {r.label or '-'} {r.level} {r.input_key[:16]} ({r.db}): {_exec_line(r)}")
   if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
   for r in rep.perf_failures()[:5]: lines.append(f"  SLOWER (--perf-gate): {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}")
+  for r in rep.throughput_refused()[:5]:
+    lines.append(f"  THROUGHPUT REFUSED: {r.label or '-'} {r.level} {r.input_key[:16]}: {(r.exec or {}).get('throughput_refused')}")
   for f in rep.fatal: lines.append(f"  FATAL {f}")
   lines += ["  " + ln for ln in proof_lines(rep)]
   lines += ["  " + ln for ln in accepted_lines(rep)]
@@ -229,7 +246,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   elif code == 0: lines.append("OK: every capture replays identically.")
   else:
     bad = [v for v in _failing_kinds(rep)]
-    named = {"counterexample": "proof counterexamples", "perf": "exec perf"}
+    named = {"counterexample": "proof counterexamples", "perf": "exec perf", "throughput": "throughput above the peak"}
     found = ", ".join([named.get(v, f"exec {v}") for v in bad] + (["changes"] if c["changed"] else [])
                       + (["unstable outputs"] if c["unstable"] else []))
     lines.append(f"exit {code}: " + ("errors, incompatible captures, or kernels that failed or timed out" if code == 2
@@ -242,7 +259,8 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
 
 def _failing_kinds(rep: Report) -> list[str]:
   kinds = {verdict_of(r) for r in exec_failures(rep)}
-  return [v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else []) + (["counterexample"] if rep.refuted() else [])
+  return ([v for v in FAIL_ORDER if v in kinds] + (["perf"] if rep.perf_failures() else []) + (["throughput"] if rep.throughput_refused() else [])
+          + (["counterexample"] if rep.refuted() else []))
 
 def proof_lines(rep: Report) -> list[str]:
   """The proofs of a check (replay.prove), as `replay prove` prints them: counts per kind, then every counterexample."""

@@ -11,6 +11,8 @@ Tables (schema version in `meta`):
   which git commit (and whether the tree was dirty), by whom, why (`--message`), and the stored output before and
   after (both payloads stay in `graphs`). A full capture (`replay accept`, `replay suite`) writes a new store, so this
   table lists what was accepted since the last full capture.
+- optional, in any version (older code ignores them): `coverage` (`replay coverage --save`) and `perf_history`
+  (replay/baseline/history.py: each kernel's time, one measurement per `replay accept` on one machine).
 
 Schema versions. A store is written in the oldest version that holds its data: version 1 (runs, graphs, captures)
 until the first per-key accept, which adds `accepts` and sets version 2 in the transaction that writes it. So a
@@ -80,6 +82,11 @@ _ACCEPTS: dict[str, type] = {"id": int, "time": str, "git_commit": str, "git_dir
 # measurement; older code ignores the table
 _COVERAGE: dict[str, type] = {"id": int, "measurement": int, "measured": str, "git_commit": str, "git_dirty": int, "captures_total": int,
                               "module": str, "matcher": str, "rule": str, "captures": int, "firings": int}
+# optional, any version: the perf history (replay/baseline/history.py), one row per timed capture input per measurement (a
+# measurement: one accept timed on one machine; device_class names the kind of device, not the host); older code ignores it
+_PERF: dict[str, type] = {"id": int, "measurement": int, "time": str, "git_commit": str, "git_dirty": int, "device": str, "device_class": str,
+                          "level": str, "label": str, "input_key": str, "output_key": str, "seconds": float, "flops": int, "bytes": int,
+                          "gflops": float, "gbps": float, "peak_fraction": float, "peak_gflops": float, "peak_gbps": float}
 _TEXT_COLUMNS = ("label", "var_vals", "assigns", "op_names", "output_shapes", "metadata", "extra")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -446,7 +453,51 @@ class Store:
                             [{c: {**measured, **r, "measurement": n}.get(c) for c in cols} for r in rules])
     self._write(go, "saving coverage")
 
+  def save_perf(self, measured: dict[str, Any], rows: list[dict]) -> int:
+    """Append one perf measurement (`measured`: time, git_commit, git_dirty, device, device_class; `rows`: level, label,
+    input_key, output_key, seconds, flops, bytes, gflops, gbps, peak_fraction, peak_gflops, peak_gbps per timed input) to the
+    optional `perf_history` table, in one transaction; returns its measurement number (the table's last plus one)."""
+    def go() -> int:
+      self._perf_table()
+      n = int(self.conn.execute("SELECT coalesce(max(measurement), 0) + 1 FROM perf_history").fetchone()[0])
+      self._insert_perf([{**measured, **r, "measurement": n} for r in rows])
+      return n
+    return self._write(go, "saving the perf history")
+
+  def copy_perf(self, rows: list[dict]) -> int:
+    """Add perf_history rows read from another store (`perf_history()`), keeping their measurement numbers, in one
+    transaction; measurements this store already has are left out (copying twice adds nothing). Returns the rows added."""
+    def go() -> int:
+      self._perf_table()
+      have = {r[0] for r in self.conn.execute("SELECT DISTINCT measurement FROM perf_history")}
+      new = [r for r in rows if r.get("measurement") not in have]
+      self._insert_perf(new)
+      return len(new)
+    return self._write(go, "copying the perf history")
+
+  def _perf_table(self) -> None:
+    cast(Table, self.db["perf_history"]).create(_PERF, pk="id", if_not_exists=True)
+    self._check_perf_columns()
+
+  def _insert_perf(self, rows: list[dict]) -> None:
+    cols = [c for c in _PERF if c != "id"]
+    self.conn.executemany(f"INSERT INTO perf_history ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)})",
+                          [{c: r.get(c) for c in cols} for r in rows])
+
+  def _check_perf_columns(self) -> None:
+    have = {r[1] for r in self.conn.execute("PRAGMA table_info(perf_history)")}
+    if missing := [c for c in _PERF if c not in have]:
+      raise StoreError(f"{self.path}: incompatible perf history: table 'perf_history' lacks column(s) {', '.join(missing)}")
+
   # *** reading ***
+  def perf_history(self) -> list[dict]:
+    """The perf history's rows (the `perf_history` columns), oldest measurement first, in the order each was written;
+    empty when the store has none. A table without its columns is refused (StoreError), not read half."""
+    if "perf_history" not in self._tables(): return []
+    self._check_perf_columns()
+    cur = self.conn.execute(f"SELECT {', '.join(_PERF)} FROM perf_history ORDER BY measurement, id")
+    return [dict(zip(_PERF, r)) for r in cur]
+
   def coverage_runs(self) -> list[dict]:
     """Saved coverage measurements, oldest first: {measurement, measured, git_commit, git_dirty, captures_total, rules: [...]}."""
     if "coverage" not in self._tables(): return []

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 from replay.cli.app import main as cli
 import replay.baseline.accept as C
 import replay.baseline.commits as commits
+from replay.baseline.history import history as _history
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,6 +194,9 @@ def test_commits_sigterm_removes_worktrees_and_stops_the_model(repo, tmp_path):
   assert not _procs_under(tmp), "the model process survived"
   assert_clean(repo["path"], tmp)
 
+def history(db: Path):
+  return _history([db])
+
 def test_accept_replaces_baseline_and_writes_readme(repo, tmp_path, monkeypatch):
   r = invoke(repo["path"], monkeypatch, "accept", "--models", "tiny")
   assert r.exit_code == 0, r.output
@@ -205,9 +209,19 @@ def test_accept_replaces_baseline_and_writes_readme(repo, tmp_path, monkeypatch)
   # the store is self-contained (no WAL beside it) and holds the suite's captures
   assert not (cap / "tiny.db-wal").exists()
   assert C.store_info(cap / "tiny.db")["levels"]["kernel"] == 6
-  # accepting the same code again: nothing changed against the new baseline
+  # the new baseline was timed for the perf history, at the accepted commit (the new stores do not make it dirty)
+  assert "timing" in r.output and "perf history measurement 1" in r.output, r.output
+  points = [(p.git_commit, p.git_dirty) for s in history(cap / "tiny.db").series for p in s.points]
+  assert len(points) >= 6 and set(points) == {(repo["c2"], 0)}  # (each kernel at least; program source only on OpenCL)
+  # accepting the same code again: nothing changed against the new baseline; the history is carried over and grows
   r = invoke(repo["path"], monkeypatch, "accept", "--models", "tiny")
   assert r.exit_code == 0 and "(unchanged)" in r.output, r.output
+  assert "perf history carried over" in r.output and "perf history measurement 2" in r.output, r.output
+  assert {len(s.points) for s in history(cap / "tiny.db").series} == {2}
+  # --no-perf: carried over, nothing timed
+  r = invoke(repo["path"], monkeypatch, "accept", "--models", "tiny", "--no-perf")
+  assert r.exit_code == 0 and "perf history carried over" in r.output and "timing" not in r.output, r.output
+  assert {len(s.points) for s in history(cap / "tiny.db").series} == {2}
   shutil.rmtree(cap)
 
 def test_accept_failure_keeps_the_baseline(repo, tmp_path, monkeypatch):

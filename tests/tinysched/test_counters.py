@@ -49,8 +49,8 @@ def test_elementwise_bytes(dev):
   (h.float() + a).realize()
   assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_mem == n * 2 + n * 4 + n * 4
   GlobalCounters.reset()
-  (a[:10] * 3).realize()  # a shrink still binds the whole input buffer: its full size counts (cost.py)
-  assert counters() == (1, 2 * 10, n * 4 + 10 * 4)  # 10 MULs + the constant's WHERE(VALID, 3, 0) per element (cost.py)
+  (a[:10] * 3).realize()  # a shrink of the input reaches 10 of its elements: those count (cost.py)
+  assert counters() == (1, 2 * 10, 10 * 4 + 10 * 4)  # 10 MULs + the constant's WHERE(VALID, 3, 0) per element (cost.py)
 
 GRAPHS = {
   "softmax": lambda t: t["x"].softmax(1),
@@ -118,19 +118,19 @@ def test_no_work_no_count(dev):
 
 def test_the_execution_check_uses_the_one_cost_model():
   from replay.execute import timing
-  assert timing.kernel_cost is C.kernel_cost
+  assert timing.throughput_cost is C.throughput_cost and timing.ProgramCost is C.ProgramCost
 
 @pytest.mark.parametrize("dev", DEVICES)
 def test_symbolic_dims_count_at_the_bound_value(dev):
-  """A kernel over a bound Variable's length counts its FLOPs at this run's value (n adds + n reduce adds), bytes at
-  the buffers' full sizes."""
+  """A kernel over a bound Variable's length counts its FLOPs at this run's value (n adds + n reduce adds), bytes too
+  (the n elements of each input its views reach, and the output)."""
   from tinysched import Variable
   x, y = realized(np.arange(16, dtype=np.float32), dev), realized(np.ones(16, dtype=np.float32), dev)
   for n in (3, 7):
     v = Variable("n", 1, 16).bind(n)
     GlobalCounters.reset()
     out = (x[:v] + y[:v]).sum().realize()
-    assert counters() == (1, 2 * n, 16 * 4 * 2 + 4)
+    assert counters() == (1, 2 * n, n * 4 * 2 + 4)
     assert out.item() == sum(range(n)) + n
 
 @pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")

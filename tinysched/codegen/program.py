@@ -9,6 +9,7 @@ from typing import Sequence
 from tinysched.dtype import DType
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, sym_infer
+from tinysched.cost import ProgramCost, program_cost
 from tinysched.codegen.kernel import Kernel, Opt
 from tinysched.codegen.target import Target, GENERIC_GPU, device_class
 from tinysched.codegen.lowerer import lower
@@ -27,6 +28,7 @@ class Program:
   vars: tuple[UOp, ...]               # DEFINE_VARs, passed as int arguments after the buffers
   opts: tuple[Opt, ...]
   local_mem: int                      # bytes of __local memory
+  cost: ProgramCost | None = None     # what a launch executes: FLOPs and accesses per buffer (tinysched/cost.py)
   def launch_dims(self, var_vals: dict[UOp, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     return tuple(sym_infer(g, var_vals) for g in self.global_size), self.local_size
 
@@ -39,7 +41,8 @@ def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GEN
   opts = tuple(opts)
   if lw is None: lw = lower(Kernel(ast, opts), target)
   src = render(lw, target)
-  prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem)
+  prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem,
+                program_cost(lw.uops, lw.global_size, len(lw.bufs)))
   report_program(ast, target, prg, given)
   return prg
 

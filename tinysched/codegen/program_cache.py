@@ -34,10 +34,11 @@ from tinysched.dtype import dtypes
 from tinysched.uop import UOp
 from tinysched.rewrite import PatternMatcher
 from tinysched.codegen.kernel import Opt
+from tinysched.cost import ProgramCost
 from tinysched.codegen.target import Target, device_class
 from tinysched.codegen.program import Program, report_program, to_program
 
-FORMAT = 2  # bump when the entry layout changes (an entry of another format is a plain miss)
+FORMAT = 3  # bump when the entry layout changes (an entry of another format is a plain miss)
 
 def fingerprint_of(root: Path) -> str:
   """sha256 of a package's source (relative path and bytes of every .py file under `root`, in path order), the Python
@@ -184,7 +185,8 @@ def _digest(key: str, prg: dict) -> str:
 
 def _encode(p: Program, key: str) -> str:
   prg = {"name": p.name, "src": p.src, "global": list(p.global_size), "local": None if p.local_size is None else list(p.local_size),
-         "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [list(o.to_tuple()) for o in p.opts], "local_mem": p.local_mem}
+         "dtypes": [d.name for d in p.buf_dtypes], "outs": list(p.outs), "opts": [list(o.to_tuple()) for o in p.opts], "local_mem": p.local_mem,
+         "cost": None if p.cost is None else [p.cost.flops, list(p.cost.accesses)]}
   return json.dumps({"format": FORMAT, "key": key, "program": prg, "sha256": _digest(key, prg)})
 
 def _key_matches(recorded: Any, wanted: str) -> bool:
@@ -210,7 +212,14 @@ def _decode(text: str, key: str | None = None) -> Program:
   bufs = tuple(dtypes.from_name(n) for n in prg["dtypes"])
   outs = tuple(int(i) for i in prg["outs"])
   if not all(0 <= i < len(bufs) for i in outs): raise ValueError(f"outputs {outs} are not among its {len(bufs)} buffers")
-  return Program(str(prg["name"]), str(prg["src"]), gs, ls, bufs, outs, (), tuple(Opt.from_tuple(o) for o in prg["opts"]), int(prg["local_mem"]))
+  cost = prg["cost"]
+  if cost is not None:
+    if not (isinstance(cost, list) and len(cost) == 2 and type(cost[0]) is int and isinstance(cost[1], list)
+            and len(cost[1]) == len(bufs) and all(type(a) is int and a >= 0 for a in cost[1]) and cost[0] >= 0):
+      raise ValueError(f"its cost {cost!r:.80} is not FLOPs and an access count per buffer")
+    cost = ProgramCost(cost[0], tuple(cost[1]))
+  return Program(str(prg["name"]), str(prg["src"]), gs, ls, bufs, outs, (), tuple(Opt.from_tuple(o) for o in prg["opts"]), int(prg["local_mem"]),
+                 cost)
 
 def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Program:
   """to_program(ast, opts, target), read from the disk cache when this code rendered it before (module docstring)."""
@@ -226,7 +235,7 @@ def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Prog
     report_program(ast, target, hit, opts is not None)  # a capture records a hit as the rendering it stands for
     return hit
   p = to_program(ast, opts, target)
-  if not p.vars and all(isinstance(g, int) for g in p.global_size):
+  if not p.vars and all(isinstance(g, int) for g in p.global_size) and (p.cost is None or p.cost.at() == (p.cost.flops, p.cost.accesses)):
     write_cache_entry(path, _encode(p, key).encode())  # (a concurrent reader sees the whole entry or none)
   return p
 

@@ -731,6 +731,10 @@ class OpenCLBackend(Backend):
     interpreter.exec_ast(ast, host, var_vals)
     for i in sorted({s.src[0].arg for s in ast.src}): bufs[i].copyin(host[i])
 
+  def program(self, ast: UOp, opts: Sequence[Opt] | None = None) -> Program:
+    """The Program this device runs for a kernel AST (opts None: the defaults): its source, launch and executed cost."""
+    return self.dev.program(ast, opts)
+
   def run(self, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, opts: Sequence[Opt] | None = None) -> float:
     """Run one kernel with explicit opts (None: the defaults) and return its kernel time in seconds."""
     self._needs_profiling("run")

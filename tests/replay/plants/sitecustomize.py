@@ -131,10 +131,48 @@ def _bf16_store_truncates():
     return src if new == src else trunc + new
   P.render = render
 
+def _renders_twice():
+  # codegen (perf only): the renderer emits one kernel's work twice, a loop of two rounds around its body: the same
+  # numbers where the kernel never reads what it writes (the second round repeats the first's stores). Only the kernel
+  # TINYSCHED_TEST_PLANT_KERNEL names: an in-place update reads its output through another argument (an alias) that
+  # no look at the source can tell, and would compute something else the second time. TINYSCHED_TEST_PLANT_ROUNDS: how
+  # many times (default 2)
+  import re
+  from tinysched.codegen import program as P
+  only, rounds = os.environ["TINYSCHED_TEST_PLANT_KERNEL"], int(os.environ.get("TINYSCHED_TEST_PLANT_ROUNDS", "2"))
+  orig = P.render
+  def render(lw, target):
+    src = orig(lw, target)
+    head, brace, body = src.partition("{\n")
+    name = re.search(r"void (\w+)\(", head)
+    if not brace or not body.endswith("}\n") or name is None or name.group(1) != only: return src
+    written = re.findall(r"__global (?!const)\w+\* (data\d+)", head)
+    lines = body[:-2].splitlines()
+    reads = [ln for ln in lines for d in written if re.search(rf"(?<![\w]){d}\b", ln.split("] = ", 1)[-1] if "] = " in ln else ln)
+             and not re.match(rf"\s*(if \(.*\) \{{ )?{d}\[[^=]*\] = ", ln)]
+    if reads: return src  # (a kernel that reads its output would compute something else the second time)
+    decl = [ln for ln in lines if ln.lstrip().startswith("__local")]
+    rest = [ln for ln in lines if not ln.lstrip().startswith("__local")]
+    return head + brace + "\n".join(decl + [f"  for (int ts_twice = 0; ts_twice < {rounds}; ts_twice++) {{"] + rest + ["  }"]) + "\n}\n"
+  P.render = render
+
+def _flops_inflated():
+  # the cost model (perf only): every lowered kernel's FLOP count is 10^6 times what it executes; its GFLOP/s figures
+  # then exceed the device's measured peak, which the execution check refuses
+  from tinysched import cost as C
+  from tinysched.codegen import program as P
+  orig = C.program_cost
+  def inflated(uops, global_size, nbufs):
+    c = orig(uops, global_size, nbufs)
+    return C.ProgramCost(c.flops * 10**6, c.accesses)
+  C.program_cost = inflated
+  P.program_cost = inflated
+
 PLANTS = {"heuristic": _heuristic_drops_last_opt, "gpu_local": _gpu_half_work_group, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin,
           "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
           "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice,
-          "set_order": _set_order, "bf16_truncate": _bf16_store_truncates}
+          "set_order": _set_order, "bf16_truncate": _bf16_store_truncates,
+          "renders_twice": _renders_twice, "flops_inflated": _flops_inflated}
 
 if (_name := os.environ.get("TINYSCHED_TEST_PLANT")):
   PLANTS[_name]()
