@@ -21,7 +21,7 @@ from replay.baseline import gate as G
 from replay.baseline.accept import AcceptError, accept_rows, reoptimize_default, run_accept, select_groups, select_keys
 from replay.baseline.checkouts import CommitsError, repo_root
 from replay.baseline.commits import counts_table, run_commits
-from replay.triage.bisect import BisectError, run_bisect
+from replay.triage.bisect import UNTIL, BisectError, run_bisect
 
 def _echo(s: str) -> None:
   """A progress line, shown at once (the commands it reports run for minutes)."""
@@ -114,13 +114,16 @@ def commits_cmd(base, head, models, level, levels, full, keep, tmp_dir, timeout,
 @click.option("-j", "--jobs", type=int, default=1, show_default=True, help="replay workers per commit")
 @click.option("--timeout", type=float, default=None, help="seconds one commit's replay may take before the commit is skipped")
 @click.option("--tmp-dir", type=click.Path(file_okay=False), help="where to make the temporary worktree (default: the system temp dir)")
-def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
-  """Find the first commit between GOOD and BAD whose code makes the stored captures (DBS, default captures/*.db)
-  diverge: `git bisect run` in a temporary worktree, replaying at each commit only the captures that diverge at BAD.
+@click.option("--until", type=click.Choice(UNTIL), default=None, help="the verdict to find the first commit of (default: the worst seen at "
+              "BAD; `changed`: the first divergence): wrong and mismatch run the execution check at every step")
+def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir, until) -> None:
+  """Find the first commit between GOOD and BAD where the stored captures (DBS, default captures/*.db) show the worst
+  verdict BAD shows (or --until's): wrong numbers, a mismatch, unstable output, or a divergence (`--until changed`).
+  `git bisect run` in a temporary worktree, replaying at each commit only the captures that show it at BAD.
   Exit 0 with the commit found; 2 when it cannot be decided (say why and what to do)."""
   if jobs < 1: _fail(f"-j {jobs}: needs at least one worker")
   try: res = run_bisect(good, bad, _dbs(dbs), level=level, label=label, jobs=jobs, timeout=timeout, tmp_dir=tmp_dir,
-                        log=_echo)
+                        log=_echo, until=until)
   except BisectError as e: _fail(str(e), e.hint)
   except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the worktree and the bisect state are already gone
     _fail(f"interrupted ({str(e) or 'SIGINT'}); the temporary worktree and its bisect state were removed", "run `replay bisect` again")
@@ -128,11 +131,17 @@ def bisect_cmd(good, bad, dbs, level, label, jobs, timeout, tmp_dir) -> None:
   click.echo("commits tested:")
   for s in res.steps:
     click.echo(f"  {s.sha[:10]} {s.subject[:60]!r}: {({0: 'good', 1: 'bad', 125: 'skip'})[s.replay.verdict]} ({s.replay.reason})")
-  click.echo(f"\nfirst bad commit: {res.first_bad} {res.subject}")
-  click.echo(f"diverging captures there ({len(res.diverging)} of the {res.probe_count} that diverge at BAD):")
+  if res.until == "changed":
+    click.echo(f"\nfirst bad commit: {res.first_bad} {res.subject}")
+    click.echo(f"diverging captures there ({len(res.diverging)} of the {res.probe_count} that diverge at BAD):")
+  else:
+    click.echo(f"\nfirst {res.until} commit: {res.first_bad} {res.subject}")
+    click.echo(f"captures {res.until} or worse there ({len(res.diverging)} of the {res.probe_count} at BAD):")
   for lv, ik, outcome, where in res.diverging: click.echo(f"  {lv} {ik[:16]} {outcome}  ({', '.join(where)})")
-  click.echo(f"next: `git show {res.first_bad[:10]}`; `replay check {' '.join(sorted({w for d in res.diverging for w in d[3]}))} --key <key> -v` "
-             "at that commit shows the diff")
+  stores = ' '.join(sorted({w for d in res.diverging for w in d[3]}))
+  if res.until == "changed":
+    click.echo(f"next: `git show {res.first_bad[:10]}`; `replay check {stores} --key <key> -v` at that commit shows the diff")
+  else: click.echo(f"next: `git show {res.first_bad[:10]}`; `replay check {stores} --key <key> --exec-all -v` at that commit shows the numbers")
   sys.exit(0)
 
 @click.command("accept", cls=Command)

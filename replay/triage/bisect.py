@@ -16,6 +16,15 @@
 5. The first bad commit is printed with its subject and the probe captures that diverge there; exit 0. When skipped
    commits leave several candidates, they are listed with why each was skipped; exit 2.
 
+**By verdict** (`--until wrong|mismatch|unstable|changed`; default: the worst verdict seen at BAD). The first commit that
+diverges is not always the one that broke something: an equivalent refactor changes hundreds of captures, numbers
+equal, several commits before the codegen bug that makes numbers wrong. So BAD's replay runs the execution check on
+every capture (`--exec-all`: a kernel whose AST is unchanged can still compute wrong numbers through broken codegen),
+each capture gets a verdict class (`wrong`, `mismatch`, `unstable`: its execution verdict or its replay's determinism;
+`changed`: its output diverged, an error included), the probe set is the captures of the asked class at BAD, and
+each step runs the execution check on them (`--exec-all`) and is bad when one of them shows that class or a worse one
+(`wrong` > `mismatch` > `unstable` > `changed`). `--until changed` is the divergence bisect above.
+
 Bisect state lives in the temporary worktree (git keeps BISECT_* files and refs/bisect/* per worktree), so the
 user's checkout, and any bisect going on in it, are never touched. The worktree, the stores and the bisect state
 are removed after success, failure, Ctrl-C and SIGTERM: SIGTERM raises the same exception as Ctrl-C
@@ -35,18 +44,38 @@ from replay.errors import HintedError
 Log = Callable[[str], None]
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128  # `git bisect run` exit codes of a step
 DIVERGED = ("changed", "error", "unstable")  # what a replay check (replay_at) reports as diverging (unstable: its determinism step)
+UNTIL = ("wrong", "mismatch", "unstable", "changed")  # the verdict classes a bisect can look for, worst first
 ProbeKey = tuple[str, str]  # (level, input_key)
 
 class BisectError(HintedError):
   """A bisect that cannot start or cannot decide: the message and what to do next (exit 2)."""
 
+def verdict_class(r: dict) -> str | None:
+  """A report row's verdict class (UNTIL), or None when it replays identically and computes what it should."""
+  ex: dict = r["exec"] if isinstance(r.get("exec"), dict) else {}
+  if (v := ex.get("verdict")) in ("wrong", "mismatch", "unstable"): return v
+  if r.get("outcome") == "unstable": return "unstable"
+  return "changed" if r.get("outcome") in DIVERGED else None
+
+def at_least(cls: str | None, until: str) -> bool:
+  """Whether verdict class `cls` is `until` or worse (UNTIL's order)."""
+  return cls is not None and UNTIL.index(cls) <= UNTIL.index(until)
+
 @dataclass
 class Replay:
-  """One commit's replay of a store: its verdict and the outcome of every capture."""
+  """One commit's replay of a store: its verdict, the outcome of every capture and (with the execution check) its
+  verdict class."""
   verdict: int                                         # GOOD / BAD / SKIP
   outcomes: dict[ProbeKey, str] = field(default_factory=dict)
   reason: str = ""
-  def diverging(self) -> list[ProbeKey]: return sorted(k for k, o in self.outcomes.items() if o in DIVERGED)
+  classes: dict[ProbeKey, str] = field(default_factory=dict)
+  def diverging(self, until: str = "changed") -> list[ProbeKey]:
+    if until == "changed": return sorted(k for k, o in self.outcomes.items() if o in DIVERGED)
+    return sorted(k for k, c in self.classes.items() if at_least(c, until))
+  def worst(self) -> str | None:
+    """The worst verdict class of any capture (None: every one identical and right)."""
+    found = [c for c in self.classes.values()] + (["changed"] if any(o in DIVERGED for o in self.outcomes.values()) else [])
+    return min(found, key=UNTIL.index) if found else None
 
 @dataclass
 class Step:
@@ -64,6 +93,8 @@ class BisectResult:
   steps: list[Step]
   probe_count: int
   left_out: list[str]                                 # notes: captures BAD cannot decode, ...
+  until: str = "changed"                               # the verdict class looked for (UNTIL)
+  worst_at_bad: str | None = None                      # the worst class seen at BAD
 
 # *** running a command as a process group ***
 
@@ -119,27 +150,45 @@ def select_rows(paths: list[str], level: str | None, label: str | None) -> list[
 # *** one commit's replay ***
 
 def replay_at(tree: Path, db: Path, report: Path, jobs: int = 1, timeout: float | None = None,
-              expect: set[ProbeKey] | None = None) -> Replay:
-  """Replay `db` with the code checked out in `tree` (its own `replay check`), judged as a bisect step."""
+              expect: set[ProbeKey] | None = None, until: str = "changed", run_exec: bool = False) -> Replay:
+  """Replay `db` with the code checked out in `tree` (its own `replay check`; `run_exec`: with `--exec-all`), judged as a
+  bisect step looking for `until`."""
   report.unlink(missing_ok=True)
-  cmd = [sys.executable, "-m", "replay.cli", "check", str(db), "-j", str(jobs), "--report-json", str(report)]
+  cmd = [sys.executable, "-m", "replay.cli", "check", str(db), "-j", str(jobs), "--report-json", str(report)] + (["--exec-all"] if run_exec else [])
   rc, _, err = run_group(cmd, tree, subprocess_env(tree), timeout)
   last = (err.strip().splitlines() or [f"exit {rc}"])[-1][:300]
   if rc is None: return Replay(SKIP, reason=f"replay check {last}")
   try: doc = json.loads(report.read_text())
   except (OSError, ValueError): return Replay(SKIP, reason=f"no report from its replay check (exit {rc}): {last}")
-  return judge(doc, expect)
+  return judge(doc, expect, until)
 
-def judge(doc: dict, expect: set[ProbeKey] | None = None) -> Replay:
+def judge(doc: dict, expect: set[ProbeKey] | None = None, until: str = "changed") -> Replay:
   """The verdict of a step from its `replay check` JSON report (see the module docstring)."""
   if not isinstance(doc, dict) or not isinstance(doc.get("results"), list): return Replay(SKIP, reason="its replay check wrote no readable report")
   if doc.get("fatal"): return Replay(SKIP, reason=f"cannot open the store: {str(doc['fatal'][0])[:300]}")
   out: dict[ProbeKey, str] = {}
+  classes: dict[ProbeKey, str] = {}
   for r in doc["results"]:
     if not isinstance(r, dict): continue
     k, o = (str(r.get("level")), str(r.get("input_key"))), str(r.get("outcome"))
     if out.get(k) not in DIVERGED: out[k] = o  # one input in several runs: the worst counts
-  res = Replay(SKIP, out)
+    if (c := verdict_class(r)) is not None and (k not in classes or UNTIL.index(c) < UNTIL.index(classes[k])): classes[k] = c
+  res = Replay(SKIP, out, classes=classes)
+  if until != "changed":
+    if bad := res.diverging(until):
+      res.verdict, res.reason = BAD, ", ".join(f"{lv} {ik[:12]} {classes[(lv, ik)]}" for lv, ik in bad[:4]) + (" ..." if len(bad) > 4 else "")
+      return res
+    if missing := sorted((expect or set()) - set(out)):
+      res.reason = f"{len(missing)} capture(s) not replayed (e.g. {missing[0][0]} {missing[0][1][:12]})"
+      return res
+    if skipped := [r for r in doc["results"] if isinstance(r, dict) and (r.get("exec") or {}).get("verdict") in ("failed", "timeout", "skipped")
+                   and (str(r.get("level")), str(r.get("input_key"))) in (expect or set())]:
+      ex = skipped[0]["exec"]
+      res.reason = f"{len(skipped)} capture(s) could not be executed ({ex.get('verdict')}: {str(ex.get('reason') or ex.get('error') or '')[:120]})"
+      return res
+    shown = sorted({c for c in classes.values()}, key=UNTIL.index)
+    res.verdict, res.reason = GOOD, f"{len(out)} replayed, none {until}" + (f" (seen: {', '.join(shown)})" if shown else "")
+    return res
   bad = res.diverging()
   if bad: res.verdict, res.reason = BAD, ", ".join(f"{lv} {ik[:12]} {out[(lv, ik)]}" for lv, ik in bad[:4]) + (" ..." if len(bad) > 4 else "")
   elif missing := sorted((expect or set()) - set(out)):
@@ -155,9 +204,9 @@ def judge(doc: dict, expect: set[ProbeKey] | None = None) -> Replay:
 _BOOT = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p not in ('', '.')]; "
          "from replay.triage.bisect import step_main; sys.exit(step_main(sys.argv[2:]))")
 
-def step_command(probe: Path, log: Path, expect: Path, jobs: int, timeout: float | None) -> list[str]:
+def step_command(probe: Path, log: Path, expect: Path, jobs: int, timeout: float | None, until: str = "changed") -> list[str]:
   here = str(G.THIS_CHECKOUT)
-  return [sys.executable, "-c", _BOOT, here, str(probe), str(log), str(expect), str(jobs), str(timeout or 0)]
+  return [sys.executable, "-c", _BOOT, here, str(probe), str(log), str(expect), str(jobs), str(timeout or 0), until]
 
 def step_main(argv: list[str]) -> int:
   """A `git bisect run` step in the worktree (the current directory): 0 good, 1 bad, 125 skip, 128 abort. Its replay runs
@@ -167,13 +216,14 @@ def step_main(argv: list[str]) -> int:
   signal.signal(signal.SIGTERM, on_term)
   try:
     probe, log, expect_file, jobs, timeout = Path(argv[0]), Path(argv[1]), Path(argv[2]), int(argv[3]), float(argv[4]) or None
+    until = argv[5] if len(argv) > 5 else "changed"
     tree = Path.cwd()
     sha = G.git(["rev-parse", "HEAD"], tree)
     expect = {(lv, ik) for lv, ik in json.loads(expect_file.read_text())}
-    res = replay_at(tree, probe, log.with_name(f"step-{sha[:12]}.json"), jobs, timeout, expect)
+    res = replay_at(tree, probe, log.with_name(f"step-{sha[:12]}.json"), jobs, timeout, expect, until, run_exec=until != "changed")
     with open(log, "a") as f:
-      f.write(json.dumps({"sha": sha, "verdict": res.verdict, "reason": res.reason, "outcomes": sorted([*k, o] for k,
-                                                                                                       o in res.outcomes.items())}) + "\n")
+      f.write(json.dumps({"sha": sha, "verdict": res.verdict, "reason": res.reason, "outcomes": sorted([*k, o] for k, o in res.outcomes.items()),
+                          "classes": sorted([*k, c] for k, c in res.classes.items())}) + "\n")
     word = {GOOD: "good", BAD: "bad", SKIP: "skip"}[res.verdict]
     sys.stderr.write(f"  bisect: {sha[:10]} {G.subject(tree, sha)[:60]!r}: {word} ({res.reason})\n")
     sys.stderr.flush()
@@ -187,14 +237,18 @@ def _steps(log: Path, root: Path) -> list[Step]:
   if not log.exists(): return out
   for line in log.read_text().splitlines():
     d = json.loads(line)
-    out.append(Step(d["sha"], G.subject(root, d["sha"]), Replay(d["verdict"], {(lv, ik): o for lv, ik, o in d["outcomes"]}, d["reason"])))
+    out.append(Step(d["sha"], G.subject(root, d["sha"]), Replay(d["verdict"], {(lv, ik): o for lv, ik, o in d["outcomes"]}, d["reason"],
+                                                                {(lv, ik): c for lv, ik, c in d.get("classes", [])})))
   return out
 
 # *** the command ***
 
 def run_bisect(good_ref: str, bad_ref: str, paths: list[str], level: str | None = None, label: str | None = None, jobs: int = 1,
-               timeout: float | None = None, tmp_dir: str | None = None, cwd: Path | str | None = None, log: Log = print) -> BisectResult:
-  """See the module docstring. Raises BisectError (exit 2) or KeyboardInterrupt (Ctrl-C, SIGTERM); cleans up either way."""
+               timeout: float | None = None, tmp_dir: str | None = None, cwd: Path | str | None = None, log: Log = print,
+               until: str | None = None) -> BisectResult:
+  """See the module docstring. `until`: the verdict class to look for (UNTIL; None: the worst seen at BAD). Raises
+  BisectError (exit 2) or KeyboardInterrupt (Ctrl-C, SIGTERM); cleans up either way."""
+  if until is not None and until not in UNTIL: raise BisectError(f"--until {until!r}: not a verdict class", f"choose from {', '.join(UNTIL)}")
   try:
     root = repo_root(cwd)
     good, bad = resolve(root, good_ref), resolve(root, bad_ref)
@@ -217,33 +271,43 @@ def run_bisect(good_ref: str, bad_ref: str, paths: list[str], level: str | None 
       copy_rows(wt.tmp / "all.db", picks)
       try: tree = wt.add("tree", bad)
       except CommitsError as e: raise BisectError(str(e), e.hint) from None
-      at_bad = replay_at(tree, wt.tmp / "all.db", wt.tmp / "bad.json", jobs, timeout)
+      # the execution check at BAD unless only divergence is asked for: it finds the worst verdict class there
+      at_bad = replay_at(tree, wt.tmp / "all.db", wt.tmp / "bad.json", jobs, timeout, until=until or "changed", run_exec=until != "changed")
       if at_bad.verdict == SKIP and not at_bad.outcomes:
         raise BisectError(f"BAD {bad[:10]} cannot replay the captures: {at_bad.reason}",
                           "pick a BAD commit whose `replay check` runs on these stores")
-      probe = at_bad.diverging()
+      worst = at_bad.worst()
+      if until is None: until = worst or "changed"
+      log(f"  worst verdict at BAD: {worst or 'none (every capture identical and right)'}; looking for the first commit where captures are {until}"
+          + (" or worse" if until != "wrong" else ""))
+      probe = at_bad.diverging(until)
       left_out = []
       if odd := sorted(k for k, o in at_bad.outcomes.items() if o == "incompatible"):
         left_out.append(f"{len(odd)} capture(s) BAD cannot decode are left out (e.g. {odd[0][0]} {odd[0][1][:12]})")
+      if not probe and until != "changed":
+        raise BisectError(f"no capture is {until} at BAD {bad[:10]} (worst there: {worst or 'none'})",
+                          f"bisect for what BAD shows: --until {worst}" if worst
+                          else "pick a BAD commit where the captures diverge or compute wrong numbers")
       if not probe:
         raise BisectError(f"nothing diverges at BAD {bad[:10]}: all {len(at_bad.outcomes)} capture(s) replay identically there"
                           + (f" ({left_out[0]})" if left_out else ""),
                           "pick a BAD commit where `replay check` on these stores reports changes or errors, or other stores")
-      log(f"  {len(probe)} capture(s) diverge at BAD: " + ", ".join(f"{lv} {ik[:12]} {at_bad.outcomes[(lv, ik)]}" for lv, ik in probe[:6])
-          + (" ..." if len(probe) > 6 else ""))
+      shown = at_bad.outcomes if until == "changed" else at_bad.classes
+      log(f"  {len(probe)} capture(s) {'diverge' if until == 'changed' else 'are ' + until + ' or worse'} at BAD: "
+          + ", ".join(f"{lv} {ik[:12]} {shown[(lv, ik)]}" for lv, ik in probe[:6]) + (" ..." if len(probe) > 6 else ""))
       wanted = set(probe)
       copy_rows(wt.tmp / "probe.db", [(db, r) for db, r in picks if (r["level"], r["input_key"]) in wanted])
       (wt.tmp / "probe.json").write_text(json.dumps([list(k) for k in probe]))
       try: G.checkout(tree, good)
       except G.GitError as e: raise BisectError(str(e)) from None
-      at_good = replay_at(tree, wt.tmp / "probe.db", wt.tmp / "good.json", jobs, timeout, wanted)
+      at_good = replay_at(tree, wt.tmp / "probe.db", wt.tmp / "good.json", jobs, timeout, wanted, until, run_exec=until != "changed")
       if at_good.verdict != GOOD: raise _good_fails(good, at_good, picks, wanted)
       log(f"  GOOD reproduces them ({at_good.reason}); bisecting")
       try: G.bisect_start(tree, bad, good)
       except G.GitError as e: raise BisectError(str(e)) from None
       with open(wt.tmp / "bisect.out", "w") as out:
         rc, _, err = run_group(G.bisect_run_argv(step_command(wt.tmp / "probe.db", wt.tmp / "steps.jsonl", wt.tmp / "probe.json", jobs,
-                                                              timeout)), tree, dict(os.environ), None, stdout=out, stderr=None)
+                                                              timeout, until)), tree, dict(os.environ), None, stdout=out, stderr=None)
       text = (wt.tmp / "bisect.out").read_text()
       steps = _steps(wt.tmp / "steps.jsonl", root)
       found = G.first_bad(text)
@@ -257,8 +321,9 @@ def run_bisect(good_ref: str, bad_ref: str, paths: list[str], level: str | None 
                           "see the messages above; run `replay bisect` again")
       full = G.commit_of(root, found) or found
       there = next((s.replay for s in steps if s.sha == full), at_bad if full == bad else Replay(BAD))
-      div = [(lv, ik, there.outcomes.get((lv, ik), "?"), origin.get((lv, ik), [])) for lv, ik in there.diverging()]
-      return BisectResult(good, bad, full, G.subject(root, full), div, steps, len(probe), left_out)
+      what = there.outcomes if until == "changed" else there.classes
+      div = [(lv, ik, what.get((lv, ik), "?"), origin.get((lv, ik), [])) for lv, ik in there.diverging(until)]
+      return BisectResult(good, bad, full, G.subject(root, full), div, steps, len(probe), left_out, until, worst)
     finally:
       if tree is not None:
         with signals_deferred(): G.bisect_reset(tree)
