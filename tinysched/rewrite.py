@@ -253,6 +253,22 @@ def rewrite_limit(n: int) -> Iterator[RewriteLimit]:
   try: yield LIMIT
   finally: LIMIT = prev
 
+class RuleAblation(RewriteLimit):
+  """Every rule application admitted but those of the rules named `off` (refused as if they had not matched): replay's
+  cause search turns rules off to find the ones without which the stored output comes back (replay/check/causes.py)."""
+  def __init__(self, off: Iterable[str]) -> None:
+    super().__init__(1 << 62)
+    self.off = frozenset(off)
+  def admit(self, name: str, u: UOp, ret: UOp) -> bool: return name not in self.off and super().admit(name, u, ret)
+
+@contextlib.contextmanager
+def rules_off(names: Iterable[str]) -> Iterator[RewriteLimit]:
+  """Run the block with the named rules turned off (RuleAblation); the same caveat as rewrite_limit: in a process of its own."""
+  global LIMIT
+  prev, LIMIT = LIMIT, RuleAblation(names)
+  try: yield LIMIT
+  finally: LIMIT = prev
+
 class RewriteLoop(RuntimeError): pass
 
 # how many rewrites may nest (a rule firing on a node some earlier rewrite created) before graph_rewrite

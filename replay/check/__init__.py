@@ -21,7 +21,7 @@ from replay.errors import HintedError
 from replay.store.sqlite import StoreError
 from replay.execute.pool import DeviceUnusable, check_device
 from replay.check.results import OUTCOMES, Report, Result
-from replay.check import determinism, execution, pairs, pool
+from replay.check import causes, determinism, execution, pairs, pool
 from replay.check.determinism import DEFAULT_SEEDS
 from replay.prove import run as prove_run
 from replay.prove.cache import ProofCache
@@ -62,6 +62,7 @@ class Options:
   perf_gate: float | None = None
   progress: Callable[[int, int], None] | None = None
   prove: bool = False                # the rule proofs, and the changed captures' indexing proven (replay.prove; needs z3)
+  causes: bool = True                # changed rows grouped by the rules without which their stored output comes back (check/causes.py)
   prove_timeout_ms: int = 10_000
 
 class CheckError(HintedError):
@@ -118,6 +119,8 @@ def _run(selection: Selection, options: Options, device: str | None) -> Report:
         rep.stopped = process.stopped().name  # type: ignore[union-attr]  # (its worker was ended by the stop)
       except process.Stopped as e: rep.stopped = e.name
       if rep.stopped: return rep
+  if options.causes and options.detail and not rep.paired and any(r.outcome == "changed" for r in rep.results):
+    rep.causes = causes.attribute(rep, reoptimize=options.reoptimize)
   if not rep.results and not rep.fatal and not selection.allow_empty and not rep.stopped:
     # a run that checked nothing must never read as "nothing changed"
     raise CheckError(f"nothing to replay: {_emptied_by(selection)} in {', '.join(paths + ([selection.against] if selection.against else []))}",

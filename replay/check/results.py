@@ -33,6 +33,7 @@ class Result:
   pair: dict | None = None             # replay diff: {"old_db", "old": [run_id, seq], "new": [run_id, seq]} of the two stored rows
   note: str | None = None              # replay check --reoptimize: why a program row was replayed with its stored opts
   unstable: dict | None = None         # outcome unstable: {"outputs": {process: key or exception}, "exposed_by"} (check/determinism.py)
+  cause: dict | None = None            # changed: the rules without which the stored output comes back (check/causes.py)
   def to_dict(self) -> dict[str, Any]: return asdict(self)
 
 @dataclass
@@ -51,19 +52,23 @@ class Report:
   stopped: str | None = None                         # the signal that stopped the run ("SIGINT"): a partial report (see replay.process)
   selected: int | None = None                        # rows the selection held (a stopped run replayed fewer)
   allow_empty: bool = False                          # the selection was allowed to be empty (--allow-empty): the gate may pass it
+  causes: dict | None = None                         # what the cause step did (check/causes.py attribute's counts)
   def counts(self) -> dict[str, int]:
     c = {o: 0 for o in OUTCOMES}
     for r in self.results: c[r.outcome] += 1
     return c
   def groups(self) -> list[dict[str, Any]]:
-    """Changes (and errors, incompatibilities) grouped by signature, largest first."""
+    """Changes (and errors, incompatibilities) grouped by cause where one was found (check/causes.py: the rules without
+    which the stored output comes back), else by signature (the diff's shape); largest first."""
     g: dict[tuple[str, str], list[Result]] = {}
     for r in self.results:
       if r.outcome == "identical": continue
       first = (r.reason or "").splitlines()[0][:120] if r.reason else ""
       sig = r.signature if r.outcome in ("changed", "unstable") else f"{r.level}: {r.outcome}: {first}"
+      if r.outcome == "changed" and r.cause and r.cause.get("rules"): sig = "cause: " + " + ".join(r.cause["rules"])
       g.setdefault((r.outcome, sig or ""), []).append(r)
-    out: list[dict[str, Any]] = [{"outcome": o, "signature": s, "count": len(rs), "example": rs[0], "members": rs} for (o, s), rs in g.items()]
+    out: list[dict[str, Any]] = [{"outcome": o, "signature": s, "count": len(rs), "example": rs[0], "members": rs,
+                                  "shapes": len({m.signature for m in rs})} for (o, s), rs in g.items()]
     out.sort(key=lambda x: (-len(x["members"]), x["outcome"], x["signature"]))
     return out
   def exit_code(self) -> int:

@@ -61,16 +61,18 @@ def main() -> None:
               "checked nothing must not pass)")
 @click.option("--prove", is_flag=True, help="also prove every integer rule and the changed captures' indexing with z3 (a counterexample "
               "fails like a wrong number); needs z3-solver")
+@click.option("--causes/--no-causes", default=True, show_default=True, help="group the changes by their cause: the rules without which "
+              "a sample of each group gets its stored output back (replay/check/causes.py)")
 @exec_options
 @report_options()
 def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, determinism, twice, hash_seeds, reoptimize, allow_empty,
-              prove, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
+              prove, causes, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   report_paths_writable(report_md, report_json, junit, report_html)
   selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard), allow_empty=allow_empty)
   options = Options(jobs=jobs, reoptimize=reoptimize, determinism=determinism, twice=twice, hash_seeds=_seeds(twice or determinism, hash_seeds, True),
                     exec=exec_mode, device=device, timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate,
-                    progress=terminal_progress(), prove=prove)
+                    progress=terminal_progress(), prove=prove, causes=causes)
   if prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or leave out --prove")
   rep = run_check(selection, options)
   if reoptimize: _say_not_reoptimized(rep, verbose)

@@ -1,10 +1,12 @@
 """Triage commands of the `replay` CLI: blame, minimize (replay/cli/app.py adds them to the main group).
 
-Exit codes: 0 done (blame: the culprit named, or nothing differs; minimize: the repro written); 2 bad usage or a
-capture that cannot be triaged (the old code does not reproduce it, no commit recorded...), with what to do next.
+Exit codes: 0 done (blame: the culprit named; minimize: the repro written); 1 blame found old and new code giving the
+same output (and the same source for every program-level capture of its kernels): nothing to blame in the code
+generation this checkout changed; 2 bad usage or a capture that cannot be triaged (the old code does not reproduce it,
+no commit recorded...), with what to do next.
 """
 from __future__ import annotations
-import contextlib, json, signal
+import contextlib, json, signal, sys
 from pathlib import Path
 from typing import Iterator
 import click
@@ -64,10 +66,19 @@ def blame_cmd(db, key, old_rev, old_tree, as_json) -> None:
   if as_json:
     click.echo(json.dumps(res, indent=1, sort_keys=True))
     return
-  if res["verdict"] == "identical": click.echo(f"capture {key}: old and new code give the same output; nothing to blame")
-  elif res["verdict"] == "outside rules": click.echo(f"capture {key}: {res['why']}")
+  if res.get("via"):
+    click.echo(f"capture {key} ({res['via']['level']}): old and new code give it the same output; its program-level capture "
+               f"{res['input_key'][:16]} differs (code generation): blaming that")
+  if res["verdict"] == "identical":
+    n = res.get("program_rows", 0)
+    click.echo(f"capture {key}: old and new code give the same output" + (f", and the same source for its {n} program-level capture(s)" if n
+               else "; the store has no program-level capture of its kernels (capture with the program level to blame code generation)"))
+    click.echo("  a wrong number here is not made by a change between these two versions: look below them (the runtime, the device), "
+               "or compare with another --old")
+    sys.exit(1)
+  elif res["verdict"] in ("outside rules", "blamed pass"): click.echo(f"capture {res['input_key'][:16]}: {res['why']}")
   else:
-    click.echo(f"capture {key} ({res['level']}): first differs at rule application #{res['application']} of "
+    click.echo(f"capture {res['input_key'][:16]} ({res['level']}): first differs at rule application #{res['application']} of "
                f"{res['applications_new']} ({res['probes']} probes, {res['seconds']} s)")
     click.echo(f"  new code: rule {res['rule']!r} rewrote\n" + _indent(res["node"]) + "\n    into\n" + _indent(res["result"]))
     if res["old_rule"] is None: click.echo(f"  old code: stopped after {res['applications_old']} applications")
@@ -82,7 +93,9 @@ def _indent(text: str | None) -> str: return "\n".join("      " + ln for ln in (
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="write the repro test here (default: test_repro_<key>.py)")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="seconds to spend shrinking")
 def minimize_cmd(db, key, old_rev, old_tree, out, time_limit) -> None:
-  """Shrink capture KEY's input (kernel or schedule level) while old and new code still differ on it; write a pytest repro."""
+  """Shrink capture KEY's input (kernel, schedule or program level) while old and new code still differ on it the same way
+  (blame names the same rule or pass); write a pytest repro. A kernel or schedule capture that old and new agree on is
+  minimized through its program-level capture that differs."""
   with _sides(db, key, old_rev, old_tree) as (store, old, new):
     try: res = minimize(store, key, old, new, time_limit, progress=click.echo)
     except (TriageError, ProbeError) as e: _fail(str(e))
@@ -90,4 +103,8 @@ def minimize_cmd(db, key, old_rev, old_tree, out, time_limit) -> None:
   try: path.write_text(repro_test(res, db, key))
   except OSError as e: _fail(f"cannot write {path}: {e}", "pass a writable path with -o")
   click.echo(f"{res['nodes_before']} -> {res['nodes']} nodes in {res['seconds']} s ({res['candidates_tried']} candidates"
-             f"{', time limit reached' if res['timed_out'] else ''}); repro: {path}\n{res['pretty']}")
+             f"{', time limit reached' if res['timed_out'] else ''}); repro: {path}")
+  click.echo(f"same failure kept: blame names {res['failure']}" if res.get("failure") else "same failure kept: old and new still differ")
+  if res.get("rejected_other_failures"):
+    click.echo(f"  ({res['rejected_other_failures']} smaller candidate(s) differed for another reason: left out)")
+  click.echo(res["pretty"])

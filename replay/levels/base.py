@@ -51,6 +51,7 @@ class Level:
   capture_always: ClassVar[bool] = False  # every call is queued, repeats included (each call's outputs carry new metadata)
   output_is_kernel: ClassVar[bool] = False  # the output is one kernel AST (`replay stats` counts them, `show --html` draws it)
   hooked: ClassVar[bool] = True  # a tinysched capture point reports it (captured by default); False: recorded by its own runner
+  lowers: ClassVar[bool] = False  # its replay runs the code generator's lowering (`replay blame` can name a lowering pass)
   wants_row: ClassVar[bool] = False  # `describe` reads the stored row's `extra` (replay_row puts it in `full` as "row_extra")
 
   # *** capture ***

@@ -4,12 +4,13 @@ Besides the level class: what a program row records about the target and the lau
 grouped (its token edits, names and constants normalized)."""
 from __future__ import annotations
 import difflib, json, re
-from typing import Any
+from typing import Any, Callable
 from tinysched.codegen.kernel import Opt
 # looked up at each call (tests and users patch them): cached_program is to_program, or this code's earlier render of it (opt-in)
 from tinysched.codegen import program_cache, provenance
 from tinysched.codegen.target import Target
 from tinysched.ops import Ops
+from tinysched.uop import UOp
 from replay.store.encode import IncompatibleCapture, encode_graph, parse
 from replay.store.sqlite import dumps, graph_row
 from replay.execute.jobs import ast_text, program_specs
@@ -198,6 +199,7 @@ class ProgramLevel(Level):
   today's codegen for the stored AST and optimization choices; both against the interpreter running the AST."""
   name = "program"
   rank = 2
+  lowers = True
   graph_output = False
   output_words = "program source"
   runs_stored_source = True
@@ -229,6 +231,16 @@ class ProgramLevel(Level):
     prg = replay_program_full(inputs, reoptimize, host)
     if full is not None: full["program"] = prg
     return prg.src, prg.src.encode()
+
+  def shrinkable(self, data: bytes) -> tuple[UOp, Callable[[UOp], bytes | None]]:
+    """The kernel AST, and the input with a smaller AST in its place (the same opts and target: a candidate the opts no
+    longer fit fails on both sides, and is no candidate)."""
+    d = self.decode_input(data)
+    extra = {k: d.doc[k] for k in ("opts", "target") if k in d.doc}
+    def encode(ast: UOp) -> bytes | None:
+      try: return encode_graph([ast], extra)
+      except Exception: return None  # noqa: BLE001 (a candidate that cannot be stored is not a candidate)
+    return d.roots()[0], encode
 
   def decode_output(self, data: bytes) -> Any:
     try: return data.decode()

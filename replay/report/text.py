@@ -17,6 +17,8 @@ import json
 from typing import Any
 from replay.check.results import Report
 from replay.check.results import Result, OUTCOMES
+from replay import levels
+from replay.store.encode import IncompatibleCapture
 from replay.check import perf
 from replay.execute.verdicts import FAIL_VERDICTS
 from replay.prove import run as prove_run
@@ -66,6 +68,7 @@ def to_json(rep: Report) -> dict[str, Any]:
                                                             "perf_regressions": len(rep.perf_failures())}, "exit_code": rep.exit_code(),
           "stopped": rep.stopped, "selected": rep.selected, "allow_empty": rep.allow_empty,
           "fatal": rep.fatal, "perf_gate": rep.perf_gate, "accepted": rep.accepted, "proofs": rep.proofs, "determinism": rep.determinism,
+          "causes": rep.causes,
           "groups": [{"outcome": g["outcome"], "signature": g["signature"], "count": g["count"], "example": g["example"].to_dict(),
                       "members": [m.input_key for m in g["members"]]} for g in rep.groups()],
           "results": [r.to_dict() for r in rep.results]}
@@ -84,7 +87,7 @@ def from_json(doc: dict) -> Report:
                workers=doc.get("workers", 1), fatal=list(doc.get("fatal", [])), shard=doc.get("shard"), perf_gate=doc.get("perf_gate"),
                accepted=list(doc.get("accepted", [])), proofs=doc.get("proofs"), determinism=doc.get("determinism"),
                stopped=doc.get("stopped"), selected=doc.get("selected"),
-               allow_empty=bool(doc.get("allow_empty")))
+               allow_empty=bool(doc.get("allow_empty")), causes=doc.get("causes"))
   return rep
 
 def merge(reports: list[Report]) -> Report:
@@ -217,6 +220,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   fails = exec_failures(rep)
   for r in fails[:10]: lines.append(f"  {verdict_of(r).upper()}: {r.label or '-'} {r.level} {r.input_key[:16]} ({r.db}): {_exec_line(r)}")
   if len(fails) > 10: lines.append(f"  ... and {len(fails) - 10} more failing executions (see --report-json)")
+  if (t := triage_commands(fails)): lines.append(f"  triage: {t}")
   for r in rep.perf_failures()[:5]: lines.append(f"  SLOWER (--perf-gate): {r.label or '-'} {r.level} {r.input_key[:16]}: {_exec_line(r)}")
   for r in rep.throughput_refused()[:5]:
     lines.append(f"  THROUGHPUT REFUSED: {r.label or '-'} {r.level} {r.input_key[:16]}: {(r.exec or {}).get('throughput_refused')}")
@@ -226,7 +230,7 @@ def terminal(rep: Report, max_groups: int = 10, verbose: bool = False) -> str:
   groups = rep.groups()
   for g in groups[:max_groups]:
     ex: Result = g["example"]
-    lines += ["", f"[{g['outcome']}] x{g['count']}  {g['signature']}"]
+    lines += ["", f"[{g['outcome']}] x{g['count']}  {g['signature']}" + cause_note(g)]
     lines.append(f"  example: {ex.label or '-'} {ex.level} input {ex.input_key[:16]} ({ex.db})")
     if ex.metadata: lines.append(f"  made by: {ex.metadata}")
     if ex.rules: lines.append(f"  rules that built the changed nodes: {', '.join(ex.rules)}")
@@ -297,6 +301,24 @@ def verdict_summary(g: dict) -> str:
     if m.exec: counts[m.exec.get("verdict", "?")] = counts.get(m.exec.get("verdict", "?"), 0) + 1
   rank = {v: i for i, v in enumerate((*FAIL_ORDER, "equivalent", "skipped"))}
   return ", ".join(f"{v} {n}" for v, n in sorted(counts.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+def cause_note(g: dict) -> str:
+  """What a group named by its cause adds to its line: how the cause was found, and how many diff shapes it spans."""
+  c = g["example"].cause or {}
+  if not c.get("rules") or not g["signature"].startswith("cause: "): return ""
+  return f"  ({c.get('how')}; {g.get('shapes', 1)} diff shape(s))"
+
+def triage_commands(fails: list[Result]) -> str | None:
+  """The commands that find the cause of the first wrong or mismatching capture (a program-level one first: blame and
+  minimize reach code generation through it; a kernel row they redirect to its program row themselves)."""
+  cands = [r for r in fails if verdict_of(r) in ("wrong", "mismatch") and not r.pair]
+  if not cands: return None
+  def lowers(x: Result) -> bool:
+    try: return levels.get(x.level).lowers
+    except IncompatibleCapture: return False  # (a level this code does not know: blame says so)
+  r = min(cands, key=lambda x: (not lowers(x), fails.index(x)))
+  return (f"`replay blame {r.db} {r.input_key[:16]}` names the rule or lowering pass; "
+          f"`replay minimize {r.db} {r.input_key[:16]} -o test_repro.py` writes the smallest input that fails the same way")
 
 def next_command(rep: Report, r: Result) -> str:
   """The command that shows one capture of the report again, in detail."""

@@ -47,10 +47,34 @@ if not hasattr(RW, "rewrite_limit"):  # an older checkout: the same limit around
     finally: _cur[0] = prev
   RW.rewrite_limit = _rewrite_limit
 
+def pass_digests(level, inputs):
+  # the code generator's lowering, pass by pass: a digest of what each named pass left emitted (the content keys of the
+  # nodes placed so far) and how many rule applications the whole replay had made by then, for the last lowering the
+  # replay ran (the heuristic may lower a kernel several times)
+  from tinysched.codegen import lowerer as LW
+  digests = []
+  orig = LW.run_passes
+  with RW.rewrite_limit(1 << 60) as L:
+    def traced(k, target, passes=LW.LOWERING_PASSES, after=None, rule_trace=None):
+      def hook(name, lw):
+        if after is not None: after(name, lw)
+        if passes and name == passes[0].name: digests.clear()
+        placed = getattr(getattr(lw, "em", None), "placed", None) or {}
+        h = hashlib.sha256("|".join(sorted(u.key.hex() if isinstance(u.key, bytes) else str(u.key) for u in placed)).encode()).hexdigest()
+        digests.append([name, h, len(placed), L.spent])
+      return orig(k, target, passes, hook, rule_trace)
+    LW.run_passes = traced
+    try: run_input(level, inputs)
+    finally: LW.run_passes = orig
+  return digests
+
 def answer(req):
   data = req["input"].encode()
   try:
     inputs = decode_input(req["level"], data)
+    if req.get("passes"):
+      try: return {"passes": pass_digests(req["level"], inputs)}
+      except Exception as e: return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     if req.get("limit") is None:
       _, out = run_input(req["level"], inputs)
       return {"key": hashlib.sha256(out).hexdigest(), "output": out.decode() if req.get("output") else None}
@@ -95,11 +119,12 @@ class Probe:
     self.tree, self.name, self.asked = Path(tree), name, 0
     self.proc = subprocess.Popen([sys.executable, "-c", PROBE_SCRIPT], cwd=self.tree, env=subprocess_env(self.tree), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-  def ask(self, level: str, data: bytes, limit: int | None = None, output: bool = False) -> dict[str, Any]:
+  def ask(self, level: str, data: bytes, limit: int | None = None, output: bool = False, passes: bool = False) -> dict[str, Any]:
+    """`passes`: the lowering's digest after each named pass instead ({"passes": [[name, digest, nodes], ...]})."""
     assert self.proc.stdin and self.proc.stdout
     self.asked += 1
     try:
-      self.proc.stdin.write(json.dumps({"level": level, "input": data.decode(), "limit": limit, "output": output}) + "\n")
+      self.proc.stdin.write(json.dumps({"level": level, "input": data.decode(), "limit": limit, "output": output, "passes": passes}) + "\n")
       self.proc.stdin.flush()
       line = self.proc.stdout.readline()
     except (BrokenPipeError, OSError): line = ""

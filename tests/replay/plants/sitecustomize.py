@@ -80,6 +80,16 @@ def _swap_commutative():
                           name="swap")
   _after_ast_rewrite(pm)
 
+def _swap_pair():
+  # scheduler: two rules, ADD's sources swapped and MUL's: a kernel with both changes only goes back to its stored
+  # AST with both rules off (replay's cause search names the pair), one with an ADD only with swap_add off
+  def pm():
+    from tinysched.ops import Ops
+    from tinysched.rewrite import PatternMatcher, UPat
+    def swap(x): return x.replace(src=x.src[::-1]) if x.src[0].key < x.src[1].key else None
+    return PatternMatcher([(UPat(Ops.ADD, name="x"), swap, "swap_add"), (UPat(Ops.MUL, name="x"), swap, "swap_mul")], name="swap_pair")
+  _after_ast_rewrite(pm)
+
 def _stores_twice():
   # codegen: every global store is written twice (different source, the same numbers, more memory traffic)
   import re
@@ -170,7 +180,7 @@ def _flops_inflated():
 
 PLANTS = {"heuristic": _heuristic_drops_last_opt, "gpu_local": _gpu_half_work_group, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin,
           "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
-          "double": _double_constants, "swap": _swap_commutative, "stores_twice": _stores_twice,
+          "double": _double_constants, "swap": _swap_commutative, "swap_pair": _swap_pair, "stores_twice": _stores_twice,
           "set_order": _set_order, "bf16_truncate": _bf16_store_truncates,
           "renders_twice": _renders_twice, "flops_inflated": _flops_inflated}
 
