@@ -93,7 +93,7 @@ def _timing(old: _Side, new: _Side, bo: dict[int, Any], bn: dict[int, Any], spec
       mo, mn = statistics.median(co), statistics.median(cn)
       if slower: slower = p < ALPHA and mn > mo * (1 + margin) + MIN_SLOWER_S
       else: faster = p < ALPHA and mn * (1 + margin) + MIN_SLOWER_S < mo
-  if same_code and slower: out["aa_false_alarm"] = True
+  if same_code and slower and runs >= MIN_RANKED_RUNS: out["aa_false_alarm"] = True  # (the whole rule ran: its false alarm)
   out["slower"], out["faster"] = slower and not same_code, faster and not same_code
   try: out.update(throughput(new, specs))
   except Exception as e: out["throughput_error"] = f"{type(e).__name__}: {e}"  # (the times stand without it)

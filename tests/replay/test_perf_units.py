@@ -152,3 +152,14 @@ def test_a_kernel_planted_slower_fails_the_perf_gate_unchanged_code_passes():
       assert r.returncode == 1 and "got slower beyond --perf-gate" in r.stdout, r.stdout[-3000:]
       assert "SLOWER (--perf-gate): minilm program 6856480017e9a802" in r.stdout
     else: assert r.returncode == 0 and "PASS" in r.stdout, r.stdout[-3000:]
+
+def test_a_whole_rule_false_alarm_is_counted_only_where_the_whole_rule_ran():
+  # the same code measured 2x apart every round: under the whole rule (5 rounds, rank test, confirmation) that is a
+  # false alarm the class's bar must rise to; timed once (a sweep), only the margin rule judged it: not one
+  from tests.replay.test_perf_aa import _FakeSide
+  five = T._timing(_FakeSide([100e-6]), _FakeSide([200e-6]), {}, {}, {}, 5, 0.10, same_code=True)
+  once = T._timing(_FakeSide([100e-6]), _FakeSide([200e-6]), {}, {}, {}, 1, 0.10, same_code=True)
+  assert five.get("aa_false_alarm") and not five["slower"]
+  assert not once.get("aa_false_alarm") and not once["slower"]
+  calib = perf.calibration([{**five, "same_code": True, "old_time_s": 5e-4, "new_time_s": 1e-3}])
+  assert calib["short (50 us - 1 ms)"]["whole_rule_fired"] == 1 and calib["short (50 us - 1 ms)"]["max_alarm_excess"] == pytest.approx(1.0)
