@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from replay.store.sqlite import Store
 from tests.replay.changes import capture_store
-from tests.replay.test_commits import ROOT, copy_project, git, worktrees, _procs_under
+from tests.replay.test_commits import ROOT, History, copy_project, git, worktrees, _procs_under
 
 # test data of the temporary repository (never in this project's code): while BISECT_TEST_HANG names a file and the
 # checked-out commit has a file HANG, importing tinysched creates that file and hangs, so a test can interrupt a step
@@ -37,13 +37,8 @@ def project(tmp_path_factory) -> dict:
   repo = d / "repo"
   copy_project(repo)
   with open(repo / "tinysched/__init__.py", "a") as f: f.write(HANG_HOOK)
-  git(repo, "init", "-q")
-  shas: list[str] = []
-  def commit(msg: str) -> None:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", msg)
-    shas.append(git(repo, "rev-parse", "HEAD"))
-  def note(i: int) -> None: (repo / "NOTES").write_text(f"note {i}\n")
+  h = History(repo)
+  commit, note, shas = h.commit, h.note, h.shas
   commit("c0: the project")
   (repo / "HANG").write_text(""); note(1); commit("c1: notes")
   note(2); commit("c2: notes")

@@ -7,7 +7,7 @@ import pytest
 from replay.triage import bisect as B
 from tests.replay.changes import capture_store
 from tests.replay.test_bisect import ANCHOR, KERNEL_AST, RULE, cli, assert_clean
-from tests.replay.test_commits import copy_project, git
+from tests.replay.test_commits import History, copy_project
 
 RENDER = "tinysched/codegen/opencl.py"
 ADD_LINE = '  if op is Ops.ADD: return f"({a[0]}|{a[1]})" if isb else w(f"({a[0]}+{a[1]})")\n'
@@ -31,13 +31,8 @@ def history(tmp_path_factory) -> dict:
   d = tmp_path_factory.mktemp("bisect_verdict")
   repo = d / "repo"
   copy_project(repo)
-  git(repo, "init", "-q")
-  shas: list[str] = []
-  def commit(msg: str) -> None:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", msg)
-    shas.append(git(repo, "rev-parse", "HEAD"))
-  def note(i: int) -> None: (repo / "NOTES").write_text(f"note {i}\n")
+  h = History(repo)
+  commit, note, shas = h.commit, h.note, h.shas
   commit("c0: the project")
   note(1); commit("c1: notes")
   src = (repo / KERNEL_AST).read_text()

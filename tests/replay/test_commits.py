@@ -50,6 +50,18 @@ def git(repo: Path, *args: str) -> str:
                      capture_output=True, text=True, check=True)
   return r.stdout.strip()
 
+class History:
+  """A temporary git repository built commit by commit: `commit(msg)` records the tree as it is, `note(i)` changes a
+  file no code reads (a commit that changes nothing replay sees); `shas` in order."""
+  def __init__(self, repo: Path) -> None:
+    self.repo, self.shas = repo, []
+    git(repo, "init", "-q")
+  def commit(self, msg: str) -> None:
+    git(self.repo, "add", "-A")
+    git(self.repo, "commit", "-qm", msg)
+    self.shas.append(git(self.repo, "rev-parse", "HEAD"))
+  def note(self, i: int) -> None: (self.repo / "NOTES").write_text(f"note {i}\n")
+
 def copy_project(repo: Path) -> None:
   """This checkout's tinysched/ (without its models), replay/ and pyproject.toml (the files git knows) into `repo`."""
   files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "tinysched", "replay", "pyproject.toml"],

@@ -19,11 +19,20 @@ SHA = [f"{c}{i}" * 20 for i, c in enumerate("abcdef")]  # six 40-character commi
 def invoke(*args):
   return CliRunner().invoke(cli, [str(a) for a in args])
 
+def _fresh_copy(dst: Path) -> Path:
+  """A copy of the committed mlp_digits store without its perf history (the committed baseline has one): a store as a
+  capture writes it."""
+  shutil.copy(ROOT / "captures/mlp_digits.db", dst)
+  c = sqlite3.connect(dst)
+  try:
+    c.execute("DROP TABLE IF EXISTS perf_history")
+    c.commit()
+  finally: c.close()
+  return dst
+
 @pytest.fixture
 def store(tmp_path) -> Path:
-  p = tmp_path / "mlp_digits.db"
-  shutil.copy(ROOT / "captures/mlp_digits.db", p)
-  return p
+  return _fresh_copy(tmp_path / "mlp_digits.db")
 
 def _measurements(db: Path) -> list[int]:
   c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -94,12 +103,12 @@ def test_a_planted_drift_is_shown_first_with_its_ratio_and_the_commit_the_kernel
 def test_the_drift_check_fails_when_the_drift_is_not_surfaced(tmp_path, monkeypatch):
   # no drift planted: the same check fails
   flat = tmp_path / "flat.db"
-  shutil.copy(ROOT / "captures/mlp_digits.db", flat)
+  _fresh_copy(flat)
   _planted(flat, drift=1.0)
   assert not _drift_surfaced(invoke("perf", flat).output, "b" * 64, f"{1.1 ** 5:.2f}x", SHA[0])
   # the drift planted, but rows ranked by key instead of drift (the ranking taken out): it fails too
   planted = tmp_path / "planted.db"
-  shutil.copy(ROOT / "captures/mlp_digits.db", planted)
+  _fresh_copy(planted)
   _planted(planted)
   monkeypatch.setattr(H, "_rank", lambda s: (s.db, s.level, s.input_key))
   assert not _drift_surfaced(invoke("perf", planted).output, "b" * 64, f"{1.1 ** 5:.2f}x", SHA[0])
@@ -131,7 +140,7 @@ def test_carry_keeps_the_history_across_a_re_capture(store, tmp_path):
   H.record([store], log=lambda s: None, commit=(SHA[0], 0))
   new = tmp_path / "new" / "mlp_digits.db"  # what a re-capture writes: a new file with the same rows and no history
   new.parent.mkdir()
-  shutil.copy(ROOT / "captures/mlp_digits.db", new)
+  _fresh_copy(new)
   before = Store(store, readonly=True).perf_history()
   assert H.carry(store, new) == len(before) > 0
   assert H.carry(store, new) == 0  # copied once: a second carry adds nothing
