@@ -17,6 +17,13 @@ def workload():
   v = Variable("n", 1, 4)
   (x.shrink(((0, v.bind(3)), None)) + 1).sum(0).realize()
 
+def opencl_here() -> bool:
+  """Whether this machine has an OpenCL platform (tests of compiled kernels, timings and peaks skip without one)."""
+  try:
+    from tinysched.runtime.opencl import opencl_available  # (pyopencl may be missing: then no OpenCL)
+    return opencl_available()
+  except Exception: return False
+
 # planted changes: wrap full_ast_rewrite and post-process the AST it returns
 def patch_ast(monkeypatch, fn):
   orig = S.full_ast_rewrite

@@ -5,19 +5,13 @@ bisect named before it looked at verdicts)."""
 from __future__ import annotations
 import pytest
 from replay.triage import bisect as B
-from tests.replay.changes import capture_store
 from tests.replay.test_bisect import ANCHOR, KERNEL_AST, RULE, cli, assert_clean
 from tests.replay.test_commits import History, copy_project
+from tests.replay.changes import capture_store, opencl_here
 
 RENDER = "tinysched/codegen/opencl.py"
 ADD_LINE = '  if op is Ops.ADD: return f"({a[0]}|{a[1]})" if isb else w(f"({a[0]}+{a[1]})")\n'
 BUG = '  if op is Ops.ADD and dtypes.is_float(dt): return w(f"({a[0]}-{a[1]})")\n'
-
-def _opencl() -> bool:
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    return opencl_available()
-  except Exception: return False
 
 def workload():
   from tinysched import Tensor
@@ -62,7 +56,7 @@ def run(history: dict, *args: str) -> tuple[int, str]:
   out, _ = p.communicate(timeout=600)
   return p.returncode, out
 
-@pytest.mark.skipif(not _opencl(), reason="a codegen bug shows only where kernels are compiled (OpenCL)")
+@pytest.mark.skipif(not opencl_here(), reason="a codegen bug shows only where kernels are compiled (OpenCL)")
 def test_bisect_follows_the_worst_verdict_not_the_first_divergence(history, tmp_path):
   tmp = tmp_path / "wt"; tmp.mkdir()
   c = history["c"]

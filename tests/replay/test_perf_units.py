@@ -9,17 +9,12 @@ from replay.check import perf
 from replay.check.results import Report, Result
 from replay.execute import peak as P
 from replay.execute import timing as T
+from tests.replay.changes import opencl_here
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTS = ROOT / "tests" / "replay" / "plants"
 
-def _opencl() -> bool:
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    return opencl_available()
-  except Exception: return False
-
-needs_opencl = pytest.mark.skipif(not _opencl(), reason="needs an OpenCL platform: timings and the peak come from its profiling events")
+needs_opencl = pytest.mark.skipif(not opencl_here(), reason="needs an OpenCL platform: timings and the peak come from its profiling events")
 
 # *** the peak and the figures held to it ***
 

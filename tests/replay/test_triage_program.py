@@ -7,17 +7,12 @@ from __future__ import annotations
 import os, re, subprocess, sys
 from pathlib import Path
 import pytest
+from tests.replay.changes import opencl_here
 from tests.replay.test_commits import ROOT, copy_project
 
 LOWERER = "tinysched/codegen/lowerer.py"
 TREE_LINE = "        while len(xs) > 1: xs = [alu(r.arg[0], adt, (xs[i], xs[i+1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]\n"
 BUG_LINE = "        while len(xs) > 1: xs = [alu(r.arg[0], adt, (xs[i], xs[i+1])) for i in range(0, len(xs) - 1, 2)]\n"
-
-def _opencl() -> bool:
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    return opencl_available()
-  except Exception: return False
 
 WORKLOAD = """
 import sys, numpy as np
@@ -52,7 +47,7 @@ def replay_in(tree: Path, *args: str, timeout: float = 600) -> subprocess.Comple
   return subprocess.run([sys.executable, "-m", "replay.cli", *args], cwd=tree, capture_output=True, text=True, timeout=timeout,
                         env={**os.environ, "PYTHONPATH": str(tree), "TINYSCHED_DEVICE": "OPENCL"})
 
-@pytest.mark.skipif(not _opencl(), reason="the planted bug is in code generation: it shows where kernels are compiled")
+@pytest.mark.skipif(not opencl_here(), reason="the planted bug is in code generation: it shows where kernels are compiled")
 def test_from_the_check_to_a_small_repro_and_the_blamed_pass(trees, tmp_path):
   new, db = trees["new"], trees["db"]
   chk = replay_in(new, "check", str(db), "--exec-all", "--no-determinism")
@@ -80,7 +75,7 @@ def test_from_the_check_to_a_small_repro_and_the_blamed_pass(trees, tmp_path):
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(tree)})
     assert (r.returncode == 0) == ok, r.stdout[-2000:]
 
-@pytest.mark.skipif(not _opencl(), reason="the planted bug is in code generation: it shows where kernels are compiled")
+@pytest.mark.skipif(not opencl_here(), reason="the planted bug is in code generation: it shows where kernels are compiled")
 def test_a_kernel_row_old_and_new_agree_on_is_blamed_through_its_program_row(trees):
   new, db = trees["new"], trees["db"]
   import sqlite3
