@@ -2,8 +2,8 @@
 (tinysched/helpers.py, counted in tinysched/realize.py) and the execution check's timings (replay/execute/inputs.py)
 both use it.
 
-Definition (from the AST alone, before codegen). Both are what the kernel must do at least, never more: a throughput
-computed from them cannot exceed what the device can do unless the time is wrong (replay/execute/peak.py checks it).
+Definition (from the AST alone, before codegen): the work the AST describes. Code generation may do less (a one-hot
+sum over a vocabulary becomes a gather), so throughput is measured in the executed cost below, not in this one.
 - FLOPs: every ALU node (GroupOp.ALU: unary, binary, ternary; not CAST / BITCAST, LOAD, CONST) counts once per
   element of its shape, and a REDUCE_AXIS counts once per element of its *input* shape. Shapes come from the views:
   the full shape below a reduce, the reduced shape above it. So a matmul (M, K) @ (K, N) is M*N*K MULs plus M*N*K

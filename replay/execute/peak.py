@@ -17,7 +17,7 @@ where no earlier run did, one worker at a time (a lock file beside the entry), s
 machine; a kernel above it makes the next measurement, which keeps the higher value.
 """
 from __future__ import annotations
-import contextlib, fcntl, hashlib, json, os, time
+import contextlib, fcntl, hashlib, json, time
 from dataclasses import dataclass
 from typing import Any
 import numpy as np
@@ -130,11 +130,4 @@ def _measuring(device: str):
     try: yield
     finally: fcntl.flock(f, fcntl.LOCK_UN)
 
-def forget(device: str | None = None) -> None:
-  """Drop what this process knows of a device's peak (tests), and its cache entry."""
-  for d in ([device] if device else list(_known)):
-    _known.pop(d, None)
-    try: os.unlink(_path(d))
-    except OSError: pass
-
-__all__ = ["Peak", "peak", "forget", "ROUNDS"]
+__all__ = ["Peak", "peak", "ROUNDS"]

@@ -87,9 +87,9 @@ def _rows_of_asts(store, level: str, asts: set) -> list[dict]:
     if root.key in asts: found.append(r)
   return found
 
-def _differing_program_row(store, row: dict, old: Probe, new: Probe) -> dict | None:
-  """The first program-level row for `row`'s kernels on which old and new code differ (and the old code reproduces)."""
-  for r in program_rows_for(store, row):
+def _differing_program_row(store, rows: list[dict], old: Probe, new: Probe) -> dict | None:
+  """The first of `rows` (program_rows_for) on which old and new code differ (and the old code reproduces it)."""
+  for r in rows:
     d, stored = store.blob(r["input_key"]), store.blob(r["output_key"])
     try: a_old, a_new = _check_pair(old, new, r["level"], d, stored)
     except TriageError: continue
@@ -106,8 +106,9 @@ def blame(store, key: str, old_tree: Path, new_tree: Path) -> dict[str, Any]:
     a_old, a_new = _check_pair(old, new, level, data, stored)
     res: dict[str, Any] = {"level": level, "input_key": row["input_key"], "label": row.get("label") or ""}
     if outcome(a_old) == outcome(a_new):
-      if (prow := _differing_program_row(store, row, old, new)) is None:
-        return {**res, "verdict": "identical", "probes": old.asked + new.asked, "program_rows": len(program_rows_for(store, row))}
+      prows = program_rows_for(store, row)
+      if (prow := _differing_program_row(store, prows, old, new)) is None:
+        return {**res, "verdict": "identical", "probes": old.asked + new.asked, "program_rows": len(prows)}
       via = {"level": prow["level"], "input_key": prow["input_key"], "via": {"level": level, "input_key": row["input_key"]}}
       return {**res, **via, **blame_input(old, new, prow["level"], store.blob(prow["input_key"]))}
     return {**res, **blame_input(old, new, level, data)}
@@ -260,9 +261,10 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
   with probes(old_tree, new_tree) as (old, new):
     a_old, a_new = _check_pair(old, new, level, data, stored)
     if outcome(a_old) == outcome(a_new):
-      if (prow := _differing_program_row(store, row, old, new)) is None:
+      prows = program_rows_for(store, row)
+      if (prow := _differing_program_row(store, prows, old, new)) is None:
         raise TriageError(f"old and new code give this {level} capture the same output"
-                          + (f", and the same source for its {n} program-level capture(s)" if (n := len(program_rows_for(store, row)))
+                          + (f", and the same source for its {n} program-level capture(s)" if (n := len(prows))
                              else ", and the store has no program-level capture of its kernels")
                           + ": a wrong number here comes from below (the runtime, the device), or from code that is the same in both")
       via = {"level": level, "input_key": row["input_key"]}
