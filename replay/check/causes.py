@@ -4,9 +4,10 @@ A diff's shape is a poor name for a change: one new rule that rewrites a pattern
 of dozens of shapes, and the rules that *built* the changed nodes (Result.rules) miss a rule whose work later rules
 rewrite again, or one that removes nodes. So for a sample row of each changed shape group, the current code replays it
 again with rules turned off (tinysched.rewrite.rules_off), on the rules that fired on it (those that built the changed
-nodes first): a single rule whose absence gives back the stored output is the cause; else, if turning all of them off
-does, delta debugging (Zeller's ddmin, over the set of rules, as LLVM's debug counters are bisected in chunks) finds a
-smallest set that does, so a change that needs two rules together is named as the pair. A rule whose *behaviour*
+nodes first; causes found for other groups before them): a single rule whose absence gives back the stored output is
+the cause; else a pair of the likeliest rules; else, if turning all of them off does, delta debugging (Zeller's ddmin
+over the set of rules, as LLVM's debug counters are bisected in chunks) finds a smallest set that does. So a change
+that needs two rules together is named as the pair, and neither alone. A rule whose *behaviour*
 changed (rather than one added) has no such set: the row keeps its shape group and its builders' names.
 
 Every replay runs in a forked child (a rewrite with rules refused can leave derived results in memo tables, as a
