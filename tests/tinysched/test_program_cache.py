@@ -145,3 +145,26 @@ def test_off_unless_asked(cache, monkeypatch):
   monkeypatch.delenv("TINYSCHED_PROGRAM_CACHE")
   PC.cached_program(_ast(Tensor.empty(128) - 1), None, GENERIC_GPU)
   assert not cache.exists()
+
+def test_a_rule_search_sees_the_rules_a_cached_program_hides(cache, monkeypatch):
+  # a warm entry answered rules_off and rewrite_limit with a program no rule made: the cause search and blame found no
+  # rule of code generation under the main job's cache (scripts/replay.sh turns it on). Plant: the bypass turned off
+  from tinysched import rewrite as RW
+  ast = _ast((Tensor.empty(16, 16) + 0).exp())
+  want = PC.cached_program(ast, None, GENERIC_GPU)  # (written: the cache is warm)
+  prev, RW.FIRED = RW.FIRED, []
+  try:
+    PC.cached_program(ast, None, GENERIC_GPU)
+    fired = list(dict.fromkeys(n for n, _ in RW.FIRED))
+  finally: RW.FIRED = prev
+  assert fired
+  def seen() -> list[bool]:  # per rule: does turning it off change the program (or break the lowering)?
+    out = []
+    for rule in fired:
+      with RW.rules_off([rule]):
+        try: out.append(PC.cached_program(ast, None, GENERIC_GPU).src != want.src)
+        except Exception: out.append(True)  # noqa: BLE001 (a rule the lowering needs)
+    return out
+  assert all(seen())
+  monkeypatch.setattr(PC, "watched", lambda: False)
+  assert not any(seen())

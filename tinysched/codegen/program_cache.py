@@ -14,7 +14,7 @@ stable text. The fingerprint covers the code two ways:
   first use, a test's plant) makes the digest be taken again (`code_fingerprint`). Not seen: a function added to or
   swapped inside a module-level container in place, a function's __code__ replaced, a module loaded after the digest,
   the names of this module and of the capture slot (`_NOT_CHECKED`).
-Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). A hit is reported to a
+Bypassed (neither read nor written) while the rules are watched or limited (`watched`). Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). A hit is reported to a
 capture as to_program reports a rendering (`report_program`), so capturing never changes what the cache does.
 `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `$TINYSCHED_CACHE/programs/`, a folder used only when it
 is this user's alone (`tinysched.helpers.trusted_cache_dir`).
@@ -32,6 +32,7 @@ import numpy as np
 from tinysched.helpers import cache_root, write_cache_entry, trusted_cache_dir, reject_cache_entry
 from tinysched.dtype import dtypes
 from tinysched.uop import UOp
+from tinysched import rewrite as RW
 from tinysched.rewrite import PatternMatcher
 from tinysched.codegen.kernel import Opt
 from tinysched.cost import ProgramCost
@@ -221,9 +222,14 @@ def _decode(text: str, key: str | None = None) -> Program:
   return Program(str(prg["name"]), str(prg["src"]), gs, ls, bufs, outs, (), tuple(Opt.from_tuple(o) for o in prg["opts"]), int(prg["local_mem"]),
                  cost)
 
+def watched() -> bool:
+  """Whether someone watches or limits the rules as they fire (rewrite_limit, rules_off, FIRED, TRACE): a cached program
+  would then hide every rule the lowering applies (a cause search or a blame would see none, coverage would miss them)."""
+  return RW.LIMIT is not None or RW.FIRED is not None or RW.TRACE is not None
+
 def cached_program(ast: UOp, opts: Sequence[Opt] | None, target: Target) -> Program:
   """to_program(ast, opts, target), read from the disk cache when this code rendered it before (module docstring)."""
-  if not enabled() or (folder := trusted_cache_dir(_folder())) is None: return to_program(ast, opts, target)
+  if not enabled() or watched() or (folder := trusted_cache_dir(_folder())) is None: return to_program(ast, opts, target)
   target = device_class(target)  # (the key names the class to_program renders for: devices of one class share entries)
   key = key_material(ast, opts, target)
   path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
