@@ -156,3 +156,22 @@ def ignore_in_forked_worker() -> None:
   each of them print a traceback first."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+def forked(fn: Callable[[], Any]) -> Any:
+  """fn() in a forked child, its result sent back as JSON; None when it raised or died. For a replay whose leftovers
+  must not outlive it: a rewrite with rules refused or limited leaves derived results in memo tables, and a device a
+  child opens (OpenCL) is never opened in this process (a child forked after that would hang in the driver)."""
+  import json  # (only this helper speaks JSON)
+  r, w = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # pragma: no cover (the child)
+    os.close(r)
+    try: msg = json.dumps(fn())
+    except BaseException: msg = "null"  # noqa: BLE001 (the caller reads a failed question as no answer)
+    with os.fdopen(w, "w") as f: f.write(msg)
+    os._exit(0)
+  os.close(w)
+  with os.fdopen(r) as f: msg = f.read()
+  os.waitpid(pid, 0)
+  try: return json.loads(msg) if msg else None
+  except ValueError: return None

@@ -269,6 +269,29 @@ def rules_off(names: Iterable[str]) -> Iterator[RewriteLimit]:
   try: yield LIMIT
   finally: LIMIT = prev
 
+class RuleCap(RewriteLimit):
+  """Every rule application admitted but those of rule `name` past its first `k` (refused as if it had not matched),
+  and the k-th kept (`at`: node, result): bisecting k pins which application of a blamed rule makes a program wrong
+  (replay/triage/reference.py)."""
+  def __init__(self, name: str, k: int) -> None:
+    super().__init__(1 << 62)
+    self.name, self.k, self.seen = name, k, 0
+    self.at: tuple[UOp, UOp] | None = None
+  def admit(self, name: str, u: UOp, ret: UOp) -> bool:
+    if name == self.name:
+      if self.seen >= self.k: return False
+      self.seen += 1
+      self.at = (u, ret)
+    return super().admit(name, u, ret)
+
+@contextlib.contextmanager
+def rule_capped(name: str, k: int) -> Iterator[RuleCap]:
+  """Run the block with only the first `k` applications of rule `name` admitted (RuleCap); in a process of its own."""
+  global LIMIT
+  prev, LIMIT = LIMIT, RuleCap(name, k)
+  try: yield LIMIT
+  finally: LIMIT = prev
+
 class RewriteLoop(RuntimeError): pass
 
 # how many rewrites may nest (a rule firing on a node some earlier rewrite created) before graph_rewrite

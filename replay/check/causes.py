@@ -15,37 +15,22 @@ rewrite limit can). A cause is found once per (code, level, input, stored output
 has a time budget (the replay's own time, at least MIN_BUDGET_S), and groups past it stay named by their shape.
 """
 from __future__ import annotations
-import hashlib, json, os, time
+import hashlib, json, time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from tinysched import rewrite
 from tinysched.codegen.program_cache import code_fingerprint
 from tinysched.helpers import cache_root, trusted_cache_dir, write_cache_entry
 from replay import levels
+from replay.process import forked
+from replay.check.rule_search import ddmin, smallest_set
 from replay.store.sqlite import Store
 from replay.check.results import Report, Result
 
 MAX_RUNS = 64            # replays per sample row (single rules, pairs, then ddmin)
-PAIR_CANDIDATES = 6      # the likeliest rules whose pairs are tried (15 pairs)
 MIN_BUDGET_S = 0.5       # the step's time budget: this, or the replay's own time if longer (a check with hundreds of
                          # changes stays within about twice a clean one; the disk cache makes the next run's step cheap)
 FORMAT = 1
-
-def _in_child(fn: Callable[[], Any]) -> Any:
-  """fn() in a forked child; its JSON result, or None when it raised or died."""
-  r, w = os.pipe()
-  pid = os.fork()
-  if pid == 0:  # pragma: no cover (the child)
-    os.close(r)
-    try: msg = json.dumps(fn())
-    except BaseException: msg = "null"  # noqa: BLE001 (a replay that fails with rules off restores nothing)
-    with os.fdopen(w, "w") as f: f.write(msg)
-    os._exit(0)
-  os.close(w)
-  with os.fdopen(r) as f: msg = f.read()
-  os.waitpid(pid, 0)
-  try: return json.loads(msg) if msg else None
-  except ValueError: return None
 
 class _Row:
   """One changed row replayed with rules off: the key its output gets, and the rules that fire on it."""
@@ -58,7 +43,7 @@ class _Row:
     self.runs += 1
     def go() -> str:
       with rewrite.rules_off(off): return hashlib.sha256(self._run()).hexdigest()
-    return _in_child(go)
+    return forked(go)
   def fired(self) -> list[str]:
     def go() -> list[str]:
       prev, rewrite.FIRED = rewrite.FIRED, []
@@ -66,28 +51,7 @@ class _Row:
         self._run()
         return list(dict.fromkeys(name for name, _ in rewrite.FIRED))  # first-fire order, each once
       finally: rewrite.FIRED = prev
-    return _in_child(go) or []
-
-def _ddmin(items: list[str], restores: Callable[[list[str]], bool], spent: Callable[[], bool]) -> list[str]:
-  """A 1-minimal subset of `items` (which restores) that still restores (Zeller's ddmin), within the run budget."""
-  n = 2
-  while len(items) >= 2 and not spent():
-    size = -(-len(items) // n)
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
-    for c in chunks:
-      if restores(c):
-        items, n = c, 2
-        break
-    else:
-      for c in chunks:
-        rest = [x for x in items if x not in c]
-        if rest and restores(rest):
-          items, n = rest, max(n - 1, 2)
-          break
-      else:
-        if n >= len(items): break
-        n = min(len(items), 2 * n)
-  return items
+    return forked(go) or []
 
 def cause_of(store: Store, row: dict, builders: list[str], reoptimize: bool = False, known: list[list[str]] | None = None,
              deadline: float | None = None) -> dict[str, Any]:
@@ -106,19 +70,10 @@ def cause_of(store: Store, row: dict, builders: list[str], reoptimize: bool = Fa
   singles = list(dict.fromkeys(n for k in known or [] for n in k))
   for rules in [[n] for n in singles] + [k for k in known or [] if len(k) > 1]:
     if restores(rules): return named(rules)
-  if len(singles) >= 2 and restores(singles): return named(_ddmin(singles, restores, spent))
+  if len(singles) >= 2 and restores(singles): return named(ddmin(singles, restores, spent))
   fired = r.fired()
   order = [n for n in builders if n in fired] + [n for n in fired if n not in builders]
-  for name in order:
-    if name not in singles and restores([name]): return named([name])
-  # pairs of the likeliest rules (those that built the changed nodes first): a change that needs two rules together
-  top = order[:PAIR_CANDIDATES]
-  for i in range(len(top)):
-    for j in range(i + 1, len(top)):
-      if restores([top[i], top[j]]): return named([top[i], top[j]])
-  if not spent() and order and restores(order):
-    found = _ddmin(order, restores, spent)
-    if len(found) <= 8 and restores(found): return named(found)
+  if (found := smallest_set(order, restores, spent, frozenset(singles))) is not None: return named(found)
   if spent(): return {"rules": None, "runs": r.runs, "how": "not found within the step's time budget", "partial": True}
   return {"rules": None, "runs": r.runs, "how": "no rule or pair of the rules that fired gives the stored output back (a rule's "
                                                "behaviour changed, or code outside the rules)" if order else "no rule fired"}

@@ -29,6 +29,10 @@ def target_to_json(target) -> dict[str, Any]:
   d = target.to_dict()
   return {k: v for k, v in d.items() if k not in HOST_FIELDS}
 
+def program_input(ast: UOp, opts, target, stats: dict | None = None) -> bytes:
+  """A program-level input, encoded as a capture stores it: the kernel AST with its opts and the target's codegen facts."""
+  return encode_graph([ast], {"opts": opts_to_json(opts), "target": target_to_json(target)}, stats=stats)
+
 def _dim(g): return g if isinstance(g, int) else {"uop": encode_graph([g]).decode()}
 
 def cost_json(prg) -> dict | None:
@@ -217,7 +221,7 @@ class ProgramLevel(Level):
     # opts a caller gave (a test, a search) are not the heuristic's: --reoptimize replays those rows with them
     row_extra = {**extra, "host": host_json(target), **({"launch": launch_json(info["program"])} if info and "program" in info else {}),
                  **({"opts_given": True} if info and info.get("opts_given") else {})}
-    w.add(self.name, w.graph(encode_graph([ast], extra, stats=si), "program_input", si), w.graph(str(output).encode(), "source"), label,
+    w.add(self.name, w.graph(program_input(ast, opts, target, si), "program_input", si), w.graph(str(output).encode(), "source"), label,
           node_count=si["node_count"], kernel_count=1, op_names=" ".join(si["ops"]), output_shapes=dumps(store_shapes(ast)),
           extra=dumps(row_extra))
 

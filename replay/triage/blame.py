@@ -21,17 +21,15 @@ file that rebuilds the minimal input from its encoding and asserts the old outpu
 without it.
 """
 from __future__ import annotations
-import contextlib, math, time
+import contextlib, time
 from pathlib import Path
 from typing import Any, Callable, Iterator
-from tinysched.dtype import dtypes
-from tinysched.ops import Ops
-from tinysched.shape import ShapeTracker, View
-from tinysched.uop import UOp
 from replay import levels
-from replay.store.encode import IncompatibleCapture
+from replay.store.encode import IncompatibleCapture, encode_graph
 from replay.report import info
 from replay.triage.probe import Probe, applications, outcome, sha
+from replay.triage.shrink import candidates
+from replay.triage import reference as R
 
 class TriageError(Exception):
   """Cannot triage this capture (with the message saying why and what to do)."""
@@ -96,10 +94,45 @@ def _differing_program_row(store, rows: list[dict], old: Probe, new: Probe) -> d
     if outcome(a_old) != outcome(a_new): return r
   return None
 
-def blame(store, key: str, old_tree: Path, new_tree: Path) -> dict[str, Any]:
+def reference_inputs(store, row: dict, device: str) -> list[tuple[str, bytes, int, str]]:
+  """The program-level inputs whose programs the reference triage judges for `row`: (input key, input, seed, where from).
+  The row itself at program level; else its program-level captures; else the programs the heuristic makes of its kernel
+  ASTs for `device` (a store captured without the program level)."""
+  seed = lambda k: int(k[:8], 16)  # noqa: E731 (the execution check's seed for an input)
+  if levels.get(row["level"]).lowers: return [(row["input_key"], store.blob(row["input_key"]), seed(row["input_key"]), "the capture")]
+  if (prows := program_rows_for(store, row)):
+    return [(r["input_key"], store.blob(r["input_key"]), seed(r["input_key"]), "its program-level capture") for r in prows]
+  lv = levels.get(row["level"])
+  try: out = lv.decode_output(store.blob(row["output_key"]))
+  except Exception: return []  # noqa: BLE001 (an output this code cannot read has no kernels to lower)
+  found = []
+  for ast in (out if isinstance(out, list) else [out]):
+    if (data := R.kernel_program_input(encode_graph([ast]), device)) is not None:
+      found.append((sha(data), data, seed(row["input_key"]), f"the program the heuristic makes of its kernel for {device}"))
+  return found
+
+def blame_against_reference(store, row: dict, device: str | None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+  """Blame `row` against the reference (replay/triage/reference.py): the first of its programs (reference_inputs) that
+  is wrong on the device, and the rule that makes it so; verdict "right" when every one computes what its AST means."""
+  dev = R.compiled_device(device)
+  res: dict[str, Any] = {"level": row["level"], "input_key": row["input_key"], "label": row.get("label") or "", "device": dev}
+  judged = 0
+  for ikey, data, seed, where in reference_inputs(store, row, dev):
+    if progress: progress(f"  judging {where} {ikey[:16]} on {dev}")
+    base = R.judge(data, dev, seed=seed)
+    judged += 1
+    if base["verdict"] != "wrong": continue
+    via = {} if ikey == row["input_key"] else {"input_key": ikey, "level": "program", "via": {"level": row["level"], "input_key": row["input_key"]},
+                                             "from": where}
+    return {**res, **via, **R.blame_reference(data, dev, seed, base, progress)}
+  return {**res, "verdict": "right", "against": "reference", "judged": judged}
+
+def blame(store, key: str, old_tree: Path, new_tree: Path, device: str | None = None,
+          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
   """The first rule application (else lowering pass) at which the new code's replay of capture `key` departs from the
   old code's. A kernel or schedule capture whose output old and new code agree on is blamed through a program-level
-  capture of its kernels that differs (`via`): a wrong number there is made by code generation."""
+  capture of its kernels that differs (`via`): a wrong number there is made by code generation. Where old and new agree
+  on all of them, against the reference (blame_against_reference): a bug older than the capture is in both."""
   row = find_row(store, key)
   level, data, stored = row["level"], store.blob(row["input_key"]), store.blob(row["output_key"])
   with probes(old_tree, new_tree) as (old, new):
@@ -108,7 +141,11 @@ def blame(store, key: str, old_tree: Path, new_tree: Path) -> dict[str, Any]:
     if outcome(a_old) == outcome(a_new):
       prows = program_rows_for(store, row)
       if (prow := _differing_program_row(store, prows, old, new)) is None:
-        return {**res, "verdict": "identical", "probes": old.asked + new.asked, "program_rows": len(prows)}
+        try: ref = blame_against_reference(store, row, device, progress)
+        except R.ReferenceError as e: ref = {"verdict": "right", "device": None, "judged": 0, "not_judged": str(e)}
+        if ref["verdict"] != "right": return {**res, **ref, "old_agrees": True}
+        return {**res, "verdict": "identical", "probes": old.asked + new.asked, "program_rows": len(prows), "device": ref["device"],
+                "judged": ref["judged"], **({"not_judged": ref["not_judged"]} if "not_judged" in ref else {})}
       via = {"level": prow["level"], "input_key": prow["input_key"], "via": {"level": level, "input_key": row["input_key"]}}
       return {**res, **via, **blame_input(old, new, prow["level"], store.blob(prow["input_key"]))}
     return {**res, **blame_input(old, new, level, data)}
@@ -174,85 +211,32 @@ def blame_of(res: dict[str, Any]) -> str | None:
   if res.get("verdict") == "blamed pass": return f"pass {res.get('pass')}"
   return None
 
-# *** minimize ***
-
-def _shape(u) -> tuple | None:
-  try: st = u.st
-  except Exception: return None
-  if st is None: return None
-  shape = tuple(st.shape)
-  return shape if all(isinstance(s, int) for s in shape) else None
-
-def _constant(u, shape: tuple, value: Any = None):
-  d = u.dtype
-  one = True if d == dtypes.bool else (1.0 if dtypes.is_float(d) else 1)
-  zero = False if d == dtypes.bool else (0.0 if dtypes.is_float(d) else 0)
-  scalar = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(()))
-  one = one if value is None else value
-  value = UOp(Ops.WHERE, d, (UOp(Ops.VALID, dtypes.bool, (scalar,)), UOp(Ops.CONST, d, (), one), UOp(Ops.CONST, d, (), zero)))
-  return UOp(Ops.VIEW, d, (value,), ShapeTracker((View.create(shape, (0,) * len(shape)),)))
-
-def _fresh_load(u, shape: tuple, number: int, device: str):
-  buf = UOp(Ops.BUFFER, u.dtype.ptr(), (), (number, (device, max(math.prod(shape), 1), u.dtype)))
-  return UOp(Ops.VIEW, u.dtype, (buf,), ShapeTracker.from_shape(shape))
-
-def _kernel_constant(u, shape: tuple, value: Any = None):
-  """A constant of `u`'s dtype over `shape` as a kernel AST writes one: WHERE(VALID(view), c, 0)."""
-  d = u.dtype
-  one = True if d == dtypes.bool else (1.0 if dtypes.is_float(d) else 1)
-  zero = False if d == dtypes.bool else (0.0 if dtypes.is_float(d) else 0)
-  view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create(shape, (0,) * len(shape)),)))
-  c = UOp(Ops.CONST, d, (), one if value is None else value)
-  return UOp(Ops.WHERE, d, (UOp(Ops.VALID, dtypes.bool, (view,)), c, UOp(Ops.CONST, d, (), zero)))
-
-def _kernel_candidates(ast) -> list:
-  """Smaller kernel ASTs (a program-level input): one value node replaced by one of its operands of the same dtype and
-  shape or by a constant of its shape, or one store of the SINK dropped. Loads stay (their buffers are the kernel's)."""
-  topo = list(ast.toposort())
-  out = []
-  if ast.op is Ops.SINK and len(ast.src) > 1: out += [ast.replace(src=ast.src[:i] + ast.src[i + 1:]) for i in range(len(ast.src))]
-  for u in topo:
-    if u.op in (Ops.SINK, Ops.STORE, Ops.LOAD, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.VALID, Ops.VIEW): continue
-    if u.dtype.name == "void" or (shape := _shape(u)) is None: continue
-    if u.op is Ops.WHERE and u.src[0].op is Ops.VALID and all(s.op is Ops.CONST for s in u.src[1:]): continue  # already a constant
-    kids = [c for c in u.src if c.dtype == u.dtype and _shape(c) == shape]
-    values = sorted({c.arg for c in u.toposort() if c.op is Ops.CONST and c.dtype == u.dtype and c.arg not in (0, 1)}, key=repr)
-    for repl in (*kids, _kernel_constant(u, shape), *(_kernel_constant(u, shape, v) for v in values)):
-      if u in repl.toposort(): continue
-      out.append(ast.substitute({u: repl}))
-  return out
-
-def _candidates(pre) -> list:
-  """Smaller inputs (a pre-sink or a big graph): one value node replaced (by an operand, a constant, a fresh buffer load),
-  or one entry of the SINK dropped. A kernel AST (a program-level input): _kernel_candidates."""
-  topo = list(pre.toposort())
-  if any(u.op is Ops.DEFINE_GLOBAL for u in topo): return _kernel_candidates(pre)
-  bufs = [u for u in topo if u.op is Ops.BUFFER]
-  number = 1 + max((b.arg[0] for b in bufs), default=-1)
-  device = bufs[0].arg[1][0] if bufs else "NUMPY"
-  out = []
-  if pre.op is Ops.SINK and len(pre.src) > 1:
-    out += [pre.replace(src=pre.src[:i] + pre.src[i + 1:]) for i in range(len(pre.src))]
-  stores = {s for s in pre.src if s.op is Ops.STORE} if pre.op is Ops.SINK else set()
-  for u in topo:
-    if u.op in (Ops.SINK, Ops.STORE, Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.VALID) or u in stores: continue
-    if u.op is Ops.VIEW and (not u.src or (len(u.src) == 1 and u.src[0].op is Ops.BUFFER)): continue  # already a leaf
-    if u.dtype.name == "void" or (shape := _shape(u)) is None: continue
-    # one of its own operands of the same dtype and shape in its place (keeps what is below, drops the node), or a leaf
-    kids = [c for c in u.src if c.dtype == u.dtype and c.op is not Ops.BUFFER and _shape(c) == shape]
-    # constants: 1, and each value a constant below it has (a change about constants keeps showing)
-    values = sorted({c.arg for c in u.toposort() if c.op is Ops.CONST and c.dtype == u.dtype and c.arg not in (0, 1)}, key=repr)
-    consts = [_constant(u, shape)] + [_constant(u, shape, v) for v in values]
-    for repl in (*kids, *consts, _fresh_load(u, shape, number, device)):
-      if u in repl.toposort(): continue  # no smaller: the node itself is part of it
-      out.append(pre.substitute({u: repl}))
-  return out
+def minimize_against_reference(store, row: dict, device: str | None, time_limit: float,
+                               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+  """Minimize `row` against the reference (replay/triage/reference.py): the first of its programs (reference_inputs) that
+  is wrong on the device, shrunk while it stays wrong the same way. TriageError when every one is right."""
+  try: dev = R.compiled_device(device)
+  except R.ReferenceError as e:
+    raise TriageError(f"old and new code give this {row['level']} capture the same output, and it cannot be judged against the "
+                      f"reference: {e}") from None
+  judged = 0
+  for ikey, data, seed, where in reference_inputs(store, row, dev):
+    judged += 1
+    if R.judge(data, dev, seed=seed)["verdict"] != "wrong": continue
+    if progress: progress(f"  old and new code agree on capture {row['input_key'][:16]}, and {where} {ikey[:16]} is wrong on {dev}: "
+                          "minimizing it against the reference")
+    res = R.minimize_reference(data, dev, time_limit, seed, progress)
+    return {**res, "input_key": ikey, "via": None if ikey == row["input_key"] else {"level": row["level"], "input_key": row["input_key"]}}
+  raise TriageError(f"old and new code give this {row['level']} capture the same output, and its {judged} program(s) compute what "
+                    f"their ASTs mean on {dev}: nothing fails here to minimize (a wrong number seen elsewhere comes from below: "
+                    "the runtime, the device)")
 
 def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float = 60.0,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None, device: str | None = None) -> dict[str, Any]:
   """Shrink capture `key`'s input while old and new code still disagree on it the same way: a candidate is kept only if
   both sides still run it, their outputs still differ, and blame still names the same rule or lowering pass (a smaller
-  input that differs for another reason would be the repro of another change). Kernel, schedule and program levels."""
+  input that differs for another reason would be the repro of another change). Kernel, schedule and program levels.
+  Where old and new agree (a bug older than the capture), against the reference: minimize_against_reference."""
   row = find_row(store, key)
   level = row["level"]
   data, stored = store.blob(row["input_key"]), store.blob(row["output_key"])
@@ -263,10 +247,7 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
     if outcome(a_old) == outcome(a_new):
       prows = program_rows_for(store, row)
       if (prow := _differing_program_row(store, prows, old, new)) is None:
-        raise TriageError(f"old and new code give this {level} capture the same output"
-                          + (f", and the same source for its {n} program-level capture(s)" if (n := len(prows))
-                             else ", and the store has no program-level capture of its kernels")
-                          + ": a wrong number here comes from below (the runtime, the device), or from code that is the same in both")
+        return minimize_against_reference(store, row, device, time_limit, progress)
       via = {"level": level, "input_key": row["input_key"]}
       row, level = prow, prow["level"]
       data = store.blob(row["input_key"])
@@ -288,7 +269,7 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
     improved = True
     while improved and time.perf_counter() - t0 < time_limit:
       improved = False
-      for cand in sorted(_candidates(cur), key=lambda c: (len(c.toposort()), c.key)):
+      for cand in sorted(candidates(cur), key=lambda c: (len(c.toposort()), c.key)):
         if time.perf_counter() - t0 >= time_limit: break
         if len(cand.toposort()) >= len(cur.toposort()) or (enc := encode(cand)) is None: continue
         tried += 1

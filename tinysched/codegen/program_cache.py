@@ -14,8 +14,9 @@ stable text. The fingerprint covers the code two ways:
   first use, a test's plant) makes the digest be taken again (`code_fingerprint`). Not seen: a function added to or
   swapped inside a module-level container in place, a function's __code__ replaced, a module loaded after the digest,
   the names of this module and of the capture slot (`_NOT_CHECKED`).
-Bypassed (neither read nor written) while the rules are watched or limited (`watched`). Not stored: programs whose launch sizes are symbolic (their Variables would have to be rebuilt). A hit is reported to a
-capture as to_program reports a rendering (`report_program`), so capturing never changes what the cache does.
+Bypassed (neither read nor written) while the rules are watched or limited (`watched`). Not stored: programs whose
+launch sizes are symbolic (their Variables would have to be rebuilt). A hit is reported to a capture as to_program
+reports a rendering (`report_program`), so capturing never changes what the cache does.
 `TINYSCHED_PROGRAM_CACHE=1` turns it on; entries are JSON under `$TINYSCHED_CACHE/programs/`, a folder used only when it
 is this user's alone (`tinysched.helpers.trusted_cache_dir`).
 

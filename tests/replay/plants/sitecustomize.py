@@ -178,11 +178,34 @@ def _flops_inflated():
   C.program_cost = inflated
   P.program_cost = inflated
 
+def _lt_edge():
+  # codegen's index simplifier, an edge value: x + c1 < c2 becomes x < c2 - c1 + 1, one too many (a padded view's upper
+  # edge admits one more element). Captured with this code, old and new agree on it and both are wrong: replay's
+  # triage against the reference (replay/triage/reference.py) names the rule
+  from tinysched import symbolic as SYM
+  from tinysched.rewrite import PatternMatcher
+  from tinysched.uop import UOp
+  orig = SYM.lt_move_const
+  def lt_move_const(x, c1, c2):
+    r = orig(x, c1, c2)
+    return None if r is None else r.replace(src=(r.src[0], UOp.const(r.src[1].dtype, r.src[1].arg + 1)))
+  SYM.symbolic = PatternMatcher([(p, lt_move_const if f is orig else f, n) for p, f, n, _ in SYM.symbolic.rules], name="symbolic")
+
+def _mul_one_doubles():
+  # a value identity of the simplifier (float, so no z3 proof states it): x * 1.0 becomes x + x. Captured with this code,
+  # old and new agree; replay's triage against the reference finds the rule by turning rules off
+  from tinysched import symbolic as SYM
+  from tinysched.ops import Ops
+  from tinysched.rewrite import PatternMatcher
+  from tinysched.uop import UOp
+  SYM.symbolic = PatternMatcher([(p, (lambda x: UOp(Ops.ADD, x.dtype, (x, x))) if n == "mul_one_float" else f, n)
+                                 for p, f, n, _ in SYM.symbolic.rules], name="symbolic")
+
 PLANTS = {"heuristic": _heuristic_drops_last_opt, "gpu_local": _gpu_half_work_group, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin,
           "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
           "double": _double_constants, "swap": _swap_commutative, "swap_pair": _swap_pair, "stores_twice": _stores_twice,
           "set_order": _set_order, "bf16_truncate": _bf16_store_truncates,
-          "renders_twice": _renders_twice, "flops_inflated": _flops_inflated}
+          "renders_twice": _renders_twice, "flops_inflated": _flops_inflated, "lt_edge": _lt_edge, "mul_one": _mul_one_doubles}
 
 if (_name := os.environ.get("TINYSCHED_TEST_PLANT")):
   PLANTS[_name]()
