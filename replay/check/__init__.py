@@ -63,6 +63,9 @@ class Options:
   progress: Callable[[int, int], None] | None = None
   prove: bool = False                # the rule proofs, and the changed captures' indexing proven (replay.prove; needs z3)
   causes: bool = True                # changed rows grouped by the rules without which their stored output comes back (check/causes.py)
+  # with `causes`: the groups no rule turned off explains, named by blame with the old code (the triage layer's step,
+  # replay/triage/old_causes.py attribute, handed in by the CLI: the check sits below triage)
+  old_code_causes: Callable[[Report], dict] | None = None
   prove_timeout_ms: int = 10_000
 
 class CheckError(HintedError):
@@ -121,6 +124,8 @@ def _run(selection: Selection, options: Options, device: str | None) -> Report:
       if rep.stopped: return rep
   if options.causes and options.detail and not rep.paired and any(r.outcome == "changed" for r in rep.results):
     rep.causes = causes.attribute(rep, reoptimize=options.reoptimize)
+    if options.old_code_causes is not None and not options.reoptimize and process.stopped() is None:
+      if (more := options.old_code_causes(rep)): rep.causes = {**(rep.causes or {}), "old_code": more}
   if not rep.results and not rep.fatal and not selection.allow_empty and not rep.stopped:
     # a run that checked nothing must never read as "nothing changed"
     raise CheckError(f"nothing to replay: {_emptied_by(selection)} in {', '.join(paths + ([selection.against] if selection.against else []))}",

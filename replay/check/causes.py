@@ -104,7 +104,7 @@ def attribute(rep: Report, reoptimize: bool = False, budget_s: float | None = No
     if got.get("rules") and got["rules"] not in known: known.append(got["rules"])
     for m in members: m.cause = {**got, "sampled": m is not members[0]}
   try:
-    retry: list[tuple[list[Result], Store, dict, Path | None]] = []
+    retry: list[tuple[list[Result], Store, dict, Path | None, dict]] = []
     for (_, _), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
       if time.perf_counter() - t0 > budget:
         stats["over_budget"] += 1
@@ -120,15 +120,16 @@ def attribute(rep: Report, reoptimize: bool = False, budget_s: float | None = No
       else:
         got = cause_of(store, row, list(members[0].rules), reoptimize, known, t0 + budget)
         if not got.get("rules"):
-          retry.append((members, store, row, path))  # (a cause found later, for a larger share of the change, may explain it)
+          retry.append((members, store, row, path, got))  # (a cause found later, for a larger share of the change, may explain it)
           continue
         if path is not None:
           try: write_cache_entry(path, json.dumps(got).encode())
           except OSError: pass  # (no cache: found again next time)
       settle(members, got)
-    for members, store, row, path in retry:  # the causes found since: a few replays each
-      got = cause_of(store, row, [], reoptimize, known, t0 + budget) if known and time.perf_counter() - t0 <= budget else \
-        {"rules": None, "runs": 0, "how": "not found within the step's time budget", "partial": True}
+    for members, store, row, path, first in retry:  # the causes found since: a few replays each
+      if not known: got = first  # (nothing new to try: the first search's answer stands)
+      elif time.perf_counter() - t0 <= budget: got = cause_of(store, row, [], reoptimize, known, t0 + budget)
+      else: got = {"rules": None, "runs": 0, "how": "not found within the step's time budget", "partial": True}
       if path is not None and not got.get("partial"):
         try: write_cache_entry(path, json.dumps(got).encode())
         except OSError: pass

@@ -27,6 +27,7 @@ from replay.baseline.suite import run_model, suite_models
 from replay.cli.common import Commands, _fail, _dbs, exec_options, report_options, write_reports, report_paths_writable, run_check, terminal_progress
 from replay.cli.ci import commits_cmd, accept_cmd, gate_cmd, bisect_cmd
 from replay.cli.triage import blame_cmd, minimize_cmd
+from replay.triage import old_causes
 
 def _shard(s: str | None) -> tuple[int, int] | None:
   if s is None: return None
@@ -72,7 +73,7 @@ def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_thr
   selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard), allow_empty=allow_empty)
   options = Options(jobs=jobs, reoptimize=reoptimize, determinism=determinism, twice=twice, hash_seeds=_seeds(twice or determinism, hash_seeds, True),
                     exec=exec_mode, device=device, timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate,
-                    progress=terminal_progress(), prove=prove, causes=causes)
+                    progress=terminal_progress(), prove=prove, causes=causes, old_code_causes=old_causes.attribute if causes else None)
   if prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or leave out --prove")
   rep = run_check(selection, options)
   if reoptimize: _say_not_reoptimized(rep, verbose)

@@ -22,6 +22,7 @@ from replay.baseline.accept import AcceptError, accept_rows, reoptimize_default,
 from replay.baseline.checkouts import CommitsError, repo_root
 from replay.baseline.commits import counts_table, run_commits
 from replay.triage.bisect import UNTIL, BisectError, run_bisect
+from replay.triage import old_causes
 
 def _echo(s: str) -> None:
   """A progress line, shown at once (the commands it reports run for minutes)."""
@@ -266,7 +267,7 @@ def gate_cmd(dbs, from_report, exit_code, do_exec, exec_all, perf_gate, device, 
     if do_prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or --no-prove")
     if do_prove is None and not smt.available(): click.echo("replay gate: note: z3 is not installed: no proofs in this run", err=True)
     options = Options(jobs=jobs, exec=("all" if exec_all else "changed") if do_exec else None, device=device, progress=terminal_progress(),
-                      perf_gate=perf_gate,
+                      perf_gate=perf_gate, old_code_causes=old_causes.attribute,
                       prove=smt.available() if do_prove is None else do_prove, determinism=determinism)
     report, code = G.run_check(selection, options, paths, log=lambda s: click.echo(s, err=True), show=click.echo)
   accepted_by = None

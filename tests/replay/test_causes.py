@@ -1,7 +1,7 @@
 """Changes grouped by cause (replay/check/causes.py, issue 41): a rule added across dozens of diff shapes is one group
 named by the rule, two rules that change a kernel together are named as the pair (and neither alone), and a rule whose
 behaviour changed is named by nothing it is not (its rows keep their shape groups). Plants: tests/replay/plants."""
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -64,26 +64,50 @@ print(json.dumps([r.key_without([a]) == cap["output_key"], r.key_without([b]) ==
   assert r.returncode == 0, r.stderr[-2000:]
   assert json.loads(r.stdout.splitlines()[-1]) == [False, False, True]
 
-def test_a_changed_rule_behaviour_is_not_given_a_false_cause(tmp_path):
+def _changed_rule_check(tmp_path: Path, stores: list[Path]) -> dict:
   # view_of_const itself now doubles the float constants it meets (a copy of the project with the rule edited, as
-  # tests/replay/test_triage.py plants it): no rule turned off gives the stored output back, so no cause is claimed
+  # tests/replay/test_triage.py plants it): no rule turned off gives the stored output back
   from tests.replay.test_commits import copy_project
   from tests.replay.test_triage import RULE, PLANTED
   tree = tmp_path / "tree"
-  copy_project(tree)
-  src = (tree / "tinysched/scheduling/kernel_ast.py").read_text()
-  assert src.count(RULE) == 1
-  (tree / "tinysched/scheduling/kernel_ast.py").write_text(src.replace(RULE, PLANTED))
+  if not tree.exists():
+    copy_project(tree)
+    src = (tree / "tinysched/scheduling/kernel_ast.py").read_text()
+    assert src.count(RULE) == 1
+    (tree / "tinysched/scheduling/kernel_ast.py").write_text(src.replace(RULE, PLANTED))
   out = tmp_path / "r.json"
-  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", *[str(ROOT / s) for s in STORES], "--no-determinism", "--report-json", str(out)],
+  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", *[str(s) for s in stores], "--no-determinism", "--report-json", str(out)],
                      cwd=tree, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(tree),
                                                                                    "TINYSCHED_CACHE": str(tmp_path / "cache")})
   assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
   doc = json.loads(out.read_text())
+  doc["stdout"] = r.stdout
+  return doc
+
+def test_a_changed_rule_is_named_by_blame_with_the_old_code(tmp_path):
+  # no rule turned off explains it; blame against the capture's commit (a worktree of the repository that holds the
+  # stores: the copy has no .git) names the rule whose behaviour changed, and the shape groups merge under it
+  doc = _changed_rule_check(tmp_path, [ROOT / s for s in STORES])
+  changed = [x for x in doc["results"] if x["outcome"] == "changed"]
+  causes = {tuple((x.get("cause") or {}).get("rules") or ()) for x in changed}
+  assert ("view_of_const (changed)",) in causes and causes <= {("view_of_const (changed)",), ()}, causes
+  top = changed_groups(doc)[0]
+  assert top["signature"] == "cause: view_of_const (changed)" and top["count"] >= 0.9 * len(changed), changed_groups(doc)
+  assert "blame with the old code" in doc["stdout"] and doc["causes"]["old_code"]["named"] >= 1
+  assert any("view_of_const" in (x.get("rules") or []) for x in changed)  # the rules that built the changed nodes name it too
+
+def test_a_changed_rule_is_given_no_false_cause_without_the_old_code(tmp_path):
+  # the same change, the stores' commit unknown to every repository: no old code, so no cause is claimed at all
+  import sqlite3  # (this test edits the copies' run records by hand)
+  stores = []
+  for s in STORES:
+    shutil.copy(ROOT / s, dst := tmp_path / Path(s).name)
+    with sqlite3.connect(dst) as c: c.execute("update runs set git_commit = ?", ("0" * 40,))
+    stores.append(dst)
+  doc = _changed_rule_check(tmp_path, stores)
   changed = [x for x in doc["results"] if x["outcome"] == "changed"]
   assert changed and not any((x.get("cause") or {}).get("rules") for x in changed), [x["cause"] for x in changed][:3]
   assert not any(g["signature"].startswith("cause: ") for g in changed_groups(doc))
-  assert any("view_of_const" in (x.get("rules") or []) for x in changed)  # the rules that built the changed nodes still name it
 
 @pytest.mark.parametrize("off", [True])
 def test_the_step_can_be_turned_off(tmp_path, off):
