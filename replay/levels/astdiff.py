@@ -36,21 +36,45 @@ def pretty_path(path: str) -> str:
     else: out += ("." if out else "") + name
   return out
 
-def structural_diff(old: UOp, new: UOp, limit: int = 50) -> list[dict[str, Any]]:
-  """Changes from old to new as [{"kind", "path", "old", "new"}], at most `limit` (the count is kept by the caller)."""
-  try: t_old, t_new = ast_tree(old), ast_tree(new)
-  except OverflowError: return [{"kind": "too_large", "path": "", "old": None, "new": None}]
+def _join(path: str, rel: str) -> str: return rel if not path else path if not rel else path + (rel if rel.startswith("[") else "." + rel)
+
+def _deep(a: UOp, b: UOp, path: str, budget: list[int], out: list[dict[str, Any]]) -> None:
+  """deepdiff over the two subtrees (where an op or a list length changes, deepdiff's pairing is the reference)."""
   from deepdiff import DeepDiff  # (here: importing deepdiff takes ~0.1 s, and only a changed output is diffed)
-  dd = DeepDiff(t_old, t_new, verbose_level=2, cache_size=0)
-  out: list[dict[str, Any]] = []
-  for kind in ("values_changed", "type_changes", "dictionary_item_added", "dictionary_item_removed", "iterable_item_added",
-               "iterable_item_removed"):
-    for path, change in (dd.get(kind) or {}).items():
+  dd = DeepDiff(ast_tree(a, budget), ast_tree(b, budget), verbose_level=2, cache_size=0)
+  for kind in _KINDS:
+    for p, change in (dd.get(kind) or {}).items():
       if isinstance(change, dict) and "old_value" in change:
         o, n = change.get("old_value"), change.get("new_value")
       elif kind.endswith("added"): o, n = None, change
       else: o, n = change, None
-      out.append({"kind": kind, "path": pretty_path(path), "old": _brief(o), "new": _brief(n)})
+      out.append({"kind": kind, "path": _join(path, pretty_path(p)), "old": _brief(o), "new": _brief(n)})
+
+def _walk(a: UOp, b: UOp, path: str, budget: list[int], out: list[dict[str, Any]]) -> None:
+  """The changes between two nodes at `path`, as deepdiff reports them on their ast_trees, without walking what is the
+  same: nodes are interned, so an unchanged subtree is the same object (most of a changed kernel is unchanged)."""
+  if a is b: return
+  budget[0] -= 1
+  if budget[0] < 0: raise OverflowError("tree too large")
+  if a.op is not b.op or len(a.src) != len(b.src): return _deep(a, b, path, budget, out)
+  here = _join(path, a.op.name)
+  da, db = repr(a.dtype), repr(b.dtype)
+  if da != db: out.append({"kind": "values_changed", "path": here + ".dtype", "old": da, "new": db})
+  ra, rb = (None if a.arg is None else stable_repr(a.arg)), (None if b.arg is None else stable_repr(b.arg))
+  if ra != rb:
+    if ra is None: out.append({"kind": "dictionary_item_added", "path": here + ".arg", "old": None, "new": rb})
+    elif rb is None: out.append({"kind": "dictionary_item_removed", "path": here + ".arg", "old": ra, "new": None})
+    else: out.append({"kind": "values_changed", "path": here + ".arg", "old": ra, "new": rb})
+  for i, (x, y) in enumerate(zip(a.src, b.src)): _walk(x, y, f"{here}.src[{i}]", budget, out)
+
+_KINDS = ("values_changed", "type_changes", "dictionary_item_added", "dictionary_item_removed", "iterable_item_added", "iterable_item_removed")
+
+def structural_diff(old: UOp, new: UOp, limit: int = 50) -> list[dict[str, Any]]:
+  """Changes from old to new as [{"kind", "path", "old", "new"}], at most `limit` (the count is kept by the caller):
+  what deepdiff reports on the two ast_trees, found by walking only where the nodes differ."""
+  out: list[dict[str, Any]] = []
+  try: _walk(old, new, "", [2 * MAX_TREE_NODES], out)  # (both trees: each at most MAX_TREE_NODES, as ast_tree's budget)
+  except OverflowError: return [{"kind": "too_large", "path": "", "old": None, "new": None}]
   out.sort(key=lambda c: (c["path"], c["kind"]))
   return out[:limit]
 
