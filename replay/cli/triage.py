@@ -163,7 +163,9 @@ def minimize_cmd(db, key, old_rev, old_tree, against_reference, device, out, tim
   click.echo(f"{res['nodes_before']} -> {res['nodes']} nodes in {res['seconds']} s ({res['candidates_tried']} candidates"
              f"{', time limit reached' if res['timed_out'] else ''}); repro: {path}")
   if res.get("against") == "reference": click.echo(f"same failure kept: wrong on {res['device']}, {res['failure']}")
-  else: click.echo(f"same failure kept: blame names {res['failure']}" if res.get("failure") else "same failure kept: old and new still differ")
+  else:
+    click.echo(f"same failure kept: blame names {res['failure']}" if res.get("failure") else "same failure kept: old and new still differ")
+    if res.get("verdict"): click.echo(f"  and the numbers: {res['verdict']}")
   if res.get("rejected_other_failures"):
     click.echo(f"  ({res['rejected_other_failures']} smaller candidate(s) differed for another reason: left out)")
   click.echo(res["pretty"])

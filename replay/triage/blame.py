@@ -21,7 +21,7 @@ file that rebuilds the minimal input from its encoding and asserts the old outpu
 without it.
 """
 from __future__ import annotations
-import contextlib, time
+import contextlib, json, time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from replay import levels
@@ -30,6 +30,9 @@ from replay.report import info
 from replay.triage.probe import Probe, applications, outcome, sha
 from replay.triage.shrink import candidates
 from replay.triage import reference as R
+from replay.triage import verdict as V
+from replay.process import forked
+from replay.execute.pool import check_device
 
 class TriageError(Exception):
   """Cannot triage this capture (with the message saying why and what to do)."""
@@ -250,19 +253,32 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
         return minimize_against_reference(store, row, device, time_limit, progress)
       via = {"level": level, "input_key": row["input_key"]}
       row, level = prow, prow["level"]
-      data = store.blob(row["input_key"])
+      data, stored = store.blob(row["input_key"]), store.blob(row["output_key"])
       if progress: progress(f"  the {via['level']} output is the same in old and new code; minimizing its program-level capture "
                             f"{row['input_key'][:16]}, whose source differs")
     try: pre, encode = levels.get(level).shrinkable(data)
     except IncompatibleCapture as e: raise TriageError(f"{key}: {e}") from None
     culprit = blame_of(blame_input(old, new, level, data))
+    # the capture's number verdict (old and new run on the device): a candidate must keep it, at the same output
+    seed, dev = int(row["input_key"][:8], 16), _verdict_device(device)
+    try: extra = json.loads(row.get("extra") or "{}")
+    except ValueError: extra = {}
+    first = V.verdict(level, data, stored, extra if isinstance(extra, dict) else {}, dev, seed) if dev else {"verdict": "skipped"}
+    klass = (first["verdict"], first.get("buffer")) if first["verdict"] in V.NUMBER_FAILURES else None
+    if progress and klass: progress(f"  its verdict on {dev}: {klass[0]} at buffer {klass[1]}: every candidate kept must keep it")
     def diverges(enc: bytes) -> bool:
       o = old.ask(level, enc)
       if "error" in o: return False
       n = new.ask(level, enc)
       return "error" not in n and o["key"] != n["key"]
+    def same_verdict(enc: bytes) -> bool:
+      if klass is None or dev is None: return True
+      o = old.ask(level, enc, launch=True)
+      if "error" in o: return False
+      got = V.verdict(level, enc, o["output"].encode(), {"launch": o["launch"]} if o.get("launch") else {}, dev, seed)
+      return (got["verdict"], got.get("buffer")) == klass
     def same_failure(enc: bytes) -> bool:
-      return diverges(enc) and (culprit is None or blame_of(blame_input(old, new, level, enc)) == culprit)
+      return diverges(enc) and (culprit is None or blame_of(blame_input(old, new, level, enc)) == culprit) and same_verdict(enc)
     rejected = 0
     start = len(pre.toposort())
     cur, cur_enc, tried = pre, data, 0
@@ -284,12 +300,21 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
     return {"level": level, "input_key": row["input_key"], "via": via, "nodes_before": start, "nodes": len(cur.toposort()), "candidates_tried": tried,
             "seconds": round(time.perf_counter() - t0, 2), "timed_out": time.perf_counter() - t0 >= time_limit,
             "input": cur_enc.decode(), "old_output": final["output"], "pretty": cur.pretty(), "failure": culprit,
-            "rejected_other_failures": rejected}
+            "verdict": f"{klass[0]} at output buffer {klass[1]} on {dev}" if klass else None, "rejected_other_failures": rejected}
+
+def _verdict_device(device: str | None) -> str | None:
+  """The execution check's device (opened in a child), or None when it cannot be opened (then only blame decides)."""
+  def name() -> str | None:
+    try: return check_device(device)
+    except ValueError: return None
+  got = forked(name)
+  return got if isinstance(got, str) else None
 
 def repro_test(res: dict[str, Any], db: str, key: str) -> str:
   """A standalone pytest file: the minimal input, and the output the old code gives it."""
   why = (f"the same failure as the capture: blame names {res['failure']}" if res.get("failure")
          else "old and new outputs differ (blame names no rule or pass for the capture)")
+  if res.get("verdict"): why += f", and old and new numbers are {res['verdict']}, as the capture's"
   return (f'"""Minimal input of capture {key} in {db} ({res["nodes_before"]} -> {res["nodes"]} nodes), written by `replay minimize`.\n\n'
           f"It passes with the code that made the capture and fails with the change under review; {why}.\n\n"
           + "\n".join("    " + ln for ln in res["pretty"].splitlines()) + '\n"""\n'
