@@ -98,7 +98,7 @@ def blame_cmd(db, key, old_rev, old_tree, against_reference, device, as_json) ->
     n = res.get("program_rows", 0)
     click.echo(f"capture {key}: old and new code give the same output" + (f", and the same source for its {n} program-level capture(s)" if n
                else "") + (f"; not judged against the reference: {res['not_judged']}" if res.get("not_judged")
-                           else f"; on {res.get('device')} its {res.get('judged', 0)} program(s) compute what their ASTs mean"))
+                           else f"; on {res.get('device')} all {res.get('judged', 0)} of what it replays to compute what they mean"))
     click.echo("  a wrong number here is not made by code generation: look below it (the runtime, the device), or compare with another --old")
     sys.exit(1)
   elif res["verdict"] in ("outside rules", "blamed pass"): click.echo(f"capture {res['input_key'][:16]}: {res['why']}")
@@ -114,12 +114,13 @@ def _echo_reference(key: str, res: dict) -> None:
   via = res.get("via")
   where = f"capture {key}" + (f" ({via['level']}): through {res.get('from')} {res['input_key'][:16]}" if via else f" ({res['level']})")
   if res["verdict"] in ("right", "not wrong"):
-    click.echo(f"{where}: on {res['device']} its program(s) compute what their ASTs mean ({res.get('judged', 1)} judged): nothing to blame "
+    click.echo(f"{where}: on {res['device']} all {res.get('judged', 1)} of what it replays to compute what they mean: nothing to blame "
                "against the reference" + (" (old and new code agree on it)" if res.get("old_agrees") else ""))
     sys.exit(1)
   f = res.get("finding") or {}
+  what = "program" if res["level"] == "program" else f"{res['level']} output"
   click.echo(f"{where}: " + ("old and new code agree on it, and " if res.get("old_agrees") else "")
-             + f"its program is wrong on {res['device']} (buffer {f.get('buffer')}, {f.get('n_diff')} element(s), max abs err "
+             + f"its {what} is wrong on {res['device']} (buffer {f.get('buffer')}, {f.get('n_diff')} element(s), max abs err "
              f"{f.get('max_abs_err')}): blamed against the reference ({res['runs']} judged runs, {res['seconds']} s)")
   if res["verdict"] == "outside rules":
     click.echo(f"  {res['why']}")

@@ -101,6 +101,10 @@ class Level:
     """What `replay accept` writes for a row's new output: its payload ("graph", a store graph row) and any summary
     columns that change with it (op_names, output_shapes, kernel_count; the others keep their values)."""
     return {"graph": graph_row(key, data, "output")}
+  def extra_of(self, full: dict) -> dict:
+    """What a row of the current code's output would record beside it that its execution job reads (`full`: what
+    `run` filled in): launch sizes, buffer maps. The triage's own jobs use it (replay/triage/reference.py)."""
+    return {}
   def accepted_extra(self, row: dict, full: dict) -> str | None:
     """A row's new `extra` (JSON) when its output is accepted, or None to keep it: what the row records beside its
     output that the output decides (`full`: what `run` filled in)."""

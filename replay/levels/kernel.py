@@ -50,6 +50,8 @@ class KernelLevel(Level):
     if full is not None: full["bufs"] = [b.arg[0] for b in ctx.bufs]
     return ast, encode_graph([ast])
 
+  def extra_of(self, full: dict) -> dict: return {"bufs": list(full["bufs"])} if "bufs" in full else {}
+
   def decode_output(self, data: bytes) -> Any:
     roots = decode_graph(data)
     if len(roots) != 1: raise IncompatibleCapture(f"a kernel output must have one root, has {len(roots)}")

@@ -262,12 +262,13 @@ class ProgramLevel(Level):
     return (json.dumps(row_host(row), sort_keys=True), opts_given(row)) if reoptimize else ()
 
   def output_summary(self, out: Any, data: bytes, key: str) -> dict: return {"graph": graph_row(key, data, "source")}
+  def extra_of(self, full: dict) -> dict: return {"launch": launch_json(full["program"])} if "program" in full else {}
   def accepted_extra(self, row: dict, full: dict) -> str | None:
     # the launch sizes belong to the source: an accepted source launched with the old sizes would run wrong (exec check)
     if "program" not in full: return None
     try: extra = json.loads(row.get("extra") or "{}")
     except ValueError: extra = {}
-    return json.dumps({**(extra if isinstance(extra, dict) else {}), "launch": launch_json(full["program"])}, sort_keys=True)
+    return json.dumps({**(extra if isinstance(extra, dict) else {}), **self.extra_of(full)}, sort_keys=True)
 
   def diff(self, old: Any, new: Any, names: tuple[str, str] = ("stored", "current"), prefix: str = "") -> Change:
     # the signature normalizes names and constants (one rename: one group)

@@ -57,6 +57,9 @@ class ScheduleLevel(Level):
     asts = [k.ast for k in kernels]
     return asts, (encode_graph(asts) if asts else EMPTY_GRAPH)
 
+  def extra_of(self, full: dict) -> dict:
+    return {"bufs": [[b.arg[0] for b in k.bufs] for k in full["kernels"]]} if "kernels" in full else {}
+
   def decode_output(self, data: bytes) -> Any:
     d = parse(data)
     if not d.doc.get("roots"): return []

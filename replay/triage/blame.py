@@ -97,37 +97,47 @@ def _differing_program_row(store, rows: list[dict], old: Probe, new: Probe) -> d
     if outcome(a_old) != outcome(a_new): return r
   return None
 
-def reference_inputs(store, row: dict, device: str) -> list[tuple[str, bytes, int, str]]:
-  """The program-level inputs whose programs the reference triage judges for `row`: (input key, input, seed, where from).
-  The row itself at program level; else its program-level captures; else the programs the heuristic makes of its kernel
-  ASTs for `device` (a store captured without the program level)."""
+def reference_inputs(store, row: dict, device: str | None) -> list[tuple[str, str, bytes, int, str]]:
+  """What the reference triage judges for `row`: (level, input key, input, seed, where from). A schedule row itself (its
+  kernels against its graph) and a program row itself; then the program-level captures of its kernels; else the programs
+  the heuristic makes of its kernel ASTs for `device` (a store captured without the program level; none without one)."""
   seed = lambda k: int(k[:8], 16)  # noqa: E731 (the execution check's seed for an input)
-  if levels.get(row["level"]).lowers: return [(row["input_key"], store.blob(row["input_key"]), seed(row["input_key"]), "the capture")]
-  if (prows := program_rows_for(store, row)):
-    return [(r["input_key"], store.blob(r["input_key"]), seed(r["input_key"]), "its program-level capture") for r in prows]
   lv = levels.get(row["level"])
+  own = [(row["level"], row["input_key"], store.blob(row["input_key"]), seed(row["input_key"]), "the capture")]
+  if lv.lowers: return own
+  found = own if lv.lists_kernels else []
+  if (prows := program_rows_for(store, row)):
+    return found + [(r["level"], r["input_key"], store.blob(r["input_key"]), seed(r["input_key"]), "its program-level capture") for r in prows]
+  if device is None: return found
   try: out = lv.decode_output(store.blob(row["output_key"]))
-  except Exception: return []  # noqa: BLE001 (an output this code cannot read has no kernels to lower)
-  found = []
+  except Exception: return found  # noqa: BLE001 (an output this code cannot read has no kernels to lower)
   for ast in (out if isinstance(out, list) else [out]):
     if (data := R.kernel_program_input(encode_graph([ast]), device)) is not None:
-      found.append((sha(data), data, seed(row["input_key"]), f"the program the heuristic makes of its kernel for {device}"))
+      found.append(("program", sha(data), data, seed(row["input_key"]), f"the program the heuristic makes of its kernel for {device}"))
   return found
 
+def _devices(device: str | None) -> dict[str, str | None]:
+  """The device each kind of input is judged on: programs on a compiled one (None when there is none), schedules on any."""
+  name = R.judging_device(device, "schedule")  # (opened once, in a child: a bad name raises here)
+  return {n: None if name == "NUMPY" and levels.get(n).lowers else name for n in levels.names()}
+
 def blame_against_reference(store, row: dict, device: str | None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-  """Blame `row` against the reference (replay/triage/reference.py): the first of its programs (reference_inputs) that
-  is wrong on the device, and the rule that makes it so; verdict "right" when every one computes what its AST means."""
-  dev = R.compiled_device(device)
+  """Blame `row` against the reference (replay/triage/reference.py): the first of reference_inputs that is wrong on its
+  device, and the rule that makes it so; verdict "right" when every one computes what it means."""
+  devs = _devices(device)
+  dev = devs.get("program") or next((d for d in devs.values() if d), None)
   res: dict[str, Any] = {"level": row["level"], "input_key": row["input_key"], "label": row.get("label") or "", "device": dev}
   judged = 0
-  for ikey, data, seed, where in reference_inputs(store, row, dev):
-    if progress: progress(f"  judging {where} {ikey[:16]} on {dev}")
-    base = R.judge(data, dev, seed=seed)
+  for level, ikey, data, seed, where in reference_inputs(store, row, devs.get("program")):
+    if (d := devs.get(level)) is None: continue
+    if progress: progress(f"  judging {where} {ikey[:16]} on {d}")
+    base = R.judge(data, d, seed=seed, level=level)
     judged += 1
     if base["verdict"] != "wrong": continue
-    via = {} if ikey == row["input_key"] else {"input_key": ikey, "level": "program", "via": {"level": row["level"], "input_key": row["input_key"]},
+    via = {} if ikey == row["input_key"] else {"input_key": ikey, "level": level, "via": {"level": row["level"], "input_key": row["input_key"]},
                                              "from": where}
-    return {**res, **via, **R.blame_reference(data, dev, seed, base, progress)}
+    return {**res, **via, **R.blame_reference(data, d, seed, base, progress, level)}
+  if not judged: R.judging_device(device, "program")  # (nothing it could judge here: raises, saying why)
   return {**res, "verdict": "right", "against": "reference", "judged": judged}
 
 def blame(store, key: str, old_tree: Path, new_tree: Path, device: str | None = None,
@@ -216,22 +226,28 @@ def blame_of(res: dict[str, Any]) -> str | None:
 
 def minimize_against_reference(store, row: dict, device: str | None, time_limit: float,
                                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-  """Minimize `row` against the reference (replay/triage/reference.py): the first of its programs (reference_inputs) that
-  is wrong on the device, shrunk while it stays wrong the same way. TriageError when every one is right."""
-  try: dev = R.compiled_device(device)
+  """Minimize `row` against the reference (replay/triage/reference.py): the first of reference_inputs that is wrong on
+  its device, shrunk while it stays wrong the same way. TriageError when every one is right."""
+  try: devs = _devices(device)
   except R.ReferenceError as e:
     raise TriageError(f"old and new code give this {row['level']} capture the same output, and it cannot be judged against the "
                       f"reference: {e}") from None
   judged = 0
-  for ikey, data, seed, where in reference_inputs(store, row, dev):
+  for level, ikey, data, seed, where in reference_inputs(store, row, devs.get("program")):
+    if (d := devs.get(level)) is None: continue
     judged += 1
-    if R.judge(data, dev, seed=seed)["verdict"] != "wrong": continue
-    if progress: progress(f"  old and new code agree on capture {row['input_key'][:16]}, and {where} {ikey[:16]} is wrong on {dev}: "
+    if R.judge(data, d, seed=seed, level=level)["verdict"] != "wrong": continue
+    if progress: progress(f"  old and new code agree on capture {row['input_key'][:16]}, and {where} {ikey[:16]} is wrong on {d}: "
                           "minimizing it against the reference")
-    res = R.minimize_reference(data, dev, time_limit, seed, progress)
+    res = R.minimize_reference(data, d, time_limit, seed, progress, level)
     return {**res, "input_key": ikey, "via": None if ikey == row["input_key"] else {"level": row["level"], "input_key": row["input_key"]}}
-  raise TriageError(f"old and new code give this {row['level']} capture the same output, and its {judged} program(s) compute what "
-                    f"their ASTs mean on {dev}: nothing fails here to minimize (a wrong number seen elsewhere comes from below: "
+  if not judged:
+    try: R.judging_device(device, "program")
+    except R.ReferenceError as e:
+      raise TriageError(f"old and new code give this {row['level']} capture the same output, and it cannot be judged against the "
+                        f"reference: {e}") from None
+  raise TriageError(f"old and new code give this {row['level']} capture the same output, and all {judged} of what it lowers to compute "
+                    "what they mean on the reference: nothing fails here to minimize (a wrong number seen elsewhere comes from below: "
                     "the runtime, the device)")
 
 def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float = 60.0,

@@ -32,7 +32,8 @@ def mutations(ast: UOp) -> list[UOp]:
   pairing then), a source dropped (a list that shrinks), a dtype changed."""
   out = []
   for u in ast.toposort():
-    if len(u.src) == 2 and u.src[0] is not u.src[1] and u.op in (Ops.ADD, Ops.MUL, Ops.MAX): out.append(ast.substitute({u: u.replace(src=u.src[::-1])}))
+    if len(u.src) == 2 and u.src[0] is not u.src[1] and u.op in (Ops.ADD, Ops.MUL, Ops.MAX):
+      out.append(ast.substitute({u: u.replace(src=u.src[::-1])}))
     if u.op is Ops.CONST and isinstance(u.arg, float): out.append(ast.substitute({u: u.replace(arg=u.arg + 1.5)}))
     if u.op is Ops.ADD: out.append(ast.substitute({u: u.replace(op=Ops.MUL)}))
     if u.op is Ops.SINK and len(u.src) > 1: out.append(u.replace(src=u.src[1:]))
