@@ -65,7 +65,8 @@ class Options:
   causes: bool = True                # changed rows grouped by the rules without which their stored output comes back (check/causes.py)
   # with `causes`: the groups no rule turned off explains, named by blame with the old code (the triage layer's step,
   # replay/triage/old_causes.py attribute, handed in by the CLI: the check sits below triage)
-  old_code_causes: Callable[[Report], dict] | None = None
+  old_code_causes: Callable[[Report, float | None], dict] | None = None
+  causes_budget: float | None = None  # seconds for each cause step (None: the replay's own time, at least each step's minimum)
   prove_timeout_ms: int = 10_000
 
 class CheckError(HintedError):
@@ -123,9 +124,9 @@ def _run(selection: Selection, options: Options, device: str | None) -> Report:
       except process.Stopped as e: rep.stopped = e.name
       if rep.stopped: return rep
   if options.causes and options.detail and not rep.paired and any(r.outcome == "changed" for r in rep.results):
-    rep.causes = causes.attribute(rep, reoptimize=options.reoptimize)
+    rep.causes = causes.attribute(rep, reoptimize=options.reoptimize, budget_s=options.causes_budget)
     if options.old_code_causes is not None and not options.reoptimize and process.stopped() is None:
-      if (more := options.old_code_causes(rep)): rep.causes = {**(rep.causes or {}), "old_code": more}
+      if (more := options.old_code_causes(rep, options.causes_budget)): rep.causes = {**(rep.causes or {}), "old_code": more}
   if not rep.results and not rep.fatal and not selection.allow_empty and not rep.stopped:
     # a run that checked nothing must never read as "nothing changed"
     raise CheckError(f"nothing to replay: {_emptied_by(selection)} in {', '.join(paths + ([selection.against] if selection.against else []))}",

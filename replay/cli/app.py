@@ -63,17 +63,20 @@ def main() -> None:
 @click.option("--prove", is_flag=True, help="also prove every integer rule and the changed captures' indexing with z3 (a counterexample "
               "fails like a wrong number); needs z3-solver")
 @click.option("--causes/--no-causes", default=True, show_default=True, help="group the changes by their cause: the rules without which "
-              "a sample of each group gets its stored output back (replay/check/causes.py)")
+              "a sample of each group gets its stored output back (replay/check/causes.py), else blame with the old code")
+@click.option("--causes-budget", type=float, default=None, help="seconds for each cause step (default: the replay's own time, at least "
+              "0.5 s for the rules turned off and 5 s for blame with the old code; what is not named in time is named by a later check)")
 @exec_options
 @report_options()
 def check_cmd(dbs, level, label, key, jobs, shard, exec_mode, device, slower_threshold, determinism, twice, hash_seeds, reoptimize, allow_empty,
-              prove, causes, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
+              prove, causes, causes_budget, timeout, perf_gate, report_md, report_json, junit, report_html, verbose) -> None:
   """Replay the stored captures (default captures/*.db) through the current code."""
   report_paths_writable(report_md, report_json, junit, report_html)
   selection = Selection(tuple(_dbs(dbs)), level=level, label=label, key=key, shard=_shard(shard), allow_empty=allow_empty)
   options = Options(jobs=jobs, reoptimize=reoptimize, determinism=determinism, twice=twice, hash_seeds=_seeds(twice or determinism, hash_seeds, True),
                     exec=exec_mode, device=device, timeout=timeout, slower_threshold=slower_threshold, perf_gate=perf_gate,
-                    progress=terminal_progress(), prove=prove, causes=causes, old_code_causes=old_causes.attribute if causes else None)
+                    progress=terminal_progress(), prove=prove, causes=causes, causes_budget=causes_budget,
+                    old_code_causes=old_causes.attribute if causes else None)
   if prove and not smt.available(): _fail("--prove needs z3", "pip install z3-solver (the `proofs` extra), or leave out --prove")
   rep = run_check(selection, options)
   if reoptimize: _say_not_reoptimized(rep, verbose)

@@ -202,7 +202,9 @@ def _accept_rows(dbs, captures_dir, keys, groups, message, level, label, jobs, r
   try:
     rows = select_keys(paths, list(keys), level, label) if keys else []
     if groups:
-      rep = run_check(Selection(tuple(paths), level=level, label=label), Options(jobs=jobs, reoptimize=reoptimize))
+      # the groups `replay check` showed: named by the same cause steps (their results cached by that check)
+      rep = run_check(Selection(tuple(paths), level=level, label=label), Options(jobs=jobs, reoptimize=reoptimize,
+                                                                                 old_code_causes=old_causes.attribute))
       if rep.fatal: _fail(rep.fatal[0], "pass capture stores written by `replay capture` or `replay suite`")
       seen = {(r.db, r.row["id"]) for r in rows}
       rows += [r for r in select_groups(rep, list(groups)) if (r.db, r.row["id"]) not in seen]

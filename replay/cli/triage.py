@@ -10,7 +10,7 @@ import contextlib, json, signal, sys
 from pathlib import Path
 from typing import Iterator
 import click
-from replay import git as G
+from replay import git as G, levels
 from replay.store.sqlite import Store, StoreError
 from replay.baseline.checkouts import CommitsError, Worktrees
 from replay.triage import reference as R
@@ -118,7 +118,7 @@ def _echo_reference(key: str, res: dict) -> None:
                "against the reference" + (" (old and new code agree on it)" if res.get("old_agrees") else ""))
     sys.exit(1)
   f = res.get("finding") or {}
-  what = "program" if res["level"] == "program" else f"{res['level']} output"
+  what = "program" if levels.get(res["level"]).lowers else f"{res['level']} output"
   click.echo(f"{where}: " + ("old and new code agree on it, and " if res.get("old_agrees") else "")
              + f"its {what} is wrong on {res['device']} (buffer {f.get('buffer')}, {f.get('n_diff')} element(s), max abs err "
              f"{f.get('max_abs_err')}): blamed against the reference ({res['runs']} judged runs, {res['seconds']} s)")

@@ -13,7 +13,9 @@ def check(tmp_path: Path, plant: str, *extra: str) -> dict:
   out = tmp_path / f"{plant}.json"
   env = {**os.environ, "TINYSCHED_TEST_PLANT": plant, "PYTHONPATH": os.pathsep.join([str(PLANTS), str(ROOT)]),
          "TINYSCHED_CACHE": str(tmp_path / "cache")}
-  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", *STORES, "--no-determinism", "--report-json", str(out), *extra],
+  # (a budget no loaded machine reaches: what is named must not hang on how busy the machine is)
+  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", *STORES, "--no-determinism", "--causes-budget", "600", "--report-json", str(out),
+                      *extra],
                      cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
   assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
   doc = json.loads(out.read_text())
@@ -52,7 +54,7 @@ def test_the_pair_is_minimal(tmp_path):
 import json
 from replay.check import run, Selection, Options, causes
 from replay.store.sqlite import Store
-rep = run(Selection({STORES!r}), Options(causes=True))
+rep = run(Selection({STORES!r}), Options(causes=True, causes_budget=600))
 row = next(r for r in rep.results if r.cause and r.cause.get("rules") and len(r.cause["rules"]) == 2 and not r.cause["sampled"])
 st = Store(row.db, readonly=True)
 cap = next(x for x in st.captures(level=row.level, key=row.input_key) if x["input_key"] == row.input_key and x["seq"] == row.seq)
@@ -76,7 +78,8 @@ def _changed_rule_check(tmp_path: Path, stores: list[Path]) -> dict:
     assert src.count(RULE) == 1
     (tree / "tinysched/scheduling/kernel_ast.py").write_text(src.replace(RULE, PLANTED))
   out = tmp_path / "r.json"
-  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", *[str(s) for s in stores], "--no-determinism", "--report-json", str(out)],
+  r = subprocess.run([sys.executable, "-m", "replay.cli", "check", *[str(s) for s in stores], "--no-determinism", "--causes-budget", "600",
+                      "--report-json", str(out)],
                      cwd=tree, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(tree),
                                                                                    "TINYSCHED_CACHE": str(tmp_path / "cache")})
   assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
