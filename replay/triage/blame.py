@@ -13,12 +13,15 @@ culprit: the rule, the node and what the new code made of it, next to what the o
 the limited runs' outputs instead would not do: a half-rewritten kernel often fails a later pass on both sides alike,
 which hides where they parted.)
 
-minimize (the levels whose inputs can shrink: kernel and schedule): greedy delta debugging on the stored pre-sink or big
-graph. Candidates replace one value node by one of its operands of the same dtype and shape, by a constant or by a load
-of a fresh buffer of its shape, or drop a store; the smallest candidate on which old and new still both succeed and
-still differ is kept, until no candidate shrinks it or the time is up. The result is written as a standalone pytest
-file that rebuilds the minimal input from its encoding and asserts the old output: it fails on the change and passes
-without it.
+minimize (kernel, schedule and program levels): greedy delta debugging on the stored input (replay/triage/shrink.py makes
+the candidates); the smallest candidate that fails the same way is kept (old and new both run it and still differ, blame
+names the same rule or pass, and, where the capture's numbers differ or are wrong, the execution verdict is the same at
+the same output: replay/triage/verdict.py), until no candidate shrinks it or the time is up. The result is written as a
+standalone pytest file that rebuilds the minimal input from its encoding and asserts the old output: it fails on the
+change and passes without it.
+
+Where old and new agree on a capture (and on every program-level capture of its kernels), a wrong number there is older
+than the capture: both work against the reference instead (replay/triage/reference.py), on what reference_inputs lists.
 """
 from __future__ import annotations
 import contextlib, json, time

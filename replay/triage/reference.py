@@ -126,7 +126,7 @@ def kernel_program_input(ast_data: bytes, device: str) -> bytes | None:
 PROOF_BUDGET_S = 20.0     # z3 time for the applications of one lowering (each at most 2 s)
 
 def first_unsound_here(data: bytes, budget_s: float = PROOF_BUDGET_S, level: str = "program") -> dict[str, Any]:
-  """In this process: the first application of a symbolic-simplifier rule in the lowering of program input `data` whose
+  """In this process: the first application of a symbolic-simplifier rule in the replay of input `data` (of `level`) whose
   result is not equal to the node it replaced for some values in range (z3: replay/prove/smt.py, with the device's
   integer semantics), with the counterexample. Those rules see no context: each application must be an equality, so a
   refuted one is where the program starts to compute something else, proven for all values rather than run on some."""
@@ -168,7 +168,7 @@ def first_unsound_here(data: bytes, budget_s: float = PROOF_BUDGET_S, level: str
 
 def blame_reference(data: bytes, device: str, seed: int = 0, base: dict | None = None,
                     progress: Callable[[str], None] | None = None, level: str = "program") -> dict[str, Any]:
-  """Which rules make the program of input `data` compute something else than its AST (module docstring)."""
+  """Which rules make the output of input `data` compute something else than the input means (module docstring)."""
   t0, runs = time.perf_counter(), [0]
   def ask(off=(), cap=None) -> dict:
     runs[0] += 1
@@ -187,7 +187,7 @@ def blame_reference(data: bytes, device: str, seed: int = 0, base: dict | None =
     return done(verdict="blamed", rule=proof["rule"], rules=[proof["rule"]], application=proof["application"],
                 applications=proof["applications"], node=proof["node"], result=proof["result"], counterexample=proof["counterexample"],
                 how="proven: this application's result differs from the node it replaced for the values shown (z3)"
-                    + ("; without the rule the program is right again" if right else ""), proven=proof.get("proven"))
+                    + ("; without the rule the output is right again" if right else ""), proven=proof.get("proven"))
   # a rule whose every application here is proven an equality changes no number itself (turned off, it may still hide
   # the culprit, whose pattern it builds): it stays on, and is no suspect
   sound = set(proof.get("sound_rules") or [])
@@ -201,14 +201,14 @@ def blame_reference(data: bytes, device: str, seed: int = 0, base: dict | None =
     return got["verdict"] == "right"
   found = smallest_set(order, restores, spent)
   if found is None:
-    why = ("no rule that fired, nor a pair or a small set of them, turned off makes the program right: the wrong number is "
+    why = ("no rule that fired, nor a pair or a small set of them, turned off makes the output right: the wrong number is "
            "made outside the rules (pass code, the renderer or the runtime)")
-    if needed: why += f"; the lowering cannot run without {', '.join(needed)}, so a bug inside one of those is not told apart this way"
+    if needed: why += f"; the replay cannot run without {', '.join(needed)}, so a bug inside one of those is not told apart this way"
     if sound: why += f"; {len(sound)} rule(s) are proven sound here and were not suspected ({', '.join(sorted(sound))})"
     return done(verdict="outside rules", why=why, rules_fired=len(base["fired"]), cannot_do_without=needed,
                 partial=spent(), proof=proof)
   if len(found) > 1:
-    return done(verdict="blamed", rules=found, how="without them together the program is right again (no one of them alone is)",
+    return done(verdict="blamed", rules=found, how="without them together the output is right again (no one of them alone is)",
                 proof=proof)
   rule, n = found[0], int(base["counts"].get(found[0], 0))
   if progress: progress(f"  without rule {rule!r} it is right: finding which of its {n} application(s) makes it wrong")
@@ -220,7 +220,7 @@ def blame_reference(data: bytes, device: str, seed: int = 0, base: dict | None =
     elif got["verdict"] == "right": lo = mid
     else: break  # (a half-applied rule the lowering cannot finish: the rule is still named, its application not)
   if hi - lo == 1 and at is None and hi == n: at = ask(cap=(rule, n)).get("at")
-  return done(verdict="blamed", rule=rule, rules=[rule], how="without it the program is right again", proof=proof,
+  return done(verdict="blamed", rule=rule, rules=[rule], how="without it the output is right again", proof=proof,
               application=hi if hi - lo == 1 else None, applications_of_rule=n, node=at[0] if at else None, result=at[1] if at else None)
 
 def blamed_rules(res: dict) -> list[str] | None:
@@ -256,7 +256,7 @@ def minimize_reference(data: bytes, device: str, time_limit: float, seed: int = 
         if progress: progress(f"  {len(cur.toposort())} nodes")
         break
   final = judge(cur_enc, device, seed=seed, level=level)
-  failure = (f"rule(s) {', '.join(rules)} (turned off, the program is right)" if rules
+  failure = (f"rule(s) {', '.join(rules)} (turned off, the output is right)" if rules
              else f"{culprit['verdict']}: wrong at output buffer {base.get('buffer')}")
   return {"level": level, "against": "reference", "device": device, "nodes_before": start, "nodes": len(cur.toposort()),
           "candidates_tried": tried, "seconds": round(time.perf_counter() - t0, 2), "timed_out": time.perf_counter() - t0 >= time_limit,

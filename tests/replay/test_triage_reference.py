@@ -60,7 +60,7 @@ def test_blame_names_the_edge_rule_with_a_counterexample(edge):
   res = json.loads(r.stdout)
   assert res["old_agrees"] and res["against"] == "reference" and res["verdict"] == "blamed"
   assert res["rule"] == "lt_move_const" and res["counterexample"]["before"] != res["counterexample"]["after"]
-  assert "without the rule the program is right again" in res["how"]
+  assert "without the rule the output is right again" in res["how"]
   # the same from the kernel-level row (through its program-level capture), and with no program-level capture at all
   # (the program the heuristic makes of its kernel AST for the device)
   k = run(ROOT, tmp / "cache", "lt_edge", "-m", "replay.cli", "blame", str(db), EDGE_KERNEL, "--reference")
