@@ -78,6 +78,13 @@ def cause_of(store: Store, row: dict, builders: list[str], reoptimize: bool = Fa
   return {"rules": None, "runs": r.runs, "how": "no rule or pair of the rules that fired gives the stored output back (a rule's "
                                                "behaviour changed, or code outside the rules)" if order else "no rule fired"}
 
+def read_cached(path: Path | None) -> dict | None:
+  """A cause cached at `path` (this module's entries and replay/triage/old_causes.py's), or None."""
+  if path is None: return None
+  try: got = json.loads(path.read_text())
+  except (OSError, ValueError): return None
+  return got if isinstance(got, dict) and "rules" in got else None
+
 def _cache_path(row: dict, reoptimize: bool) -> Path | None:
   folder = trusted_cache_dir(cache_root() / "causes")
   if folder is None: return None
@@ -112,11 +119,7 @@ def attribute(rep: Report, reoptimize: bool = False, budget_s: float | None = No
       if (found := sample_row(members[0])) is None: continue
       store, row = found
       path = _cache_path(row, reoptimize)
-      got = None
-      if path is not None:
-        try: got = json.loads(path.read_text())
-        except (OSError, ValueError): got = None
-      if isinstance(got, dict) and "rules" in got: stats["cached"] += 1
+      if (got := read_cached(path)) is not None: stats["cached"] += 1
       else:
         got = cause_of(store, row, list(members[0].rules), reoptimize, known, t0 + budget)
         if not got.get("rules"):
@@ -138,4 +141,4 @@ def attribute(rep: Report, reoptimize: bool = False, budget_s: float | None = No
     for s in stores.values(): s.close()
   return stats
 
-__all__ = ["attribute", "cause_of", "MAX_RUNS"]
+__all__ = ["attribute", "cause_of", "read_cached", "MAX_RUNS"]

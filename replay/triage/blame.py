@@ -31,7 +31,7 @@ from replay import levels
 from replay.store.encode import IncompatibleCapture, encode_graph
 from replay.report import info
 from replay.triage.probe import Probe, applications, outcome, sha
-from replay.triage.shrink import candidates
+from replay.triage.shrink import greedy
 from replay.triage import reference as R
 from replay.triage import verdict as V
 from replay.process import forked
@@ -296,25 +296,11 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
       if "error" in o: return False
       got = V.verdict(level, enc, o["output"].encode(), {"launch": o["launch"]} if o.get("launch") else {}, dev, seed)
       return (got["verdict"], got.get("buffer")) == klass
-    def same_failure(enc: bytes) -> bool:
-      return diverges(enc) and (culprit is None or blame_of(blame_input(old, new, level, enc)) == culprit) and same_verdict(enc)
-    rejected = 0
+    def fails(enc: bytes) -> bool | None:  # (None: the outputs no longer differ; False: they differ for another reason)
+      if not diverges(enc): return None
+      return (culprit is None or blame_of(blame_input(old, new, level, enc)) == culprit) and same_verdict(enc)
     start = len(pre.toposort())
-    cur, cur_enc, tried = pre, data, 0
-    improved = True
-    while improved and time.perf_counter() - t0 < time_limit:
-      improved = False
-      for cand in sorted(candidates(cur), key=lambda c: (len(c.toposort()), c.key)):
-        if time.perf_counter() - t0 >= time_limit: break
-        if len(cand.toposort()) >= len(cur.toposort()) or (enc := encode(cand)) is None: continue
-        tried += 1
-        if diverges(enc):
-          if not same_failure(enc):
-            rejected += 1  # it differs, but for another reason than the capture
-            continue
-          cur, cur_enc, improved = cand, enc, True
-          if progress: progress(f"  {len(cur.toposort())} nodes")
-          break
+    cur, cur_enc, tried, rejected = greedy(pre, data, encode, fails, t0 + time_limit, progress)
     final = old.ask(level, cur_enc, output=True)
     return {"level": level, "input_key": row["input_key"], "via": via, "nodes_before": start, "nodes": len(cur.toposort()), "candidates_tried": tried,
             "seconds": round(time.perf_counter() - t0, 2), "timed_out": time.perf_counter() - t0 >= time_limit,

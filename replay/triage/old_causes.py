@@ -20,6 +20,7 @@ from tinysched.codegen.program_cache import code_fingerprint
 from tinysched.helpers import cache_root, trusted_cache_dir, write_cache_entry
 from replay import git as G
 from replay.baseline.checkouts import CommitsError, Worktrees
+from replay.check.causes import read_cached
 from replay.check.results import Report, Result
 from replay.store.sqlite import Store
 from replay.triage.blame import TriageError, _check_pair, blame_input, blame_of, capture_commit
@@ -78,11 +79,7 @@ def attribute(rep: Report, budget_s: float | None = None) -> dict[str, Any]:
       try: sha = capture_commit(store, row)
       except TriageError: continue  # (no commit, or a modified checkout: no old code to ask)
       path = _cache_path(sha, row)
-      got = None
-      if path is not None:
-        try: got = json.loads(path.read_text())
-        except (OSError, ValueError): got = None
-      if isinstance(got, dict) and "rules" in got: stats["cached"] += 1
+      if (got := read_cached(path)) is not None: stats["cached"] += 1
       else:
         if (tree := old_tree(sample.db, sha)) is None: continue
         if sha not in probes: probes[sha] = (stack.enter_context(Probe(tree, "old")), stack.enter_context(Probe(G.THIS_CHECKOUT, "new")))

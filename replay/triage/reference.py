@@ -41,7 +41,7 @@ from replay.execute.judge import run_job
 from replay.execute.pool import check_device
 from replay.levels.program import program_input
 from replay.prove import smt
-from replay.triage.shrink import candidates
+from replay.triage.shrink import greedy
 from replay.check.rule_search import smallest_set
 
 MAX_RUNS = 64            # judges per blame (the set search, then the bisection over one rule's applications)
@@ -235,31 +235,23 @@ def minimize_reference(data: bytes, device: str, time_limit: float, seed: int = 
   pre, encode = lv.shrinkable(data)
   base = judge(data, device, seed=seed, level=level)
   if base["verdict"] != "wrong":
-    raise ReferenceError(f"the program of this capture is {base['verdict']} on {device}, not wrong: nothing to minimize against the reference"
+    raise ReferenceError(f"this {level} input's output is {base['verdict']} on {device}, not wrong: nothing to minimize against the reference"
                          + (f" ({base['why']})" if base.get("why") else ""))
   culprit = blame_reference(data, device, seed, base, progress, level)
   rules = blamed_rules(culprit)
-  def same_failure(enc: bytes) -> bool:
+  def fails(enc: bytes) -> bool | None:  # (None: right there; False: wrong elsewhere, or without the blamed rules too)
     got = judge(enc, device, seed=seed, level=level)
-    if got["verdict"] != "wrong" or got.get("buffer") != base.get("buffer"): return False
+    if got["verdict"] != "wrong": return None
+    if got.get("buffer") != base.get("buffer"): return False
     return rules is None or judge(enc, device, rules, seed=seed, level=level)["verdict"] == "right"
-  cur, cur_enc, tried, start = pre, data, 0, len(pre.toposort())
-  improved = True
-  while improved and time.perf_counter() - t0 < time_limit:
-    improved = False
-    for cand in sorted(candidates(cur), key=lambda c: (len(c.toposort()), c.key)):
-      if time.perf_counter() - t0 >= time_limit: break
-      if len(cand.toposort()) >= len(cur.toposort()) or (enc := encode(cand)) is None: continue
-      tried += 1
-      if same_failure(enc):
-        cur, cur_enc, improved = cand, enc, True
-        if progress: progress(f"  {len(cur.toposort())} nodes")
-        break
+  start = len(pre.toposort())
+  cur, cur_enc, tried, rejected = greedy(pre, data, encode, fails, t0 + time_limit, progress)
   final = judge(cur_enc, device, seed=seed, level=level)
   failure = (f"rule(s) {', '.join(rules)} (turned off, the output is right)" if rules
              else f"{culprit['verdict']}: wrong at output buffer {base.get('buffer')}")
   return {"level": level, "against": "reference", "device": device, "nodes_before": start, "nodes": len(cur.toposort()),
-          "candidates_tried": tried, "seconds": round(time.perf_counter() - t0, 2), "timed_out": time.perf_counter() - t0 >= time_limit,
+          "candidates_tried": tried, "rejected_other_failures": rejected, "seconds": round(time.perf_counter() - t0, 2),
+          "timed_out": time.perf_counter() - t0 >= time_limit,
           "input": cur_enc.decode(), "pretty": cur.pretty(), "failure": failure, "blame": culprit, "final": final.get("verdict"),
           "seed": seed}
 

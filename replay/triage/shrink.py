@@ -3,8 +3,8 @@ reference): one value node replaced by one of its operands of the same dtype and
 found below it) or by a load of a fresh buffer of its shape, or one store dropped. A kernel AST (a program-level input)
 keeps its loads: its buffers are the kernel's."""
 from __future__ import annotations
-import math
-from typing import Any
+import math, time
+from typing import Any, Callable
 from tinysched.dtype import dtypes
 from tinysched.ops import Ops
 from tinysched.shape import ShapeTracker, View
@@ -81,3 +81,24 @@ def candidates(pre) -> list:
       if u in repl.toposort(): continue  # no smaller: the node itself is part of it
       out.append(pre.substitute({u: repl}))
   return out
+
+def greedy(pre: UOp, data: bytes, encode: Callable[[UOp], bytes | None], fails: Callable[[bytes], bool | None], deadline: float,
+           progress: Callable[[str], None] | None = None) -> tuple[UOp, bytes, int, int]:
+  """Greedy delta debugging from input `pre` (encoded `data`): the smallest candidate first, the first that still fails
+  the same way (`fails(enc)`: True; False: it fails another way; None: it does not fail) replaces the input, until no
+  candidate does or `deadline` (perf_counter) passes. (input, its encoding, candidates tried, candidates that failed
+  another way)."""
+  cur, cur_enc, tried, other = pre, data, 0, 0
+  improved = True
+  while improved and time.perf_counter() < deadline:
+    improved = False
+    for cand in sorted(candidates(cur), key=lambda c: (len(c.toposort()), c.key)):
+      if time.perf_counter() >= deadline: break
+      if len(cand.toposort()) >= len(cur.toposort()) or (enc := encode(cand)) is None: continue
+      tried += 1
+      if (got := fails(enc)) is False: other += 1
+      elif got:
+        cur, cur_enc, improved = cand, enc, True
+        if progress: progress(f"  {len(cur.toposort())} nodes")
+        break
+  return cur, cur_enc, tried, other
