@@ -292,9 +292,9 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
       return "error" not in n and o["key"] != n["key"]
     def same_verdict(enc: bytes) -> bool:
       if klass is None or dev is None: return True
-      o = old.ask(level, enc, launch=True)
+      o = old.ask(level, enc, extra=True)
       if "error" in o: return False
-      got = V.verdict(level, enc, o["output"].encode(), {"launch": o["launch"]} if o.get("launch") else {}, dev, seed)
+      got = V.verdict(level, enc, o["output"].encode(), o.get("extra") or {}, dev, seed)
       return (got["verdict"], got.get("buffer")) == klass
     def fails(enc: bytes) -> bool | None:  # (None: the outputs no longer differ; False: they differ for another reason)
       if not diverges(enc): return None

@@ -76,12 +76,15 @@ def answer(req):
       try: return {"passes": pass_digests(req["level"], inputs)}
       except Exception as e: return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     if req.get("limit") is None:
-      if req.get("launch"):  # a program's launch sizes too (what running its source needs): checkouts with level classes
+      if req.get("extra"):  # what a row records beside the output for its execution job: checkouts with level classes
         full = {}
-        _, out = _levels.get(req["level"]).run(inputs, full)
-        from replay.levels.program import launch_json
-        launch = launch_json(full["program"]) if "program" in full else None
-        return {"key": hashlib.sha256(out).hexdigest(), "output": out.decode(), "launch": launch}
+        lv = _levels.get(req["level"])
+        _, out = lv.run(inputs, full)
+        if hasattr(lv, "extra_of"): extra = lv.extra_of(full)
+        else:  # (level classes from before extra_of: a program's launch sizes are what its job needs)
+          from replay.levels.program import launch_json
+          extra = {"launch": launch_json(full["program"])} if "program" in full else {}
+        return {"key": hashlib.sha256(out).hexdigest(), "output": out.decode(), "extra": extra}
       _, out = run_input(req["level"], inputs)
       return {"key": hashlib.sha256(out).hexdigest(), "output": out.decode() if req.get("output") else None}
     L = None
@@ -126,15 +129,15 @@ class Probe:
     self.proc = subprocess.Popen([sys.executable, "-c", PROBE_SCRIPT], cwd=self.tree, env=subprocess_env(self.tree), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
   def ask(self, level: str, data: bytes, limit: int | None = None, output: bool = False, passes: bool = False,
-          launch: bool = False) -> dict[str, Any]:
+          extra: bool = False) -> dict[str, Any]:
     """`passes`: the lowering's digest after each named pass instead ({"passes": [[name, digest, nodes], ...]});
-    `launch`: the output and, at program level, its launch sizes ({"launch": ...}; an error from a checkout before the
-    level classes)."""
+    `extra`: the output and what a row records beside it for its execution job ({"extra": launch sizes, buffer maps};
+    an error from a checkout before the level classes)."""
     assert self.proc.stdin and self.proc.stdout
     self.asked += 1
     try:
       self.proc.stdin.write(json.dumps({"level": level, "input": data.decode(), "limit": limit, "output": output, "passes": passes,
-                                        "launch": launch}) + "\n")
+                                        "extra": extra}) + "\n")
       self.proc.stdin.flush()
       line = self.proc.stdout.readline()
     except (BrokenPipeError, OSError): line = ""

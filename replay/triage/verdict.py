@@ -7,9 +7,9 @@ different numbers; `wrong`: a side is off the reference), a candidate is kept on
 same verdict at the same output buffer.
 
 The verdict is the execution check's own (replay/execute/judge.run_job on the job the level builds: the old output as
-given, the new one by this process's code, which is the new code of a minimize), run in a forked child (the device is
-opened there, never here). Levels whose job needs more than an output (a schedule's buffer maps) answer `skipped`, and
-then only the blame decides.
+given with what its row would record beside it (the old probe's Level.extra_of: launch sizes, buffer maps), the new one
+by this process's code, which is the new code of a minimize), run in a forked child (the device is opened there, never
+here). A job that cannot be built answers `skipped`, and then only the blame decides.
 """
 from __future__ import annotations
 import os

@@ -41,26 +41,28 @@ from pathlib import Path
 from replay.store.sqlite import Store
 from replay.triage import blame as B, verdict as V
 from replay.triage.probe import Probe, sha
-db, old_tree, new_tree, mode = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+db, old_tree, new_tree, mode, level = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], sys.argv[5]
 if mode == "blame-only":  # the plant: the verdict check gone, as minimize was before
   V.verdict = lambda *a, **k: {"verdict": "skipped"}
 s = Store(db, readonly=True)
 with Probe(new_tree, "new") as p:
-  key = next(r["input_key"] for r in s.captures(level="kernel") if "CMPLT" in (r.get("op_names") or "")
-             and p.ask("kernel", s.blob(r["input_key"])).get("key") != sha(s.blob(r["output_key"])))
+  key = next(r["input_key"] for r in s.captures(level=level) if "CMPLT" in (r.get("op_names") or "")
+             and p.ask(level, s.blob(r["input_key"])).get("key") != sha(s.blob(r["output_key"])))
 res = B.minimize(s, key[:16], old_tree, new_tree, time_limit=120)
 print(json.dumps({k: res[k] for k in ("nodes_before", "nodes", "failure", "verdict", "rejected_other_failures", "pretty")}))
 """
 
-def minimized(store: Path, planted: Path, mode: str) -> dict:
+def minimized(store: Path, planted: Path, mode: str, level: str = "kernel") -> dict:
   # run from the planted copy: this process's code is the new code (the verdict's new side), as for `replay minimize`
-  r = subprocess.run([sys.executable, "-c", MINIMIZE, str(store), str(ROOT), str(planted), mode], cwd=planted, capture_output=True,
+  r = subprocess.run([sys.executable, "-c", MINIMIZE, str(store), str(ROOT), str(planted), mode, level], cwd=planted, capture_output=True,
                      text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(planted)})
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
   return json.loads(r.stdout.splitlines()[-1])
 
-def test_minimize_keeps_the_number_failure(store, planted):
-  res = minimized(store, planted, "verdict")
+@pytest.mark.parametrize("level", ["kernel", "schedule"])
+def test_minimize_keeps_the_number_failure(store, planted, level):
+  # (a schedule's job needs the old kernels' buffer maps: the old probe gives them with its output, Level.extra_of)
+  res = minimized(store, planted, "verdict", level)
   assert res["failure"] == "rule swap_operands" and res["verdict"] and res["verdict"].startswith("mismatch at output buffer")
   assert "CMPLT" in res["pretty"], res["pretty"]  # the comparison that makes the numbers differ stayed in
   assert res["nodes"] < res["nodes_before"] and res["rejected_other_failures"] >= 1
