@@ -7,12 +7,15 @@ again with rules turned off (tinysched.rewrite.rules_off), on the rules that fir
 nodes first; causes found for other groups before them): a single rule whose absence gives back the stored output is
 the cause; else a pair of the likeliest rules; else, if turning all of them off does, delta debugging (Zeller's ddmin
 over the set of rules, as LLVM's debug counters are bisected in chunks) finds a smallest set that does. So a change
-that needs two rules together is named as the pair, and neither alone. A rule whose *behaviour*
-changed (rather than one added) has no such set: the row keeps its shape group and its builders' names.
+that needs two rules together is named as the pair, and neither alone (the search: replay/check/rule_search.py). A
+rule whose *behaviour* changed (rather than one added) has no such set: the row keeps its shape group and its builders'
+names here, and the triage layer's step (replay/triage/old_causes.py, Options.old_code_causes) names it by blame with
+the old code.
 
 Every replay runs in a forked child (a rewrite with rules refused can leave derived results in memo tables, as a
 rewrite limit can). A cause is found once per (code, level, input, stored output) and cached on disk; the whole step
-has a time budget (the replay's own time, at least MIN_BUDGET_S), and groups past it stay named by their shape.
+has a time budget (the replay's own time, at least MIN_BUDGET_S; Options.causes_budget sets it), and groups past it
+stay named by their shape.
 """
 from __future__ import annotations
 import hashlib, json, time
