@@ -8,9 +8,11 @@ part: `cause: view_of_const (changed)`. Groups with the same culprit merge in th
 
 It runs where the old code can be had: the capture's run records a commit, made from a clean checkout, that the
 repository holding this checkout (or the store) has; the old code must reproduce the stored output (else nothing is
-named). Results are cached by (this code, the old commit, input, stored output); the step has a time budget (at least
-MIN_BUDGET_S, or the replay's own time), and groups past it stay named by their shape until a later check. It is the
-triage layer's step, handed to the check as `Options.old_code_causes` (the check sits below triage).
+named); and where the change is in the files: when this checkout's files do not make the output the check made (code
+patched in memory, a test's plant), the step stops before any worktree is made. Results are cached by (this code, the
+old commit, input, stored output); the step has a time budget (at least MIN_BUDGET_S, or the replay's own time), and
+groups past it stay named by their shape until a later check. It is the triage layer's step, handed to the check as
+`Options.old_code_causes` (the check sits below triage).
 """
 from __future__ import annotations
 import contextlib, hashlib, json, time
@@ -60,7 +62,11 @@ def attribute(rep: Report, budget_s: float | None = None) -> dict[str, Any]:
   stores: dict[str, Store] = {}
   trees: dict[str, Path | None] = {}
   with contextlib.ExitStack() as stack:
-    probes: dict[str, tuple[Probe, Probe]] = {}
+    probes: dict[str, Probe] = {}
+    new: list[Probe] = []  # this checkout's files, started once
+    def new_probe() -> Probe:
+      if not new: new.append(stack.enter_context(Probe(G.THIS_CHECKOUT, "new")))
+      return new[0]
     def old_tree(store_path: str, sha: str) -> Path | None:
       if sha not in trees:
         root = _repo_for(store_path, sha)
@@ -81,9 +87,14 @@ def attribute(rep: Report, budget_s: float | None = None) -> dict[str, Any]:
       path = _cache_path(sha, row)
       if (got := read_cached(path)) is not None: stats["cached"] += 1
       else:
+        # the probes run this checkout's files: where they do not make the output this check made, the change is in
+        # memory (a monkeypatch, a plant loaded at start-up) and no blame of files can name it (and no worktree is made)
+        if new_probe().ask(sample.level, store.blob(row["input_key"])).get("key") != sample.new_key:
+          stats["in_memory"] = 1
+          break
         if (tree := old_tree(sample.db, sha)) is None: continue
-        if sha not in probes: probes[sha] = (stack.enter_context(Probe(tree, "old")), stack.enter_context(Probe(G.THIS_CHECKOUT, "new")))
-        got = _blame_one(*probes[sha], store, row, sha)
+        if sha not in probes: probes[sha] = stack.enter_context(Probe(tree, "old"))
+        got = _blame_one(probes[sha], new_probe(), store, row, sha)
         if path is not None and got.get("final"):
           try: write_cache_entry(path, json.dumps(got).encode())
           except OSError: pass  # (no cache: blamed again next time)
