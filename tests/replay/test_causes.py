@@ -116,3 +116,37 @@ def test_a_changed_rule_is_given_no_false_cause_without_the_old_code(tmp_path):
 def test_the_step_can_be_turned_off(tmp_path, off):
   doc = check(tmp_path, "swap", "--no-causes")
   assert doc["causes"] is None and not any(g["signature"].startswith("cause: ") for g in changed_groups(doc))
+
+IN_MEMORY = """
+import json
+from tinysched import schedule as S
+from tinysched.ops import Ops
+from replay.check import run, Selection, Options
+from replay.triage import old_causes
+orig = S.full_ast_rewrite
+def doubled(u, memo):  # (rebuilt by hand: no rule, so no rule turned off gives the stored output back)
+  if u not in memo:
+    src = tuple(doubled(s, memo) for s in u.src)
+    memo[u] = (u.replace(arg=u.arg * 2) if u.op is Ops.CONST and isinstance(u.arg, float) and u.arg not in (0.0, 1.0)
+               else u.replace(src=src) if src != u.src else u)
+  return memo[u]
+def patched(pre, var_vals, assigned, memo=None):  # a change in memory only: every float constant of a kernel doubled
+  ast, ctx = orig(pre, var_vals, assigned, memo)
+  return doubled(ast, {}), ctx
+S.full_ast_rewrite = patched
+rep = run(Selection(["captures/mlp_digits.db"], level="kernel"), Options(determinism=False, causes_budget=600,
+                                                                         old_code_causes=old_causes.attribute))
+print(json.dumps({"changed": rep.counts()["changed"], "old_code": (rep.causes or {}).get("old_code"),
+                  "named": sum(1 for r in rep.results if r.cause and r.cause.get("rules"))}))
+"""
+
+def test_a_change_in_memory_makes_no_worktree_and_no_cause(tmp_path):
+  # the probes run this checkout's files, which do not make the output the check made: the old-code step stops before
+  # any worktree (git worktree list is unchanged) and names nothing
+  before = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+  r = subprocess.run([sys.executable, "-c", IN_MEMORY], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                     env={**os.environ, "TINYSCHED_CACHE": str(tmp_path / "cache")})
+  assert r.returncode == 0, r.stderr[-2000:]
+  got = json.loads(r.stdout.splitlines()[-1])
+  assert got["changed"] > 0 and got["named"] == 0 and got["old_code"] and got["old_code"].get("in_memory") == 1, got
+  assert subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout == before
