@@ -157,15 +157,17 @@ def ignore_in_forked_worker() -> None:
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-def forked(fn: Callable[[], Any]) -> Any:
+def forked(fn: Callable[[], Any], quiet: bool = False) -> Any:
   """fn() in a forked child, its result sent back as JSON; None when it raised or died. For a replay whose leftovers
   must not outlive it: a rewrite with rules refused or limited leaves derived results in memo tables, and a device a
-  child opens (OpenCL) is never opened in this process (a child forked after that would hang in the driver)."""
+  child opens (OpenCL) is never opened in this process (a child forked after that would hang in the driver).
+  `quiet`: the child's stderr goes nowhere (a compiler's complaints about a candidate the answer already calls failed)."""
   import json  # (only this helper speaks JSON)
   r, w = os.pipe()
   pid = os.fork()
   if pid == 0:  # pragma: no cover (the child)
     os.close(r)
+    if quiet: os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     try: msg = json.dumps(fn())
     except BaseException: msg = "null"  # noqa: BLE001 (the caller reads a failed question as no answer)
     with os.fdopen(w, "w") as f: f.write(msg)

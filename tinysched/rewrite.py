@@ -8,7 +8,7 @@ only the first n rule applications happen (replay blame bisects it).
 """
 from __future__ import annotations
 import contextlib, hashlib, inspect, itertools, os, threading
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, TypeVar, Union
 from tinysched.dtype import DType
 from tinysched.ops import Ops, GroupOp
 from tinysched.uop import UOp, make_uop, _intern_arg, REWRITES
@@ -244,14 +244,20 @@ class Decisions:
       FIRED.append((choice, self))
   def __repr__(self): return f"Decisions({self.name}, {len(self.choices)} choices)"
 
+L = TypeVar("L", bound=RewriteLimit)
+
 @contextlib.contextmanager
-def rewrite_limit(n: int) -> Iterator[RewriteLimit]:
-  """Allow only the first `n` rule applications inside the block (see RewriteLimit). Caches of derived results that
+def limited(limit: L) -> Iterator[L]:
+  """Install `limit` (a RewriteLimit or a subclass) over every rewrite inside the block. Caches of derived results that
   outlive the block (view algebra memos) may then hold results of a limited rewrite: run it in a process of its own."""
   global LIMIT
-  prev, LIMIT = LIMIT, RewriteLimit(n)
-  try: yield LIMIT
+  prev, LIMIT = LIMIT, limit
+  try: yield limit
   finally: LIMIT = prev
+
+def rewrite_limit(n: int) -> contextlib.AbstractContextManager[RewriteLimit]:
+  """Allow only the first `n` rule applications inside the block (see RewriteLimit and `limited`)."""
+  return limited(RewriteLimit(n))
 
 class RuleAblation(RewriteLimit):
   """Every rule application admitted but those of the rules named `off` (refused as if they had not matched): replay's
@@ -261,13 +267,9 @@ class RuleAblation(RewriteLimit):
     self.off = frozenset(off)
   def admit(self, name: str, u: UOp, ret: UOp) -> bool: return name not in self.off and super().admit(name, u, ret)
 
-@contextlib.contextmanager
-def rules_off(names: Iterable[str]) -> Iterator[RewriteLimit]:
-  """Run the block with the named rules turned off (RuleAblation); the same caveat as rewrite_limit: in a process of its own."""
-  global LIMIT
-  prev, LIMIT = LIMIT, RuleAblation(names)
-  try: yield LIMIT
-  finally: LIMIT = prev
+def rules_off(names: Iterable[str]) -> contextlib.AbstractContextManager[RuleAblation]:
+  """Run the block with the named rules turned off (RuleAblation); the same caveat as `limited`: in a process of its own."""
+  return limited(RuleAblation(names))
 
 class RuleCap(RewriteLimit):
   """Every rule application admitted but those of rule `name` past its first `k` (refused as if it had not matched),
@@ -284,13 +286,9 @@ class RuleCap(RewriteLimit):
       self.at = (u, ret)
     return super().admit(name, u, ret)
 
-@contextlib.contextmanager
-def rule_capped(name: str, k: int) -> Iterator[RuleCap]:
+def rule_capped(name: str, k: int) -> contextlib.AbstractContextManager[RuleCap]:
   """Run the block with only the first `k` applications of rule `name` admitted (RuleCap); in a process of its own."""
-  global LIMIT
-  prev, LIMIT = LIMIT, RuleCap(name, k)
-  try: yield LIMIT
-  finally: LIMIT = prev
+  return limited(RuleCap(name, k))
 
 class RewriteLoop(RuntimeError): pass
 

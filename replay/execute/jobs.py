@@ -37,9 +37,11 @@ class Sides:
     self.store, self.input_key, self.stored_key, self.ex = store, input_key, stored_key, ex
     self.old_store, self.new_key, self.new_ex = old_store or store, new_key, new_ex
     self.current: dict | None = None  # the current code's output, when the caller has it (see build_job)
+    self.given_input: bytes | None = None  # (Sides.given)
+    self.given_old: bytes | None = None
   @property
   def paired(self) -> bool: return self.new_key is not None
-  def input(self) -> bytes: return self.store.blob(self.input_key)
+  def input(self) -> bytes: return self.given_input if self.given_input is not None else self.store.blob(self.input_key)
   def decoded_input(self, decode: Callable[[bytes], Any]) -> Any:
     """The stored input decoded: as the replay decoded it when it hands it over (current["inputs"]), else from the store."""
     if self.current is not None and "inputs" in self.current: return self.current["inputs"]
@@ -49,7 +51,14 @@ class Sides:
     """The current output is byte-identical to the stored one (the replay compared their keys): the stored output then
     decodes to the very objects the current code made (decoding is interning), which need not be decoded again."""
     return bool(self.current is not None and self.current.get("identical"))
-  def old_output(self) -> bytes: return self.old_store.blob(self.stored_key)
+  def old_output(self) -> bytes: return self.given_old if self.given_old is not None else self.old_store.blob(self.stored_key)
+  @classmethod
+  def given(cls, data: bytes, old_output: bytes, ex: dict, current: dict | None = None) -> Sides:
+    """Sides of an input and old output held in memory, not stored (the triage's candidates); `current`: the new side
+    already computed (else the level's job builder computes it with this process's code)."""
+    s = cls(None, "", "", ex)
+    s.given_input, s.given_old, s.current = data, old_output, current
+    return s
   def new_output(self) -> bytes: return self.store.blob(self.new_key)
 
 def program_specs(ast, names: dict[str, int]) -> tuple[dict[int, tuple[int, Any]], dict[str, int]]:

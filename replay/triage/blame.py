@@ -34,8 +34,6 @@ from replay.triage.probe import Probe, applications, outcome, sha
 from replay.triage.shrink import greedy
 from replay.triage import reference as R
 from replay.triage import verdict as V
-from replay.process import forked
-from replay.execute.pool import check_device
 
 class TriageError(Exception):
   """Cannot triage this capture (with the message saying why and what to do)."""
@@ -124,24 +122,34 @@ def _devices(device: str | None) -> dict[str, str | None]:
   name = R.judging_device(device, "schedule")  # (opened once, in a child: a bad name raises here)
   return {n: None if name == "NUMPY" and levels.get(n).lowers else name for n in levels.names()}
 
-def blame_against_reference(store, row: dict, device: str | None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-  """Blame `row` against the reference (replay/triage/reference.py): the first of reference_inputs that is wrong on its
-  device, and the rule that makes it so; verdict "right" when every one computes what it means."""
+def _first_wrong(store, row: dict, device: str | None, progress: Callable[[str], None] | None = None) -> tuple[dict | None, int]:
+  """The first of reference_inputs that is wrong on its device ({level, input_key, data, seed, from, base, device}, with
+  how many were judged), or (None, judged). R.ReferenceError when nothing could be judged (no device, or only programs
+  and no compiled device)."""
   devs = _devices(device)
-  dev = devs.get("program") or next((d for d in devs.values() if d), None)
-  res: dict[str, Any] = {"level": row["level"], "input_key": row["input_key"], "label": row.get("label") or "", "device": dev}
   judged = 0
   for level, ikey, data, seed, where in reference_inputs(store, row, devs.get("program")):
     if (d := devs.get(level)) is None: continue
     if progress: progress(f"  judging {where} {ikey[:16]} on {d}")
     base = R.judge(data, d, seed=seed, level=level)
     judged += 1
-    if base["verdict"] != "wrong": continue
-    via = {} if ikey == row["input_key"] else {"input_key": ikey, "level": level, "via": {"level": row["level"], "input_key": row["input_key"]},
-                                             "from": where}
-    return {**res, **via, **R.blame_reference(data, d, seed, base, progress, level)}
-  if not judged: R.judging_device(device, "program")  # (nothing it could judge here: raises, saying why)
-  return {**res, "verdict": "right", "against": "reference", "judged": judged}
+    if base["verdict"] == "wrong":
+      return {"level": level, "input_key": ikey, "data": data, "seed": seed, "from": where, "base": base, "device": d}, judged
+  if not judged: R.judging_device(device, "program")  # (raises, saying why)
+  return None, judged
+
+def _via(row: dict, w: dict) -> dict:
+  """How a result names the input it was found on, where that is not the row itself."""
+  if w["input_key"] == row["input_key"]: return {}
+  return {"input_key": w["input_key"], "level": w["level"], "via": {"level": row["level"], "input_key": row["input_key"]}, "from": w["from"]}
+
+def blame_against_reference(store, row: dict, device: str | None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+  """Blame `row` against the reference (replay/triage/reference.py): the first of reference_inputs that is wrong on its
+  device, and the rule that makes it so; verdict "right" when every one computes what it means."""
+  w, judged = _first_wrong(store, row, device, progress)
+  res: dict[str, Any] = {"level": row["level"], "input_key": row["input_key"], "label": row.get("label") or ""}
+  if w is None: return {**res, "verdict": "right", "against": "reference", "judged": judged, "device": R.judging_device(device, "schedule")}
+  return {**res, **_via(row, w), **R.blame_reference(w["data"], w["device"], w["seed"], w["base"], progress, w["level"])}
 
 def blame(store, key: str, old_tree: Path, new_tree: Path, device: str | None = None,
           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -231,27 +239,15 @@ def minimize_against_reference(store, row: dict, device: str | None, time_limit:
                                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
   """Minimize `row` against the reference (replay/triage/reference.py): the first of reference_inputs that is wrong on
   its device, shrunk while it stays wrong the same way. TriageError when every one is right."""
-  try: devs = _devices(device)
-  except R.ReferenceError as e:
-    raise TriageError(f"old and new code give this {row['level']} capture the same output, and it cannot be judged against the "
-                      f"reference: {e}") from None
-  judged = 0
-  for level, ikey, data, seed, where in reference_inputs(store, row, devs.get("program")):
-    if (d := devs.get(level)) is None: continue
-    judged += 1
-    if R.judge(data, d, seed=seed, level=level)["verdict"] != "wrong": continue
-    if progress: progress(f"  old and new code agree on capture {row['input_key'][:16]}, and {where} {ikey[:16]} is wrong on {d}: "
-                          "minimizing it against the reference")
-    res = R.minimize_reference(data, d, time_limit, seed, progress, level)
-    return {**res, "input_key": ikey, "via": None if ikey == row["input_key"] else {"level": row["level"], "input_key": row["input_key"]}}
-  if not judged:
-    try: R.judging_device(device, "program")
-    except R.ReferenceError as e:
-      raise TriageError(f"old and new code give this {row['level']} capture the same output, and it cannot be judged against the "
-                        f"reference: {e}") from None
-  raise TriageError(f"old and new code give this {row['level']} capture the same output, and all {judged} of what it lowers to compute "
-                    "what they mean on the reference: nothing fails here to minimize (a wrong number seen elsewhere comes from below: "
-                    "the runtime, the device)")
+  same = f"old and new code give this {row['level']} capture the same output"
+  try: w, judged = _first_wrong(store, row, device)
+  except R.ReferenceError as e: raise TriageError(f"{same}, and it cannot be judged against the reference: {e}") from None
+  if w is None:
+    raise TriageError(f"{same}, and all {judged} of what it lowers to compute what they mean on the reference: nothing fails here "
+                      "to minimize (a wrong number seen elsewhere comes from below: the runtime, the device)")
+  if progress: progress(f"  {same}, and {w['from']} {w['input_key'][:16]} is wrong on {w['device']}: minimizing it against the reference")
+  res = R.minimize_reference(w["data"], w["device"], time_limit, w["seed"], progress, w["level"])
+  return {**res, "input_key": w["input_key"], "via": _via(row, w).get("via")}
 
 def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float = 60.0,
              progress: Callable[[str], None] | None = None, device: str | None = None) -> dict[str, Any]:
@@ -309,11 +305,8 @@ def minimize(store, key: str, old_tree: Path, new_tree: Path, time_limit: float 
 
 def _verdict_device(device: str | None) -> str | None:
   """The execution check's device (opened in a child), or None when it cannot be opened (then only blame decides)."""
-  def name() -> str | None:
-    try: return check_device(device)
-    except ValueError: return None
-  got = forked(name)
-  return got if isinstance(got, str) else None
+  try: return R.judging_device(device, "schedule")  # (any device: kernel and schedule jobs run on the interpreter too)
+  except R.ReferenceError: return None
 
 def repro_test(res: dict[str, Any], db: str, key: str) -> str:
   """A standalone pytest file: the minimal input, and the output the old code gives it."""

@@ -25,7 +25,7 @@ tables, and the device (OpenCL) is opened there, never in this process. replay/t
 capture are judged (reference_inputs).
 """
 from __future__ import annotations
-import os, time
+import time
 from typing import Any, Callable
 from tinysched import rewrite as RW
 from tinysched import symbolic as SYM
@@ -70,10 +70,8 @@ def judge_here(data: bytes, device: str, off: tuple[str, ...] | list[str] = (), 
     fired, RW.FIRED = RW.FIRED, prev
   counts: dict[str, int] = {}
   for name, _ in fired or []: counts[name] = counts.get(name, 0) + 1
-  class Itself(Sides):  # both sides of the job are this output: the judge's findings are against the reference alone
-    def old_output(self) -> bytes: return out_bytes
-  sides = Itself(None, "", "", lv.extra_of(full))
-  sides.current = {"output": obj, "inputs": inputs, **full, "identical": True}
+  # both sides of the job are this output: the judge's findings are against the reference alone
+  sides = Sides.given(data, out_bytes, lv.extra_of(full), {"output": obj, "inputs": inputs, **full, "identical": True})
   names: dict[str, int] = {}
   job = lv.build_job(sides, names)
   if "skip" in job: return {"verdict": "skipped", "why": job["skip"], "fired": list(counts), "counts": counts}
@@ -92,11 +90,7 @@ def judge_here(data: bytes, device: str, off: tuple[str, ...] | list[str] = (), 
 def judge(data: bytes, device: str, off: tuple[str, ...] | list[str] = (), cap: tuple[str, int] | None = None,
           seed: int = 0, level: str = "program") -> dict[str, Any]:
   """judge_here in a forked child (module docstring); a child that died is an `error`."""
-  def quiet() -> dict:  # (a compiler's complaints about a program lowered with rules refused: the answer says it failed)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    return judge_here(data, device, off, cap, seed, level)
-  got = forked(quiet)
+  got = forked(lambda: judge_here(data, device, off, cap, seed, level), quiet=True)
   return got if isinstance(got, dict) else {"verdict": "error", "why": "the judging process died"}
 
 def judging_device(device: str | None, level: str = "program") -> str:
@@ -140,10 +134,7 @@ def first_unsound_here(data: bytes, budget_s: float = PROOF_BUDGET_S, level: str
       if ok: self.apps.append((name, u, ret))
       return ok
   lv = levels.get(level)
-  log, prev = Log(), RW.LIMIT
-  RW.LIMIT = log
-  try: lv.run(lv.decode_input(data), {})
-  finally: RW.LIMIT = prev
+  with RW.limited(Log()) as log: lv.run(lv.decode_input(data), {})
   rules, t0 = set(SYM.symbolic.rule_names()), time.perf_counter()
   done: dict[tuple, str] = {}
   sound: dict[str, bool] = {}  # rule -> every application of it in this lowering proven an equality

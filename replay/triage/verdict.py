@@ -12,7 +12,6 @@ by this process's code, which is the new code of a minimize), run in a forked ch
 here). A job that cannot be built answers `skipped`, and then only the blame decides.
 """
 from __future__ import annotations
-import os
 from typing import Any
 from replay import levels
 from replay.process import forked
@@ -25,21 +24,15 @@ def verdict_here(level: str, data: bytes, old_output: bytes, old_extra: dict, de
   """{"verdict", "buffer"} of input `data` with old output `old_output` (its row's `extra`: launch sizes, buffer map)
   and the current code's, on `device`."""
   lv = levels.get(level)
-  class Given(Sides):  # the input and old output are given, not stored; the new side is this process's code
-    def input(self) -> bytes: return data
-    def old_output(self) -> bytes: return old_output
   names: dict[str, int] = {}
-  job = lv.build_job(Given(None, "", "", dict(old_extra)), names)
+  job = lv.build_job(Sides.given(data, old_output, dict(old_extra)), names)  # (the new side: this process's code)
   if "skip" in job: return {"verdict": "skipped", "why": job["skip"]}
   res = run_job({**job, "level": level, "names": names, "seed": seed}, device, timing_runs=0)
   return {"verdict": res.get("verdict"), "buffer": res.get("buffer"), "why": res.get("error") or res.get("reason")}
 
 def verdict(level: str, data: bytes, old_output: bytes, old_extra: dict, device: str, seed: int) -> dict[str, Any]:
   """verdict_here in a forked child (compiler complaints silenced); a child that died is `failed`."""
-  def quiet() -> dict:  # (a candidate the compiler refuses is answered `failed`: its messages are noise here)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    return verdict_here(level, data, old_output, old_extra, device, seed)
-  got = forked(quiet)
+  got = forked(lambda: verdict_here(level, data, old_output, old_extra, device, seed), quiet=True)
   return got if isinstance(got, dict) else {"verdict": "failed", "why": "the judging process died"}
 
 __all__ = ["verdict", "verdict_here", "NUMBER_FAILURES"]
