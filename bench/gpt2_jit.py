@@ -2,7 +2,10 @@
 current device, and torch eager on CUDA when torch with CUDA is installed (the same architecture and
 weights: the functional GPT-2 below, so the logits are compared too).
 
-  TINYSCHED_DEVICE=OPENCL python bench/gpt2_jit.py [--runs 10]
+  TINYSCHED_DEVICE=OPENCL python bench/gpt2_jit.py [--runs 10] [--dtype float16]
+
+--dtype float16 runs both sides in half (our weights cast once; torch's the same values): the model whose matmuls the
+tensor-core kernels take on an NVIDIA GPU (TINYSCHED_TC=0 turns them off, for the side-by-side).
 
 Per call: median of --runs after warm-up, each call synchronized. The jitted output is checked against the unjitted
 one (max abs difference) every call.
@@ -17,11 +20,12 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--runs", type=int, default=10)
   ap.add_argument("--decode", type=int, default=32, help="greedy decode steps with the KV cache after a 16-token prompt (0: skip)")
+  ap.add_argument("--dtype", default="float32", choices=("float32", "float16"))
   a = ap.parse_args()
   from tinysched import Tensor, TinyJit, Device, dtypes
   from tinysched.models.gpt2 import GPT2, GPT2Config, random_gpt2_weights
   c = GPT2Config()
-  model = GPT2(c, random_gpt2_weights(c, seed=0))
+  model = GPT2(c, random_gpt2_weights(c, seed=0), **({"dtype": dtypes.float16} if a.dtype == "float16" else {}))
   dev = Device[Device.DEFAULT]
   def fwd(tok: Tensor) -> Tensor:
     model.cache = []  # fresh KV caches: every call is the same full forward from position 0
@@ -29,7 +33,9 @@ def main() -> None:
   jit = TinyJit(fwd)
   rng = np.random.default_rng(7)
   def tokens() -> Tensor: return Tensor(rng.integers(0, c.vocab_size, (1, 64)).astype(np.int32), dtype=dtypes.int32).realize()
-  outs = unjitted_vs_jit(dev, fwd, jit, tokens, a.runs, f"GPT-2 small 1 x 64 forward, full logits, device {Device.DEFAULT}")
+  tc = os.environ.get("TINYSCHED_TC", "1") != "0" and bool(getattr(dev, "target", None) and dev.target.tensor_cores)
+  outs = unjitted_vs_jit(dev, fwd, jit, tokens, a.runs, f"GPT-2 small 1 x 64 forward in {a.dtype}, full logits, device {Device.DEFAULT}"
+                                                           f" (tensor cores {'on' if tc else 'off'})")
   ids0, ours0 = outs[0]
   prompt = [int(t) for t in rng.integers(0, c.vocab_size, 16)]
   ours_ids = _decode_ours(model, prompt, a.decode, dev) if a.decode else None
@@ -40,7 +46,7 @@ def main() -> None:
     print(f"torch CUDA: not measured ({type(e).__name__}: {str(e)[:80]})")
     return
   torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as fp32, as ours
-  tf = torch_gpt2(torch, model.sd, c, "cuda")
+  tf = torch_gpt2(torch, model.sd, c, "cuda", getattr(torch, a.dtype))
   with torch.no_grad():
     ref = tf(torch.tensor(ids0.numpy(), device="cuda").long()).cpu().numpy()[0]
     ids = torch.randint(0, c.vocab_size, (1, 64), device="cuda")
@@ -48,7 +54,7 @@ def main() -> None:
     ts = []
     for _ in range(a.runs):
       torch.cuda.synchronize(); t0 = time.perf_counter(); tf(ids); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
-  err = float(np.abs(ours0.reshape(ref.shape) - ref).max())
+  err = float(np.abs(ours0.reshape(ref.shape).astype(np.float32) - ref.astype(np.float32)).max())
   print(f"torch {torch.__version__} CUDA eager (same weights, functional GPT-2): median {statistics.median(ts) * 1e3:.2f} ms; "
         f"max |ours - torch| logits = {err:.2e} (logits up to {float(np.abs(ref).max()):.2e})")
   if ours_ids is not None:
@@ -86,17 +92,17 @@ def _decode_ours(model, prompt: list[int], n: int, dev) -> list[int]:
           f"{host / (n - 3) * 1e3:.2f} ms of it the host enqueueing the step's {len(step.recording.launches)} launches)")
   return ids
 
-def torch_gpt2(torch, sd: dict, c, dev: str):
+def torch_gpt2(torch, sd: dict, c, dev: str, dtype=None):
   """GPT-2 in torch.nn.functional on our weights (HF names and Conv1D layouts: x @ W), logits for every position."""
   F = torch.nn.functional
-  W = {k: torch.tensor(v, device=dev) for k, v in sd.items()}
+  W = {k: torch.tensor(v, device=dev).to(dtype or torch.float32) for k, v in sd.items()}
   H, d, eps = c.n_head, c.n_embd, c.layer_norm_epsilon
   def fwd(ids, past: list | None = None):
     """Logits (1, T, vocab). `past`: a list of per-layer (k, v) the call extends (empty: a prefill), or None."""
     T = ids.shape[1]
     p0 = past[0][0].shape[2] if past else 0
     x = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][p0:p0 + T]
-    mask = torch.full((T, p0 + T), float("-inf"), device=dev).triu(p0 + 1)
+    mask = torch.full((T, p0 + T), float("-inf"), device=dev, dtype=x.dtype).triu(p0 + 1)
     for i in range(c.n_layer):
       p = f"transformer.h.{i}."
       h = F.layer_norm(x, (d,), W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)

@@ -83,7 +83,43 @@ def capture_gpu_target(out: Path, root: Path, timeout: float | None, log: Log) -
       raise BaselineError(f"gpu_target: model {m} {'was skipped: ' + r['skipped'] if r.get('skipped') else 'failed: ' + str(r.get('error'))}",
                           "fix the model, or accept the others with --models")
     log(f"    {m} for {TARGET}: done in {r['seconds']}s")
+  _run_code("gpu_target", TC_CODE, "tensor_cores", out, root, timeout, {"TINYSCHED_CAPTURE_LEVELS": "program", "TINYSCHED_DEVICE": "NUMPY",
+                                                                       "TINYSCHED_CAPTURE_TARGET": TARGET})
+  log(f"    tensor-core matmuls for {TARGET}: done")
   return {"model": "gpu_target", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
+
+# fp16 and bf16 matmuls the tensor-core kernels take (tinysched/codegen/tensor_core.py): each operand layout (A and B
+# contiguous along k or along m / n), a batched product, a float32 result, epilogues after the sum (a bias, a scale and
+# ReLU in bfloat16, a residual), and one they refuse (exp: the heuristic's other choice). Small, so the NUMPY
+# interpreter that captures them and the execution check stay fast.
+TC_CODE = """
+import numpy as np
+from tinysched import Tensor
+from tinysched.dtype import dtypes
+rng = np.random.default_rng(0)
+def t(*shape, dt=dtypes.float16): return Tensor(rng.standard_normal(shape).astype(np.float32)).cast(dt).realize()
+a, b, w = t(128, 96), t(96, 256), t(192, 96)
+(a @ b).realize()
+(a @ w.T).realize()
+(t(64, 128).T @ t(64, 128)).realize()
+(t(64, 128, dt=dtypes.bfloat16) @ t(128, 64, dt=dtypes.bfloat16)).realize()
+(t(4, 64, 32) @ t(4, 32, 128)).realize()
+(a.float() @ b.float()).realize()
+(a.cast(dtypes.float16) @ b).float().realize()
+(a @ b + t(256)).realize()
+((t(64, 128, dt=dtypes.bfloat16) @ t(128, 64, dt=dtypes.bfloat16)) * 0.5 + 1).relu().realize()
+x = t(64, 128)
+(x + x @ t(128, 128)).realize()
+(a @ b).exp().realize()
+"""
+
+def _run_code(member: str, code: str, label: str, out: Path, root: Path, timeout: float | None, env: dict[str, str]) -> None:
+  env = {**subprocess_env(root), "TINYSCHED_CAPTURE": str(out.resolve()), "TINYSCHED_CAPTURE_LABEL": label, "TINYSCHED_CAPTURE_STRICT": "1", **env}
+  try: r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+  except subprocess.TimeoutExpired: raise BaselineError(f"{member}: {label} timed out after {timeout}s", "raise --timeout") from None
+  if r.returncode != 0:
+    raise BaselineError(f"{member}: {label} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}",
+                        "fix the code it runs (the error above), or accept the others with --models")
 
 # scheduled only (Tensor.empty holds no data): capture records the kernel and schedule levels without allocating anything
 BIG_INDEX_CODE = """
@@ -98,13 +134,7 @@ Tensor.empty(5, 2**29, dtype=dtypes.int8)[4, 2**29 - 1].contiguous().schedule_wi
 def capture_index_past_2_31(out: Path, root: Path, timeout: float | None, log: Log) -> dict:
   """The `index_past_2_31` member: BIG_INDEX_CODE scheduled with capture on (kernel and schedule levels) into `out`."""
   t0 = time.perf_counter()
-  env = {**subprocess_env(root), "TINYSCHED_CAPTURE": str(out.resolve()), "TINYSCHED_CAPTURE_LABEL": "index_past_2_31",
-         "TINYSCHED_CAPTURE_LEVELS": "kernel,schedule", "TINYSCHED_CAPTURE_STRICT": "1"}
-  try: r = subprocess.run([sys.executable, "-c", BIG_INDEX_CODE], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-  except subprocess.TimeoutExpired: raise BaselineError(f"index_past_2_31: timed out after {timeout}s", "raise --timeout") from None
-  if r.returncode != 0:
-    raise BaselineError(f"index_past_2_31: the kernels could not be scheduled: {(r.stderr.strip().splitlines() or ['?'])[-1]}",
-                        "fix the scheduler (the error above), or accept the others with --models")
+  _run_code("index_past_2_31", BIG_INDEX_CODE, "index_past_2_31", out, root, timeout, {"TINYSCHED_CAPTURE_LEVELS": "kernel,schedule"})
   log(f"    scheduled in {time.perf_counter() - t0:.1f}s")
   return {"model": "index_past_2_31", "ok": True, "seconds": round(time.perf_counter() - t0, 2)}
 

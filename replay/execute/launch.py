@@ -87,6 +87,8 @@ def _unlaunchable(t, device: str, items: list) -> str | None:
     # the renderer enables these extensions exactly when a kernel uses half / double
     if "cl_khr_fp16" in src and not t.has_fp16: return f"{name} uses half precision, which {device} ({t.name}) lacks"
     if "cl_khr_fp64" in src and not t.has_fp64: return f"{name} uses double precision, which {device} ({t.name}) lacks"
+    # tinysched/codegen/tensor_core.py: inline PTX that only an NVIDIA compiler for sm_80 and later builds
+    if "mma.sync" in src and not t.tensor_cores: return f"{name} uses tensor cores (inline PTX mma.sync), which {device} ({t.name}) lacks"
   return None
 
 class BadLaunch(ValueError):

@@ -3,6 +3,9 @@
 A pure function of (ast, target), so the chosen opts can be recorded and replayed. The choices:
 
 GPU (target.is_gpu)
+- a matmul of fp16 or bf16 operands summed in fp32 (tc_match.match), on a target with tensor cores: Opt(TC), 128x128
+  tiles where they make at least one work-group per compute unit, else 64x64 (tensor_core.py); TINYSCHED_TC=0 forbids it
+  (the target then has no tensor cores);
 - matmul-shaped reduce (one reduce axis, two output axes each read by only one of two inputs):
   register tiles of 8x8 outputs per thread (two upcasts of 4 and 2 per axis, the 2 outer to the
   local threads so float4 reads stay conflict-free), 16x16 threads, the reduce unrolled by 8 and
@@ -32,8 +35,8 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.helpers import prod
 from tinysched.codegen.kernel import Kernel, Opt, OptOps, KernelError, KernelOptError, GLOBAL, LOOP
-from tinysched.codegen.target import Target
-from tinysched.codegen import lowerer
+from tinysched.codegen.target import Target, SM80
+from tinysched.codegen import lowerer, tc_match, tensor_core
 
 def _remaining(k: Kernel, axis: int, kind: str) -> int | None:
   s = next(p.size for p in k.parts[axis] if p.kind == kind)
@@ -169,8 +172,26 @@ def _pow2_divisor(n: int, limit: int) -> int:
   while d * 2 <= limit and n % (d * 2) == 0: d *= 2
   return d
 
+TC_TILES = (2, 1)  # tc_match.TILES in order of preference; one that makes fewer work-groups than compute units goes last
+
+def _gpu_tensor_cores(k: Kernel, opts: list[Opt], t: Target) -> bool:
+  if t.tensor_cores != SM80 or isinstance(mt := tc_match.match(k), str): return False
+  groups = lambda tile: (mt.M // tile.bm) * (mt.N // tile.bn) * prod(mt.batch)  # noqa: E731
+  fitting = [a for a in TC_TILES if tc_match.fits(mt, tc_match.TILES[a]) is None]
+  for a in sorted(fitting, key=lambda a: (groups(tc_match.TILES[a]) < t.compute_units, fitting.index(a))):
+    saved = k.state()
+    if _try(k, opts, Opt(OptOps.TC, 0, a)):
+      try:
+        tensor_core.build(k, t)  # the device's limits (work-group size, local memory)
+        return True
+      except tensor_core.TensorCoreError:
+        k.restore(saved)
+        opts.pop()
+  return False
+
 def _gpu(k: Kernel, t: Target) -> list[Opt]:
   opts: list[Opt] = []
+  if k.reduceops and _gpu_tensor_cores(k, opts, t): return opts
   if k.reduceops and (mm := _matmul_axes(k)) is not None and _gpu_matmul(k, opts, mm, t): return opts
   if k.reduceops and (cv := _conv_axes(k)) is not None and _gpu_conv(k, opts, cv, t): return opts
   out_size = prod(s for s in k.full_shape[:k.n_out] if type(s) is int)
@@ -253,6 +274,7 @@ def choose_opts(ast: UOp, target: Target):
       _try(k, opts, Opt(OptOps.UPCAST, cont, 4))
     if target.is_gpu: _locals(k, opts, target, 256)
   else: opts = _gpu(k, target) if target.is_gpu else _cpu(k, target)
+  if opts and opts[0].op is OptOps.TC: return tuple(opts), None  # a template, not a lowering (to_program builds it; _gpu checked it fits)
   if opts:
     try: return tuple(opts), lowerer.lower(Kernel(ast, opts), target)
     except KernelOptError: return (), None  # a device limit (work-group size, local memory): run without opts

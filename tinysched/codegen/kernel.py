@@ -17,6 +17,8 @@ one of those, inserting the new part right inside it:
   GROUP(a, n)   reduce axis a: loop part -> loop/n, group n       (n threads share the reduce, combined through local memory)
   STAGE(b, 0)   input buffer b (DEFINE_GLOBAL number) is copied tile by tile into local memory by the whole
                 work-group, once per iteration of the outermost reduce loop (tiled matmul)
+  TC(0, t)      tensor cores: the whole kernel is a matmul computed by warp-level mma.sync with t-sized tiles
+                (tc_match.py, tensor_core.py); first and alone, and lowered only for a target that has them
 
 Opts are recorded values (`Opt(op, axis, amount)`), applied in order, so a kernel can be rebuilt
 exactly from (ast, opts).
@@ -30,9 +32,10 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, ssimplify
 from tinysched.shape import ShapeTracker
 from tinysched.helpers import prod
+from tinysched.codegen import tc_match
 
 class OptOps(Enum):
-  LOCAL = auto(); UPCAST = auto(); UNROLL = auto(); GROUP = auto(); STAGE = auto()  # noqa: E702
+  LOCAL = auto(); UPCAST = auto(); UNROLL = auto(); GROUP = auto(); STAGE = auto(); TC = auto()  # noqa: E702
   def __repr__(self): return f"OptOps.{self.name}"
 
 @dataclass(frozen=True, order=True)
@@ -86,6 +89,7 @@ class Kernel:
     self._normalize(topo)
     self.parts: list[list[Part]] = [[Part(GLOBAL if i < self.n_out else LOOP, s, i)] for i, s in enumerate(self.full_shape)]
     self.staged: list[int] = []
+    self.tc = 0  # the tensor-core tile (Opt TC's amount), 0: none
     self.applied: list[Opt] = []
     for o in opts: self.apply_opt(o)
 
@@ -188,9 +192,9 @@ class Kernel:
     ps[j:j+1] = [Part(kind_from, size // amount, axis), Part(kind_new, amount, axis)]
 
   # a snapshot of what apply_opt changes: tuples, so the in-place edits of later opts cannot reach it
-  def state(self) -> tuple: return tuple(map(tuple, self.parts)), tuple(self.staged), tuple(self.applied)
+  def state(self) -> tuple: return tuple(map(tuple, self.parts)), tuple(self.staged), tuple(self.applied), self.tc
   def restore(self, snapshot: tuple) -> None:
-    parts, staged, applied = snapshot
+    parts, staged, applied, self.tc = snapshot
     self.parts, self.staged, self.applied = [list(ps) for ps in parts], list(staged), list(applied)
   def apply_opt(self, opt: Opt) -> None:
     """Apply one Opt; on KernelOptError the kernel is unchanged (so heuristics can just try)."""
@@ -204,6 +208,13 @@ class Kernel:
   def _apply_opt(self, opt: Opt) -> None:
     if not isinstance(opt, Opt): raise KernelOptError(f"not an Opt: {opt!r}")
     op, ax, amt = opt.op, opt.axis, opt.amount
+    if self.tc: raise KernelOptError(f"{opt}: no opt applies after TC (the tensor-core kernel fixes the whole schedule)")
+    if op is OptOps.TC:
+      if self.applied: raise KernelOptError(f"{opt}: TC must be the first and only opt")
+      if ax != 0: raise KernelOptError(f"{opt}: TC takes axis 0")
+      if (why := tc_match.check(self, amt)) is not None: raise KernelOptError(f"{opt}: {why}")
+      self.tc = amt
+      return
     if op in (OptOps.LOCAL, OptOps.UPCAST):
       if not 0 <= ax < self.n_out: raise KernelOptError(f"{opt}: output axis {ax} out of range (kernel has {self.n_out}: {self.shape_str()})")
       self._split(ax, GLOBAL, LOCAL if op is OptOps.LOCAL else UPCAST, amt, opt)

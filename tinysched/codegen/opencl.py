@@ -179,6 +179,12 @@ class _Ctx:
     order = list(_HELPERS)
     return [_HELPERS[h].format(n=_lanes(n)) for h, n in sorted(self.helpers, key=lambda k: (order.index(k[0]), k[1]))]
 
+def scalar_helpers(names: tuple[str, ...]) -> list[str]:
+  """The definitions of the scalar `ts_` helpers `names` (and what they call), in the fixed order: for a kernel written
+  outside this renderer that rounds as it does (codegen/tensor_core.py's epilogue)."""
+  want = set(names) | {d for n in names for d in _NEEDS.get(n, ())}  # (membership only: the order is _HELPERS')
+  return [_HELPERS[h].format(n="") for h in _HELPERS if h in want]
+
 def _access(ctx: _Ctx, index: UOp, dt: DType) -> str:
   buf, idx = index.src[0], index.src[1]
   b = ctx.r[buf]
@@ -383,4 +389,4 @@ def render(lw: Lowered, target: Target, shown: dict[UOp, tuple[str, bool]] | Non
     attr = f"__attribute__((reqd_work_group_size({ls[0]}, {ls[1]}, {ls[2]}))) "
   return "\n".join(head + [f"__kernel {attr}void {lw.name}({', '.join(args)}) {{"] + lines + ["}"]) + "\n"
 
-__all__ = ["render", "render_const", "ctype", "opencl_rules", "UnsupportedDTypeError", "float_carried"]
+__all__ = ["render", "render_const", "ctype", "scalar_helpers", "opencl_rules", "UnsupportedDTypeError", "float_carried"]

@@ -10,11 +10,11 @@ from tinysched.dtype import DType
 from tinysched.ops import Ops
 from tinysched.uop import UOp, sint, sym_infer
 from tinysched.cost import ProgramCost, program_cost
-from tinysched.codegen.kernel import Kernel, Opt
+from tinysched.codegen.kernel import Kernel, Opt, KernelOptError
 from tinysched.codegen.target import Target, GENERIC_GPU, device_class
 from tinysched.codegen.lowerer import lower
 from tinysched.codegen.opencl import render
-from tinysched.codegen import heuristic
+from tinysched.codegen import heuristic, tensor_core
 from tinysched import capture_hook
 
 @dataclass(frozen=True)
@@ -39,7 +39,16 @@ def to_program(ast: UOp, opts: Sequence[Opt] | None = None, target: Target = GEN
   if opts is None:
     opts, lw = heuristic.choose_opts(ast, target)
   opts = tuple(opts)
-  if lw is None: lw = lower(Kernel(ast, opts), target)
+  if lw is None:
+    k = Kernel(ast, opts)
+    if k.tc:  # the tensor-core kernel is a template of its own, not a lowering
+      try: tc = tensor_core.build(k, target)
+      except tensor_core.TensorCoreError as e: raise KernelOptError(str(e)) from None
+      prg = Program(tc.name, tc.src, tc.global_size, tc.local_size, tuple(b.dtype.base for b in k.bufs), tuple(k.outbufs), (), opts,
+                    tc.local_mem, tc.cost)
+      report_program(ast, target, prg, given)
+      return prg
+    lw = lower(k, target)
   src = render(lw, target)
   prg = Program(lw.name, src, lw.global_size, lw.local_size, tuple(b.dtype.base for b in lw.bufs), lw.outs, lw.vars, opts, lw.local_mem,
                 program_cost(lw.uops, lw.global_size, len(lw.bufs)))

@@ -16,6 +16,7 @@ from tinysched.codegen.kernel import Kernel, Opt
 from tinysched.codegen.target import Target
 from tinysched.codegen.lowerer import Lowered, LowerState, run_passes
 from tinysched.codegen.opencl import render
+from tinysched.codegen import tensor_core
 
 _ARGUMENTS = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR})  # leaves every kernel shares: never labelled
 
@@ -67,8 +68,11 @@ def trace_lowering(k: Kernel, target: Target) -> tuple[Lowered, dict[UOp, str]]:
 
 def trace_program(ast: UOp, opts: Sequence[Opt], target: Target) -> tuple[str, list[tuple[UOp, str, bool, str]]]:
   """The source `to_program(ast, opts, target)` renders, and per rendered node (program order): (node, its text, whether
-  the text is inlined into a user, the label of the rule or pass that made it)."""
-  lowered, labels = trace_lowering(Kernel(ast, tuple(opts)), target)
+  the text is inlined into a user, the label of the rule or pass that made it). A tensor-core kernel (Opt TC) is a
+  template, not a lowering: its source, and no nodes to name."""
+  k = Kernel(ast, tuple(opts))
+  if k.tc: return tensor_core.build(k, target).src, []
+  lowered, labels = trace_lowering(k, target)
   shown: dict[UOp, tuple[str, bool]] = {}
   src = render(lowered, target, shown)
   return src, [(u, txt, inl, labels.get(u, "?")) for u, (txt, inl) in shown.items() if u.op not in _ARGUMENTS]

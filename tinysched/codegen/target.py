@@ -11,6 +11,7 @@ NVIDIA_LIKE_GPU keeps has_fp16=True (unchanged, so code generated for it is unch
 compiler has half arithmetic but no half math builtins; runtime/opencl.py).
 """
 from __future__ import annotations
+import os
 from dataclasses import dataclass, fields, asdict, replace
 from typing import Any
 
@@ -27,13 +28,17 @@ class Target:
   max_alloc: int = 1 << 30             # CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes
   is_gpu: bool = True
   compute_units: int = 1
+  tensor_cores: str = ""               # the matrix instructions codegen may use (codegen/tensor_core.py SM80), "" none
 
+  # Fields added after captures existed are left out of both forms while they hold their default, so every capture made
+  # before them keeps its key (a program-level input holds the target's dict).
+  def _shown(self) -> list[str]: return [f.name for f in fields(self) if f.name not in _OPTIONAL or getattr(self, f.name) != _OPTIONAL[f.name]]
   def stable_repr(self) -> str:
-    return "Target(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)) + ")"
+    return "Target(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self._shown()) + ")"
   def to_dict(self) -> dict[str, Any]:
     d = asdict(self)
     d["max_work_item_sizes"] = list(self.max_work_item_sizes)
-    return d
+    return {n: d[n] for n in self._shown()}
   @staticmethod
   def from_dict(d: dict[str, Any]) -> Target:
     known = {f.name for f in fields(Target)}
@@ -42,6 +47,15 @@ class Target:
     kw = dict(d)
     if "max_work_item_sizes" in kw: kw["max_work_item_sizes"] = tuple(kw["max_work_item_sizes"])
     return Target(**kw)
+
+_OPTIONAL: dict[str, Any] = {"tensor_cores": ""}
+SM80 = "sm80"  # tensor_cores: mma.sync m16n8k16 fp16/bf16 -> fp32, ldmatrix and cp.async (NVIDIA compute capability 8.0 on)
+
+# TINYSCHED_TC=0 forbids tensor cores: every Target a device or a name gives then has none (read when one is made)
+def tensor_cores_allowed() -> bool:
+  raw = os.environ.get("TINYSCHED_TC", "1")
+  if raw not in ("0", "1"): raise ValueError(f"TINYSCHED_TC={raw!r}: use 1 (tensor cores where the device has them, the default) or 0 (never)")
+  return raw == "1"
 
 # *** the class of a device: the limits code generation can tell apart ***
 # A device reports its limits in full (PoCL: 2 MiB of local memory on one build, 1 MiB on another; 4096 or 8192
@@ -74,7 +88,8 @@ GENERIC_CPU = device_class(Target(name="generic-cpu", max_work_group_size=4096, 
 POCL_CPU = device_class(Target(name="pocl-cpu", vendor="The pocl project", max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096),
                                local_mem_size=2 << 20, has_fp16=False, has_fp64=True, max_alloc=1 << 30, is_gpu=False, compute_units=2))
 NVIDIA_LIKE_GPU = Target(name="nvidia-like-gpu", vendor="NVIDIA Corporation", max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
-                         local_mem_size=49152, has_fp16=True, has_fp64=True, max_alloc=1 << 34, is_gpu=True, compute_units=132)
+                         local_mem_size=49152, has_fp16=True, has_fp64=True, max_alloc=1 << 34, is_gpu=True, compute_units=132,
+                         tensor_cores=SM80)
 # the registry: name -> Target (insertion order is the order names are listed in)
 TARGETS: dict[str, Target] = {t.name: t for t in (POCL_CPU, NVIDIA_LIKE_GPU, GENERIC_GPU, GENERIC_CPU)}
 
@@ -85,7 +100,8 @@ class UnknownTargetError(KeyError):
 def named_target(name: str) -> Target:
   """TARGETS[name], or UnknownTargetError naming `name` and every known name."""
   if name not in TARGETS: raise UnknownTargetError(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}")
-  return TARGETS[name]
+  t = TARGETS[name]
+  return t if tensor_cores_allowed() else replace(t, tensor_cores="")
 
-__all__ = ["Target", "CLASS_LIMITS", "device_class",
+__all__ = ["Target", "CLASS_LIMITS", "tensor_cores_allowed", "SM80", "device_class",
            "GENERIC_GPU", "GENERIC_CPU", "POCL_CPU", "NVIDIA_LIKE_GPU", "TARGETS", "named_target", "UnknownTargetError"]

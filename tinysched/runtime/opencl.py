@@ -46,7 +46,7 @@ from tinysched.ops import Ops
 from tinysched.uop import UOp
 from tinysched.device import Backend, Buffer, DeviceError, Device
 from tinysched.runtime import interpreter
-from tinysched.codegen.target import Target
+from tinysched.codegen.target import Target, SM80, tensor_cores_allowed
 from tinysched.codegen.kernel import Opt
 from tinysched.codegen.program import Program
 from tinysched.codegen.program_cache import cached_program
@@ -222,13 +222,65 @@ def _probe_here(d) -> bool | None:
 
 def target_of(d) -> Target:
   """The Target of a pyopencl device. has_fp16: cl_khr_fp16 is listed, else `probe_fp16` (without it, half is rendered
-  as storage with float arithmetic: codegen/opencl.py)."""
+  as storage with float arithmetic: codegen/opencl.py). tensor_cores: `probe_tensor_cores` on an NVIDIA GPU, unless
+  TINYSCHED_TC=0 forbids them."""
   ext = d.extensions.split()
   has_fp16 = "cl_khr_fp16" in ext or probe_fp16(d)
+  tc = SM80 if tensor_cores_allowed() and "NVIDIA" in d.vendor.upper() and _is_gpu(d) and probe_tensor_cores(d) else ""
   return Target(name=d.name.strip(), vendor=d.vendor.strip(), driver_version=d.driver_version.strip(),
                 max_work_group_size=int(d.max_work_group_size), max_work_item_sizes=tuple(int(x) for x in d.max_work_item_sizes),
                 local_mem_size=int(d.local_mem_size), has_fp16=has_fp16, has_fp64="cl_khr_fp64" in ext,
-                max_alloc=int(d.max_mem_alloc_size), is_gpu=_is_gpu(d), compute_units=int(d.max_compute_units))
+                max_alloc=int(d.max_mem_alloc_size), is_gpu=_is_gpu(d), compute_units=int(d.max_compute_units), tensor_cores=tc)
+
+# What the tensor-core kernels use (codegen/tensor_core.py): cp.async into local memory, ldmatrix with and without .trans,
+# mma.sync m16n8k16 in f16 and bf16. One warp multiplies a 16x16 identity A by a 16x8 B (k*8+n, exact in half): C must be
+# B. A driver that builds this but computes something else (or lacks sm_80) gets no tensor cores.
+_TC_PROBE = r"""
+__kernel __attribute__((reqd_work_group_size(32, 1, 1))) void ts_tc_probe(__global const ushort* b, __global float* c) {
+  __local ushort As[16 * 24] __attribute__((aligned(16)));
+  __local ushort Bs[16 * 16] __attribute__((aligned(16)));
+  int lane = get_local_id(0), g = lane >> 2, t = lane & 3;
+  for (int i = lane; i < 16 * 24; i += 32) As[i] = (i / 24 == i % 24) ? 0x3C00 : 0;
+  if (lane < 16) {
+    __local ushort* dst = Bs + lane * 16;  // row k: 8 values, padded to 16
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((uint)(size_t)dst), "l"(b + lane * 8));
+  }
+  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.wait_group 0;");
+  barrier(CLK_LOCAL_MEM_FENCE);
+  uint a0, a1, a2, a3, b0, b1, z = 0;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+               : "r"((uint)(size_t)As + ((lane & 15) * 24 + (lane >> 4) * 8) * 2));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b0), "=r"(b1)
+               : "r"((uint)(size_t)Bs + ((lane & 15) * 16) * 2));
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3]) : "r"(z), "r"(z), "r"(z), "r"(z), "r"(z), "r"(z));
+  for (int i = 0; i < 4; i++) c[((g + (i >> 1) * 8) * 8 + t * 2 + (i & 1))] = d[i] + e[i];
+}
+"""
+
+@functools.lru_cache(None)
+def probe_tensor_cores(d) -> bool:
+  """Whether device `d` builds the tensor-core instructions and computes the probe's product right (_TC_PROBE). Asked
+  only of NVIDIA GPUs (target_of), whose compiler reports a failed build as an error rather than exiting."""
+  try:
+    ctx = cl.Context([d])
+    q = cl.CommandQueue(ctx, d)
+    with warnings.catch_warnings(), _quiet_stderr():
+      warnings.simplefilter("ignore")
+      prg = cl.Program(ctx, _TC_PROBE).build()
+    bvals = (np.arange(16 * 8).reshape(16, 8)).astype(np.float16)
+    mf = cl.mem_flags
+    bb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bvals.view(np.uint16))
+    out = np.full(16 * 8, -1.0, np.float32)
+    cb = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=out)
+    prg.ts_tc_probe(q, (32,), (32,), bb, cb)
+    cl.enqueue_copy(q, out, cb, is_blocking=True)
+  except Exception: return False  # noqa: BLE001  (no sm_80 instructions, or a driver that cannot run them: no tensor cores)
+  return out.tolist() == bvals.astype(np.float32).reshape(-1).tolist()
 
 # *** memory ***
 

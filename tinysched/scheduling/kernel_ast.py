@@ -318,6 +318,7 @@ NOT_READ: dict[str, str] = {
   "tinysched.codegen.program": "to_program: lowering and rendering of a finished kernel",
   "tinysched.codegen.program_cache": "the disk cache of to_program (it checks the code it keys on itself)",
   "tinysched.codegen.provenance": "labels a rendered program's nodes for replay",
+  "tinysched.codegen.tensor_core": "renders the tensor-core kernel of a finished kernel (Opt TC)",
 }
 # (lazy.py and device.py are read although only build_big_graph runs them, anew at every schedule, as tensor.py's code:
 # they are the path from the lazy graph to the big graph, and cost ~170 values)

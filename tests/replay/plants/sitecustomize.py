@@ -201,11 +201,18 @@ def _mul_one_doubles():
   SYM.symbolic = PatternMatcher([(p, (lambda x: UOp(Ops.ADD, x.dtype, (x, x))) if n == "mul_one_float" else f, n)
                                  for p, f, n, _ in SYM.symbolic.rules], name="symbolic")
 
+def _tc_fragment_swapped():
+  # codegen, tensor cores: A's fragments read with the wrong ldmatrix mode for their local layout, so each 8x8 block of A
+  # reaches mma with its rows and columns swapped (issue 44's planted layout bug). Renders and builds; wrong numbers
+  from tinysched.codegen import tensor_core as TC
+  TC.a_ldmatrix_trans = lambda rows_k: not rows_k
+
 PLANTS = {"heuristic": _heuristic_drops_last_opt, "gpu_local": _gpu_half_work_group, "launch": _launch_drops_last_group, "fmin": _max_renders_fmin,
           "mask": _mask_lower_bound_off_by_one, "can_pad": _pad_over_unsafe_ops,
           "double": _double_constants, "swap": _swap_commutative, "swap_pair": _swap_pair, "stores_twice": _stores_twice,
           "set_order": _set_order, "bf16_truncate": _bf16_store_truncates,
-          "renders_twice": _renders_twice, "flops_inflated": _flops_inflated, "lt_edge": _lt_edge, "mul_one": _mul_one_doubles}
+          "renders_twice": _renders_twice, "flops_inflated": _flops_inflated, "lt_edge": _lt_edge, "mul_one": _mul_one_doubles,
+          "tc_fragment": _tc_fragment_swapped}
 
 if (_name := os.environ.get("TINYSCHED_TEST_PLANT")):
   PLANTS[_name]()

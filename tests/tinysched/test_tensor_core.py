@@ -1,0 +1,238 @@
+"""The tensor-core Opt (tinysched/codegen/tensor_core.py): which kernels and targets get it, how it is recorded and refused,
+and its data movement checked on this CPU machine by a model of the PTX instructions it uses.
+
+The model (`simulate`) reads the rendered source itself: the tile copies into local memory, ldmatrix's row addresses and
+`.trans` flags, mma's operands and the epilogue's stores are taken from the OpenCL C text and evaluated (their index
+expressions are C integer arithmetic that Python evaluates alike), and the instructions follow their definitions in
+NVIDIA's PTX ISA (fragment layouts of mma.m16n8k16 and ldmatrix.m8n8), written here independently of the code generator.
+So a wrong fragment layout, a copy that swizzles differently from the reads, or a wrong store index is caught without a
+GPU; the GPU run (bench/tc_codegen.py, tests/replay/test_tc_gpu.py) checks the rest: the driver, cp.async and the stages.
+"""
+from __future__ import annotations
+import dataclasses, os, re, subprocess, sys
+from pathlib import Path
+import numpy as np
+import pytest
+from tinysched import Tensor
+from tinysched.dtype import dtypes
+from tinysched.ops import Ops
+from tinysched.codegen import to_program, Kernel, KernelOptError, tensor_core, tc_match
+from tinysched.codegen.kernel import Opt, OptOps
+from tinysched.codegen.heuristic import default_opts
+from tinysched.codegen.target import NVIDIA_LIKE_GPU, POCL_CPU, GENERIC_GPU, Target, named_target
+
+ROOT = Path(__file__).resolve().parents[2]
+TC = lambda a: Opt(OptOps.TC, 0, a)  # noqa: E731
+
+def ast_of(out: Tensor):
+  return [s for s in out.schedule() if s.ast.op is Ops.SINK][-1].ast
+
+def mm(M=128, K=64, N=128, dt=dtypes.float16, at=False, bt=False, batch=0):
+  pre = (batch,) if batch else ()
+  a = Tensor.empty(*pre, *((K, M) if at else (M, K)), dtype=dt)
+  b = Tensor.empty(*pre, *((N, K) if bt else (K, N)), dtype=dt)
+  return ast_of((a.transpose(-1, -2) if at else a) @ (b.transpose(-1, -2) if bt else b))
+
+# *** which kernels, which targets ***
+
+def test_the_heuristic_picks_tensor_cores_only_on_a_target_that_has_them():
+  ast = mm(256, 64, 256)
+  assert default_opts(ast, NVIDIA_LIKE_GPU)[0].op is OptOps.TC
+  for t in (POCL_CPU, GENERIC_GPU, dataclasses.replace(NVIDIA_LIKE_GPU, tensor_cores="")):
+    assert all(o.op is not OptOps.TC for o in default_opts(ast, t)), t.name
+  with pytest.raises(KernelOptError, match="no tensor cores"):
+    to_program(ast, [TC(2)], POCL_CPU)  # forced on a CPU: refused, naming why
+
+def test_tensor_cores_are_forbidden_by_TINYSCHED_TC_0():
+  code = "from tinysched.codegen.target import named_target; print(repr(named_target('nvidia-like-gpu').tensor_cores))"
+  run = lambda v: subprocess.run([sys.executable, "-c", code], env={**os.environ, "TINYSCHED_TC": v}, capture_output=True, text=True, cwd=ROOT)  # noqa: E731
+  assert run("0").stdout.strip() == "''" and run("1").stdout.strip() == "'sm80'"
+  bad = run("yes")
+  assert bad.returncode != 0 and "TINYSCHED_TC='yes'" in bad.stderr
+
+def test_a_target_without_tensor_cores_keeps_its_capture_key():
+  # program-level inputs hold the target's dict: a field added later must not re-key every capture made before it
+  assert "tensor_cores" not in POCL_CPU.to_dict() and "tensor_cores" not in POCL_CPU.stable_repr()
+  assert NVIDIA_LIKE_GPU.to_dict()["tensor_cores"] == "sm80"
+  for t in (POCL_CPU, NVIDIA_LIKE_GPU): assert Target.from_dict(t.to_dict()) == t
+  assert named_target("nvidia-like-gpu").tensor_cores == "sm80"
+
+@pytest.mark.parametrize("make,why", [
+  (lambda: mm(dt=dtypes.float32), "not both float16"),
+  (lambda: ast_of((Tensor.empty(128, 64, dtype=dtypes.float16) @ Tensor.empty(64, 128, dtype=dtypes.float16)).exp()), "epilogue with EXP2"),
+  (lambda: ast_of(Tensor.empty(128, 64, dtype=dtypes.float16) @ Tensor.empty(64, 128, dtype=dtypes.float16)
+                  + Tensor.empty(128, 127, dtype=dtypes.float16).pad(((0, 0), (0, 1)))),
+   "epilogue load through a masked"),
+  (lambda: mm(M=96), "do not divide"),
+  (lambda: mm(K=48), "do not divide"),
+  (lambda: ast_of(Tensor.empty(1, 16, 64, 64, dtype=dtypes.float16).conv2d(Tensor.empty(64, 16, 3, 3, dtype=dtypes.float16), padding=1)),
+   "reduce axes"),
+])
+def test_what_tensor_cores_refuse_is_named(make, why):
+  with pytest.raises(KernelOptError, match=why): Kernel(make(), [TC(2)])
+
+def test_a_bias_and_relu_after_the_sum_are_an_epilogue_rounded_like_the_renderer():
+  a, w, b = Tensor.empty(64, 128, dtype=dtypes.float16), Tensor.empty(256, 128, dtype=dtypes.float16), Tensor.empty(256, dtype=dtypes.float16)
+  p = to_program(ast_of(((a @ w.T + b) * 0.5).relu()), None, NVIDIA_LIKE_GPU)
+  assert p.opts == (TC(1),) and len(p.buf_dtypes) == 4
+  # each half result of +, * and the cast of the sum is rounded to half where the AST computes it, not once at the store
+  assert p.src.count("ts_half_round(") == 3 * 4 + 1 and "vload_half(ebase0" in p.src
+
+def test_tc_comes_first_and_alone():
+  ast = mm(256, 64, 256)
+  with pytest.raises(KernelOptError, match="first and only"): Kernel(ast, [Opt(OptOps.UPCAST, 0, 4), TC(2)])
+  with pytest.raises(KernelOptError, match="after TC"): Kernel(ast, [TC(2), Opt(OptOps.UPCAST, 0, 4)])
+  with pytest.raises(KernelOptError, match="not one of"): Kernel(ast, [TC(5)])
+  with pytest.raises(KernelOptError, match="axis 0"): Kernel(ast, [Opt(OptOps.TC, 1, 2)])
+  assert Opt.from_tuple(TC(2).to_tuple()) == TC(2)
+
+def test_rendering_is_the_same_in_every_process():
+  code = ("from tinysched import Tensor; from tinysched.dtype import dtypes; from tinysched.codegen import to_program;"
+          "from tinysched.codegen.target import NVIDIA_LIKE_GPU; import hashlib;"
+          "a = Tensor.empty(4, 128, 64, dtype=dtypes.bfloat16); b = Tensor.empty(4, 256, 64, dtype=dtypes.bfloat16);"
+          "s = (a @ b.transpose(-1, -2)).schedule(); p = to_program(s[-1].ast, None, NVIDIA_LIKE_GPU);"
+          "print(p.opts, hashlib.sha256(p.src.encode()).hexdigest())")
+  outs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout for seed in ("1", "2")}
+  assert len(outs) == 1 and "TC" in outs.pop()
+
+# *** the data movement, on a model of the PTX instructions ***
+
+def _c(expr: str) -> str:
+  """A C integer expression of the template as Python: casts dropped, / on non-negative ints is //. The operators it
+  uses (* / % + - >> & ^) have the same relative precedence in both languages."""
+  return re.sub(r"\((?:int|long|uint|size_t)\)", "", expr).replace("/", "//")
+
+def _ev(expr: str, env: dict) -> int: return int(eval(_c(expr), {}, env))  # noqa: S307  (our own rendered text)
+
+def _ldmatrix(mem: np.ndarray, addrs: list[int], trans: bool) -> list[list[tuple[float, float]]]:
+  """ldmatrix.m8n8.x4.b16: lanes 8j..8j+7 give the row addresses of matrix j (8 halves a row); lane l gets from each
+  matrix the pair (row l/4, columns 2(l%4), +1), or with .trans the pair (rows 2(l%4), +1, column l/4)."""
+  mats = [np.stack([mem[addrs[8 * j + r]: addrs[8 * j + r] + 8] for r in range(8)]) for j in range(4)]
+  out = []
+  for lane in range(32):
+    q, p = lane // 4, 2 * (lane % 4)
+    out.append([(m[p, q], m[p + 1, q]) if trans else (m[q, p], m[q, p + 1]) for m in mats])
+  return out
+
+def _mma(a: list, b: list, acc: list) -> None:
+  """mma.m16n8k16.row.col: lane (g, t) = (l/4, l%4) holds A's (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..) in its four
+  registers, B's (2t.., g) and (2t+8.., g) in two, and D's (g, 2t..) and (g+8, 2t..)."""
+  A, B = np.zeros((16, 16)), np.zeros((16, 8))
+  for lane in range(32):
+    g, t = lane // 4, lane % 4
+    for reg, (r, c) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))): A[r, c:c + 2] = a[lane][reg]
+    for reg, k in enumerate((2 * t, 2 * t + 8)): B[k:k + 2, g] = b[lane][reg]
+  D = A @ B
+  for lane in range(32):
+    g, t = lane // 4, lane % 4
+    acc[lane] += np.array([D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]])
+
+def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int, k_total: int) -> np.ndarray:
+  """Run a one-stage tensor-core kernel (Tile stages=1) for one work-group at (bm, bn) = (0, 0), batch 0, on the model."""
+  lines = [x.strip() for x in src.splitlines()]
+  T = int(re.search(r"reqd_work_group_size\((\d+)", src)[1])  # type: ignore[index]
+  decl = {m[1]: np.zeros(int(m[2])) for m in re.finditer(r"__local ushort (As|Bs)\[(\d+)\]", src)}
+  wline = next(x for x in lines if x.startswith("const int wm ="))
+  acc_shape = tuple(int(x) for x in re.search(r"float acc\[(\d+)\]\[(\d+)\]", src).groups())  # type: ignore[union-attr]
+  MI, NI = acc_shape
+  # the copies: (loop count, index line, src line, dst line) per operand, from the k loop's body
+  copies = []
+  for i, x in enumerate(lines):
+    if (m := re.match(r"for \(int i = 0; i < (\d+); i\+\+\) \{", x)) and "tid + i" in lines[i + 1]:
+      copies.append((int(m[1]), lines[i + 1], lines[i + 2], lines[i + 3]))
+  lds = [re.search(r'x4(\.trans)?\.shared\.b16 .*: "=r"\((\w+)\[(\d+)\]\[(\d+)\]\), "=r"\(\w+\[(\d+)\]\[(\d+)\]\), "=r"\(\w+\[(\d+)\]\[(\d+)\]\), '
+                   r'"=r"\(\w+\[(\d+)\]\[(\d+)\]\) : "r"\((sA|sB) \+ \((.*)\) \* 2\)\);', x) for x in lines if "ldmatrix" in x]
+  assert 'asm("mma.sync' in src and '"r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1])' in src
+  stores = []  # (accumulator element, index expression) of the epilogue's four stores
+  for x in lines:
+    if (m := re.match(r"vstore_half_rte\(acc\[i\]\[j\]\[(\d)\], (.*), data\d+\);", x)): stores.append((int(m[1]), m[2]))
+    elif (m := re.match(r"data\d+\[(cbase \+ .*)\] = .*acc\[i\]\[j\]\[(\d)\]", x)): stores.append((int(m[2]), m[1]))
+  assert len(stores) == 4
+  base = {"abase": 0, "bbase": 0, "cbase": 0, "bm": 0, "bn": 0}
+  out = np.full(out_size, np.nan)
+  accs = {}
+  for kt in range(k_total // tc_match.BK):
+    for name in decl: decl[name][:] = np.nan
+    for count, idx_line, src_line, dst_line in copies:
+      for tid in range(T):
+        for i in range(count):
+          env = {**base, "tid": tid, "i": i, "kt": kt}
+          for part in idx_line.removeprefix("int ").rstrip(";").split(", "):
+            k, v = part.split(" = ")
+            env[k] = _ev(v, env)
+          if src_line.startswith("__global"):  # 16-byte chunks
+            buf, s_expr = re.match(r"__global const ushort\* src = \(\(__global const ushort\*\)data(\d+)\) \+ (.*);", src_line).groups()  # type: ignore[union-attr]
+            name, d_expr = re.match(r"__local ushort\* dst = (As|Bs) \+ (.*);", dst_line).groups()  # type: ignore[union-attr]
+            s0, d0 = _ev(s_expr, env), _ev(d_expr, env)
+            decl[name][d0:d0 + 8] = bufs[int(buf)][s0:s0 + 8]
+          else:  # element by element
+            name, d_expr, buf, s_expr = re.match(r"(As|Bs)\[(.*)\] = \(\(__global const ushort\*\)data(\d+)\)\[(.*)\];", src_line).groups()  # type: ignore[union-attr]
+            decl[name][_ev(d_expr, env)] = bufs[int(buf)][_ev(s_expr, env)]
+    for warp in range(T // 32):
+      wenv = {"warp": warp}
+      for part in wline.removeprefix("const int ").rstrip(";").split(", "):
+        k, v = part.split(" = ")
+        wenv[k] = _ev(v, wenv)
+      acc = accs.setdefault(warp, np.zeros((MI, NI, 32, 4)))
+      for kk in range(0, tc_match.BK, 16):
+        regs: dict[str, dict] = {"af": {}, "bf": {}}
+        for m in lds:
+          trans, arr, mem, expr = bool(m[1]), m[2], decl["As" if m[11] == "sA" else "Bs"], m[12]
+          got = _ldmatrix(mem, [_ev(expr, {**wenv, "kk": kk, "lane": lane}) for lane in range(32)], trans)
+          for j in range(4): regs[arr][(int(m[3 + 2 * j]), int(m[4 + 2 * j]))] = [got[lane][j] for lane in range(32)]
+        for i in range(MI):
+          for j in range(NI):
+            a = [[regs["af"][(i, r)][lane] for r in range(4)] for lane in range(32)]
+            b = [[regs["bf"][(j, r)][lane] for r in range(2)] for lane in range(32)]
+            _mma(a, b, acc[i, j])
+      mline = next(x for x in lines if x.startswith("const int m = "))
+      for i in range(MI):
+        for j in range(NI):
+          for lane in range(32):
+            env = {**base, **wenv, "i": i, "j": j, "g": lane // 4, "t": lane % 4}
+            for part in mline.removeprefix("const int ").rstrip(";").split(", "):
+              k, v = part.split(" = ")
+              env[k] = _ev(v, env)
+            for e, expr in stores: out[_ev(expr, env)] = acc[i, j, lane, e]
+  return out
+
+LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
+
+def _check_layout(at: bool, bt: bool, tile: tc_match.Tile, planted: bool = False) -> float:
+  M, N, K = tile.bm, tile.bn, 64
+  ast = mm(M, K, N, at=at, bt=bt)
+  k = Kernel(ast, [TC(2)])
+  mt = tc_match.match(k)
+  assert not isinstance(mt, str)
+  src = tensor_core.render(k, mt, dataclasses.replace(tile, stages=1), "tc_model")
+  rng = np.random.default_rng(0)
+  A, B = rng.integers(-3, 4, (M, K)).astype(np.float64), rng.integers(-3, 4, (K, N)).astype(np.float64)
+  bufs = {mt.a.buf: (A.T if at else A).reshape(-1).copy(), mt.b.buf: (B.T if bt else B).reshape(-1).copy()}
+  got = simulate(src, bufs, mt.c.buf, M * N, K)
+  return float(np.abs(got - (A @ B).reshape(-1)).max())
+
+@pytest.mark.parametrize("at,bt", LAYOUTS)
+@pytest.mark.parametrize("tile", [2, 3], ids=["padded", "swizzled"])
+def test_the_kernel_moves_the_right_numbers_to_the_tensor_cores(at, bt, tile):
+  # every operand layout ([m][k] and [k][m] for A, [k][n] and [n][k] for B), padded and swizzled local memory
+  assert _check_layout(at, bt, tc_match.TILES[tile]) == 0
+
+def test_the_model_catches_the_planted_fragment_layout(monkeypatch):
+  # the plant of tests/replay/plants (tc_fragment): A read with the other ldmatrix mode, rows and columns swapped
+  monkeypatch.setattr(tensor_core, "a_ldmatrix_trans", lambda rows_k: not rows_k)
+  for at in (False, True): assert _check_layout(at, False, tc_match.TILES[2]) > 1
+
+def test_a_strided_operand_is_copied_element_by_element():
+  # neither m nor k contiguous (a slice of every other column): no 16-byte chunks, scalar copies, still right
+  a = Tensor.empty(128, 128, dtype=dtypes.float16)[:, ::2]
+  b = Tensor.empty(64, 128, dtype=dtypes.float16)
+  k = Kernel(ast_of(a @ b), [TC(2)])
+  mt = tc_match.match(k)
+  assert not isinstance(mt, str)
+  src = tensor_core.render(k, mt, dataclasses.replace(tc_match.TILES[2], stages=1), "tc_model")
+  assert "As[(0) *" in src and "cp.async" not in src
+  rng = np.random.default_rng(1)
+  A, B = rng.integers(-3, 4, (128, 128)).astype(np.float64), rng.integers(-3, 4, (64, 128)).astype(np.float64)
+  got = simulate(src, {mt.a.buf: A.reshape(-1), mt.b.buf: B.reshape(-1)}, mt.c.buf, 128 * 128, 64)
+  assert np.abs(got - (A[:, ::2] @ B).reshape(-1)).max() == 0
