@@ -1,7 +1,7 @@
 """On a GPU with tensor cores (an NVIDIA OpenCL device whose compiler takes sm_80's instructions), the execution check
 judges the committed tensor-core kernels (captures/gpu_target.db) against the reference, and a wrong fragment layout
-planted in the code generator (tests/replay/plants, `tc_fragment`: A read with its rows and columns swapped) is caught
-as `wrong`. Skipped where no such device is (the CPU model of tests/tinysched/test_tensor_core.py covers the layout
+planted in the code generator (tests/replay/plants, `tc_fragment`: A read with its rows and columns swapped) is caught:
+the new side off the reference (`mismatch`, as the stored source is right), exit 1. Skipped where no such device is (the CPU model of tests/tinysched/test_tensor_core.py covers the layout
 there). Run on an H100 with `OCL_ICD_VENDORS=/usr/local/nvidia/lib64/libnvidia-opencl.so.1 python -m pytest tests/replay/test_tc_gpu.py`."""
 import json, os, subprocess, sys
 from pathlib import Path
@@ -33,11 +33,15 @@ def test_tensor_core_kernels_replay_equivalent_on_the_gpu(tmp_path):
   rc, rep, out = run_check(tmp_path, None)
   assert rc == 0, out
   assert set(rep["summary"]["exec"]) <= {"equivalent", "skipped"}, out
-  assert rep["summary"]["exec"].get("equivalent", 0) >= 150, out  # the tensor-core rows ran, not skipped
+  ran = [r for r in rep["results"] if r["label"] == "tensor_cores" and r["exec"] and r["exec"]["verdict"] == "equivalent"]
+  assert len(ran) >= 9, out  # the 9 tensor-core kernels ran (measured on an H100: 12 rows of the label; the 11 skipped are
+  # other kernels rendered with native half, which NVIDIA's OpenCL lacks)
 
 def test_a_swapped_fragment_layout_is_wrong_on_the_gpu(tmp_path):
+  # measured on an H100: 9 changed rows, each `mismatch` (old and new differ: that verdict comes first) with the new side
+  # off the reference by a relative error of 0.12-0.32, exit 1
   rc, rep, out = run_check(tmp_path, "tc_fragment")
   assert rc == 1, out
-  bad = [r for r in rep["results"] if r["exec"] and r["exec"]["verdict"] in ("wrong", "mismatch")]
-  assert bad and all(r["exec"]["wrong_sides"] == ["new"] for r in bad), out  # the stored source (old) is right
-  assert rep["summary"]["exec"].get("wrong", 0) + rep["summary"]["exec"].get("mismatch", 0) >= 9, out
+  changed = [r for r in rep["results"] if r["outcome"] == "changed"]
+  assert len(changed) >= 9 and all(r["label"] == "tensor_cores" for r in changed), out  # only tensor-core sources change
+  assert all(r["exec"]["verdict"] in ("wrong", "mismatch") and r["exec"]["wrong_sides"] == ["new"] for r in changed), out
