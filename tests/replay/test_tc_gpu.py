@@ -1,8 +1,9 @@
 """On a GPU with tensor cores (an NVIDIA OpenCL device whose compiler takes sm_80's instructions), the execution check
 judges the committed tensor-core kernels (captures/gpu_target.db) against the reference, and a wrong fragment layout
-planted in the code generator (tests/replay/plants, `tc_fragment`: A read with its rows and columns swapped) is caught:
-the new side off the reference (`mismatch`, as the stored source is right), exit 1. Skipped where no such device is (the CPU model of tests/tinysched/test_tensor_core.py covers the layout
-there). Run on an H100 with `OCL_ICD_VENDORS=/usr/local/nvidia/lib64/libnvidia-opencl.so.1 python -m pytest tests/replay/test_tc_gpu.py`."""
+planted in the code generator (tests/replay/plants, `tc_fragment`: A read with its rows and columns swapped) is
+caught: the new side off the reference (`mismatch`, as the stored source is right), exit 1. Skipped where no such
+device is (the CPU model of tests/tinysched/test_tensor_core.py covers the layout there). Run on an H100 with
+`OCL_ICD_VENDORS=/usr/local/nvidia/lib64/libnvidia-opencl.so.1 python -m pytest tests/replay/test_tc_gpu.py`."""
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
