@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tinysched import Tensor
-from tinysched.dtype import dtypes
+from tinysched.dtype import dtypes, bf16_round
 from tinysched.ops import Ops
 from tinysched.codegen import to_program, Kernel, KernelOptError, tensor_core, tc_match
 from tinysched.codegen.kernel import Opt, OptOps
@@ -128,6 +128,45 @@ def _mma(a: list, b: list, acc: list) -> None:
     g, t = lane // 4, lane % 4
     acc[lane] += np.array([D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]])
 
+def _stores(lines: list[str]) -> list[tuple[int, list[tuple[str, str]], str, str, str]]:
+  """The epilogue's four stores: (accumulator element, its statements (name, C expression), the stored value, the index,
+  the output format: half, bf16 or float)."""
+  out, i = [], next(n for n, x in enumerate(lines) if x.startswith("const int m = "))
+  while i < len(lines):
+    x = lines[i]
+    e, stmts = None, []
+    if (m := re.match(r"\{ const float v = acc\[i\]\[j\]\[(\d)\];", x)):
+      e, i = int(m[1]), i + 1
+      while (d := re.match(r"float (e\d+) = (.*);", lines[i])):
+        stmts.append((d[1], d[2]))
+        i += 1
+      x = lines[i]
+    if (m := re.match(r"vstore_half_rte\((.*?), (cbase \+ .*), data\d+\);", x)): val, at, kind = m[1], m[2], "half"
+    elif (m := re.match(r"data\d+\[(cbase \+ .*?)\] = ts_bf16_bits\((.*)\);", x)): val, at, kind = m[2], m[1], "bf16"
+    elif (m := re.match(r"data\d+\[(cbase \+ .*?)\] = (.*);", x)): val, at, kind = m[2], m[1], "float"
+    else:
+      i += 1
+      continue
+    if e is None: e, val = int(re.fullmatch(r"acc\[i\]\[j\]\[(\d)\]", val)[1]), "v"  # type: ignore[index]  # no epilogue
+    out.append((e, stmts, val, at, kind))
+    i += 1
+  assert sorted(x[0] for x in out) == [0, 1, 2, 3], out
+  return out
+
+def _half(x: float) -> float: return float(np.float16(x))
+def _bf16(x: float) -> float: return float(bf16_round(x))
+def _max(a: float, b: float) -> float: return a if (a > b or a != a) else b
+
+def _f(expr: str) -> str:
+  """An epilogue's float C expression as Python over the model's buffers (B[n]: the values the kernel reads)."""
+  expr = re.sub(r"\((?:int|long)\)", "", expr)
+  expr = re.sub(r"vload_half\(([^,]*), data(\d+)\)", r"B[\2][int(\1)]", expr)
+  expr = re.sub(r"as_float\(\(\(uint\)data(\d+)\[([^\]]*)\]\)<<16\)", r"B[\1][int(\2)]", expr)
+  expr = re.sub(r"data(\d+)\[([^\]]*)\]", r"B[\1][int(\2)]", expr)
+  expr = expr.replace("ts_half_round(", "H(").replace("ts_bf16_round(", "BF(")
+  expr = re.sub(r"\(\(\((\w+)\)>\((\w+)\)\|\|\(\1\)!=\(\1\)\)\?\(\1\):\(\2\)\)", r"MX(\1, \2)", expr)
+  return re.sub(r"(\d+\.\d*(?:e[-+]?\d+)?)f\b", r"\1", expr)
+
 def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int, k_total: int) -> np.ndarray:
   """Run a one-stage tensor-core kernel (Tile stages=1) for one work-group at (bm, bn) = (0, 0), batch 0, on the model."""
   lines = [x.strip() for x in src.splitlines()]
@@ -144,12 +183,9 @@ def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int,
   lds = [re.search(r'x4(\.trans)?\.shared\.b16 .*: "=r"\((\w+)\[(\d+)\]\[(\d+)\]\), "=r"\(\w+\[(\d+)\]\[(\d+)\]\), "=r"\(\w+\[(\d+)\]\[(\d+)\]\), '
                    r'"=r"\(\w+\[(\d+)\]\[(\d+)\]\) : "r"\((sA|sB) \+ \((.*)\) \* 2\)\);', x) for x in lines if "ldmatrix" in x]
   assert 'asm("mma.sync' in src and '"r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1])' in src
-  stores = []  # (accumulator element, index expression) of the epilogue's four stores
-  for x in lines:
-    if (m := re.match(r"vstore_half_rte\(acc\[i\]\[j\]\[(\d)\], (.*), data\d+\);", x)): stores.append((int(m[1]), m[2]))
-    elif (m := re.match(r"data\d+\[(cbase \+ .*)\] = .*acc\[i\]\[j\]\[(\d)\]", x)): stores.append((int(m[2]), m[1]))
-  assert len(stores) == 4
+  stores = _stores(lines)
   base = {"abase": 0, "bbase": 0, "cbase": 0, "bm": 0, "bn": 0}
+  ebases = {m[1]: _ev(m[2], {"bz": 0}) for x in lines if (m := re.match(r"const (?:int|long) (ebase\d+) = (.*);", x))}
   out = np.full(out_size, np.nan)
   accs = {}
   for kt in range(k_total // tc_match.BK):
@@ -194,7 +230,11 @@ def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int,
             for part in mline.removeprefix("const int ").rstrip(";").split(", "):
               k, v = part.split(" = ")
               env[k] = _ev(v, env)
-            for e, expr in stores: out[_ev(expr, env)] = acc[i, j, lane, e]
+            for e, stmts, val, idx_expr, kind in stores:
+              fenv = {**env, **ebases, "v": acc[i, j, lane, e], "B": bufs, "H": _half, "BF": _bf16, "MX": _max}
+              for name, expr in stmts: fenv[name] = eval(_f(expr), {}, fenv)  # noqa: S307  (our own rendered text)
+              x = eval(_f(val), {}, fenv)  # noqa: S307
+              out[_ev(idx_expr, env)] = _half(x) if kind == "half" else _bf16(x) if kind == "bf16" else x
   return out
 
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
@@ -222,6 +262,49 @@ def test_the_model_catches_the_planted_fragment_layout(monkeypatch):
   # the plant of tests/replay/plants (tc_fragment): A read with the other ldmatrix mode, rows and columns swapped
   monkeypatch.setattr(tensor_core, "a_ldmatrix_trans", lambda rows_k: not rows_k)
   for at in (False, True): assert _check_layout(at, False, tc_match.TILES[2]) > 1
+
+def _reference(ast, values: dict[int, np.ndarray], out_buf: int, size: int) -> np.ndarray:
+  """The NUMPY interpreter runs the AST on the same values (a bfloat16 buffer holds their bits)."""
+  from tinysched.runtime import interpreter  # (the reference: this test's one use of it)
+  host: list[np.ndarray] = []
+  for u in sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg):
+    dt = u.dtype.base
+    x = np.zeros(size) if u.arg == out_buf else values[u.arg]
+    host.append((x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16) if dt == dtypes.bfloat16 else x.astype(dt.fmt))
+  interpreter.exec_ast(ast, host, {})
+  o = host[out_buf]
+  return (o.astype(np.uint32) << 16).view(np.float32).astype(np.float64) if o.dtype == np.uint16 else o.astype(np.float64)
+
+def _epilogue_errors(dt) -> list[float]:
+  """Per epilogue (a bias, a scale and ReLU, a residual, a float result): the largest difference between the model and
+  the NUMPY interpreter on the same values. Small integers keep every product and sum exact: what is left to differ is
+  what the epilogue does."""
+  x, w, bias, res = (Tensor.empty(*s, dtype=dt) for s in ((64, 64), (64, 64), (64,), (64, 64)))
+  errs = []
+  for out in (((x @ w + bias) * 0.5).relu(), res + x @ w, (x @ w).float() * 3 - 1):
+    ast = ast_of(out)
+    k = Kernel(ast, [TC(1)])
+    mt = tc_match.match(k)
+    assert not isinstance(mt, str) and mt.value is not mt.red
+    src = tensor_core.render(k, mt, dataclasses.replace(tc_match.TILES[1], stages=1), "tc_model")
+    rng = np.random.default_rng(2)
+    size: dict[int, int] = {}  # each input buffer: as many elements as its views reach
+    for u in ast.toposort():
+      if u.op is Ops.LOAD: size[u.src[0].arg] = max(size.get(u.src[0].arg, 0), int(u.src[1].arg.real_size()))
+    values = {i: rng.integers(-3, 4, n).astype(np.float64) for i, n in size.items()}
+    got = simulate(src, values, mt.c.buf, 64 * 64, 64)
+    errs.append(float(np.abs(got - _reference(ast, values, mt.c.buf, 64 * 64)).max()))
+  return errs
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=["half", "bf16"])
+def test_epilogues_compute_what_the_interpreter_computes(dt):
+  assert _epilogue_errors(dt) == [0, 0, 0]
+
+def test_the_model_catches_an_epilogue_reading_the_wrong_element(monkeypatch):
+  orig = tensor_core._load
+  monkeypatch.setattr(tensor_core, "_load", lambda buf, dt, at: orig(buf, dt, f"(({at}) ^ 1)"))  # neighbours swapped
+  errs = _epilogue_errors(dtypes.float16)
+  assert errs[0] > 0 and errs[1] > 0 and errs[2] == 0  # the bias and the residual are loads; the third epilogue has none
 
 def test_a_strided_operand_is_copied_element_by_element():
   # neither m nor k contiguous (a slice of every other column): no 16-byte chunks, scalar copies, still right
