@@ -90,7 +90,7 @@ def capture_gpu_target(out: Path, root: Path, timeout: float | None, log: Log) -
 
 # fp16 and bf16 matmuls the tensor-core kernels take (tinysched/codegen/tensor_core.py): each operand layout (A and B
 # contiguous along k or along m / n), a batched product, a float32 result, epilogues after the sum (a bias, a scale and
-# ReLU in bfloat16, a residual), and one they refuse (exp: the heuristic's other choice). Small, so the NUMPY
+# ReLU in bfloat16, a residual, exp, GELU), and one they refuse (a comparison: the heuristic's other choice). Small, so the NUMPY
 # interpreter that captures them and the execution check stay fast.
 TC_CODE = """
 import numpy as np
@@ -111,6 +111,8 @@ a, b, w = t(128, 96), t(96, 256), t(192, 96)
 x = t(64, 128)
 (x + x @ t(128, 128)).realize()
 (a @ b).exp().realize()
+(a @ b + t(256)).gelu().realize()
+(a @ b > 0).where(a @ b, 0).realize()
 """
 
 def _run_code(member: str, code: str, label: str, out: Path, root: Path, timeout: float | None, env: dict[str, str]) -> None:

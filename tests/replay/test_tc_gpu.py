@@ -35,12 +35,13 @@ def test_tensor_core_kernels_replay_equivalent_on_the_gpu(tmp_path):
   assert rc == 0, out
   assert set(rep["summary"]["exec"]) <= {"equivalent", "skipped"}, out
   ran = [r for r in rep["results"] if r["label"] == "tensor_cores" and r["exec"] and r["exec"]["verdict"] == "equivalent"]
-  assert len(ran) >= 9, out  # the 9 tensor-core kernels ran (measured on an H100: 12 rows of the label; the 11 skipped are
+  # the tensor-core kernels ran (measured on an H100 with 9 of them: 12 rows of the label equivalent; the 11 skipped were
   # other kernels rendered with native half, which NVIDIA's OpenCL lacks)
+  assert len(ran) >= 9, out
 
 def test_a_swapped_fragment_layout_is_wrong_on_the_gpu(tmp_path):
-  # measured on an H100: 9 changed rows, each `mismatch` (old and new differ: that verdict comes first) with the new side
-  # off the reference by a relative error of 0.12-0.32, exit 1
+  # measured on an H100 (the store then held 9 tensor-core kernels): 9 changed rows, each `mismatch` (old and new differ:
+  # that verdict comes first) with the new side off the reference by a relative error of 0.12-0.32, exit 1
   rc, rep, out = run_check(tmp_path, "tc_fragment")
   assert rc == 1, out
   changed = [r for r in rep["results"] if r["outcome"] == "changed"]

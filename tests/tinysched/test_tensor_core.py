@@ -59,7 +59,8 @@ def test_a_target_without_tensor_cores_keeps_its_capture_key():
 
 @pytest.mark.parametrize("make,why", [
   (lambda: mm(dt=dtypes.float32), "not both float16"),
-  (lambda: ast_of((Tensor.empty(128, 64, dtype=dtypes.float16) @ Tensor.empty(64, 128, dtype=dtypes.float16)).exp()), "epilogue with EXP2"),
+  (lambda: ast_of((Tensor.empty(128, 64, dtype=dtypes.float16) @ Tensor.empty(64, 128, dtype=dtypes.float16) > 0).float()),
+   "an epilogue with CAST of float"),  # (a cast of a comparison)
   (lambda: ast_of(Tensor.empty(128, 64, dtype=dtypes.float16) @ Tensor.empty(64, 128, dtype=dtypes.float16)
                   + Tensor.empty(128, 127, dtype=dtypes.float16).pad(((0, 0), (0, 1)))),
    "epilogue load through a masked"),
@@ -153,7 +154,14 @@ def _stores(lines: list[str]) -> list[tuple[int, list[tuple[str, str]], str, str
   assert sorted(x[0] for x in out) == [0, 1, 2, 3], out
   return out
 
-def _half(x: float) -> float: return float(np.float16(x))
+def _f32(fn):  # OpenCL's float functions, in float32 (numpy's may differ from the device's by an ulp: tests allow for it)
+  def f(x: float) -> float:
+    with np.errstate(all="ignore"): return float(fn(np.float32(x)))
+  return f
+_MATH = {"E2": _f32(np.exp2), "L2": _f32(np.log2), "SQ": _f32(np.sqrt), "SN": _f32(np.sin), "RC": _f32(lambda x: np.float32(1) / x)}
+
+def _half(x: float) -> float:
+  with np.errstate(over="ignore"): return float(np.float16(x))  # past half's range: inf, as vstore_half_rte
 def _bf16(x: float) -> float: return float(bf16_round(x))
 def _max(a: float, b: float) -> float: return a if (a > b or a != a) else b
 
@@ -164,6 +172,8 @@ def _f(expr: str) -> str:
   expr = re.sub(r"as_float\(\(\(uint\)data(\d+)\[([^\]]*)\]\)<<16\)", r"B[\1][int(\2)]", expr)
   expr = re.sub(r"data(\d+)\[([^\]]*)\]", r"B[\1][int(\2)]", expr)
   expr = expr.replace("ts_half_round(", "H(").replace("ts_bf16_round(", "BF(")
+  for c_fn, py in (("exp2(", "E2("), ("log2(", "L2("), ("sqrt(", "SQ("), ("sin(", "SN(")): expr = expr.replace(c_fn, py)
+  expr = re.sub(r"\(1\.0f/(\w+)\)", r"RC(\1)", expr)
   expr = re.sub(r"\(\(\((\w+)\)>\((\w+)\)\|\|\(\1\)!=\(\1\)\)\?\(\1\):\(\2\)\)", r"MX(\1, \2)", expr)
   return re.sub(r"(\d+\.\d*(?:e[-+]?\d+)?)f\b", r"\1", expr)
 
@@ -231,7 +241,7 @@ def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int,
               k, v = part.split(" = ")
               env[k] = _ev(v, env)
             for e, stmts, val, idx_expr, kind in stores:
-              fenv = {**env, **ebases, "v": acc[i, j, lane, e], "B": bufs, "H": _half, "BF": _bf16, "MX": _max}
+              fenv = {**env, **ebases, "v": acc[i, j, lane, e], "B": bufs, "H": _half, "BF": _bf16, "MX": _max, **_MATH}
               for name, expr in stmts: fenv[name] = eval(_f(expr), {}, fenv)  # noqa: S307  (our own rendered text)
               x = eval(_f(val), {}, fenv)  # noqa: S307
               out[_ev(idx_expr, env)] = _half(x) if kind == "half" else _bf16(x) if kind == "bf16" else x
@@ -275,13 +285,13 @@ def _reference(ast, values: dict[int, np.ndarray], out_buf: int, size: int) -> n
   o = host[out_buf]
   return (o.astype(np.uint32) << 16).view(np.float32).astype(np.float64) if o.dtype == np.uint16 else o.astype(np.float64)
 
-def _epilogue_errors(dt) -> list[float]:
+def _epilogue_errors(dt, gelu: bool = False) -> list[float]:
   """Per epilogue (a bias, a scale and ReLU, a residual, a float result): the largest difference between the model and
   the NUMPY interpreter on the same values. Small integers keep every product and sum exact: what is left to differ is
   what the epilogue does."""
   x, w, bias, res = (Tensor.empty(*s, dtype=dt) for s in ((64, 64), (64, 64), (64,), (64, 64)))
   errs = []
-  for out in (((x @ w + bias) * 0.5).relu(), res + x @ w, (x @ w).float() * 3 - 1):
+  for out in [(x @ w + bias).gelu()] if gelu else (((x @ w + bias) * 0.5).relu(), res + x @ w, (x @ w).float() * 3 - 1):
     ast = ast_of(out)
     k = Kernel(ast, [TC(1)])
     mt = tc_match.match(k)
@@ -299,6 +309,13 @@ def _epilogue_errors(dt) -> list[float]:
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=["half", "bf16"])
 def test_epilogues_compute_what_the_interpreter_computes(dt):
   assert _epilogue_errors(dt) == [0, 0, 0]
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=["half", "bf16"])
+def test_a_gelu_epilogue_computes_what_the_interpreter_computes(dt):
+  # exp2 and 1/x: the model's float32 functions (numpy's) and the interpreter's may differ by an ulp before rounding, so
+  # an output may move by one ulp of the dtype (|values| here stay under 8: 2^-8 for half, 2^-5 for bfloat16)
+  assert _epilogue_errors(dt, gelu=True)[0] <= (2.0 ** -8 if dt == dtypes.float16 else 2.0 ** -5)
+  assert default_opts(ast_of((Tensor.empty(64, 64, dtype=dt) @ Tensor.empty(64, 64, dtype=dt)).gelu()), NVIDIA_LIKE_GPU)[0].op is OptOps.TC
 
 def test_the_model_catches_an_epilogue_reading_the_wrong_element(monkeypatch):
   orig = tensor_core._load

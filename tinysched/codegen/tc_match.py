@@ -4,10 +4,10 @@
 stored), over one reduce axis, of a product of two loads of fp16 or of bf16 (both the same), each cast to float32 or
 their product cast. Every operand view is one unmasked view with constant strides (matmul, batched matmul, a transposed
 operand); the output axes that are neither m (A varies, B does not) nor n (B varies, A does not) are batch axes. The
-stored value is the sum or an elementwise epilogue over it: float +, *, negation, max and casts of the sum, constants
-and unmasked loads that do not vary with the reduce axis (a bias, a residual). M, N and K must divide the tile. Anything
-else (a convolution's masked window, exp in the epilogue) is refused with the reason. Kernel asks `check` when Opt(TC)
-is applied; this module imports nothing of the renderer's.
+stored value is the sum or an elementwise epilogue over it: float +, *, negation, max, exp2, log2, sqrt, sin, 1/x and
+casts of the sum, constants and unmasked loads that do not vary with the reduce axis (a bias, a residual, GELU). M, N
+and K must divide the tile. Anything else (a convolution's masked window, a comparison in the epilogue) is refused with
+the reason. Kernel asks `check` when Opt(TC) is applied; this module imports nothing of the renderer's.
 """
 from __future__ import annotations
 import math
@@ -69,7 +69,7 @@ class Match:
   epi_loads: tuple[tuple[UOp, Operand], ...]  # the epilogue's loads (a bias, a residual), each with its view
 
 # what an epilogue may do to the sum: elementwise float arithmetic that rounds as the renderer does (opencl.py)
-_EPI_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.CAST)
+_EPI_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.CAST, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.RECIP)
 _FLOATS = (dtypes.float32, dtypes.float16, dtypes.bfloat16)
 
 def const_of(u: UOp, k: Kernel) -> UOp | None:
@@ -94,7 +94,8 @@ def _epilogue(k: Kernel, val: UOp, red: UOp) -> tuple[tuple[UOp, Operand], ...] 
       loads[u] = Operand(u.src[0].arg, u.dtype, sv[0], sv[1])
       continue
     if u.op not in _EPI_OPS or u.dtype not in _FLOATS or any(s.dtype not in _FLOATS for s in u.src):
-      return f"an epilogue with {u.op.name} of {u.dtype.name} (the tensor-core kernel renders float +, *, -x, max and casts)"
+      return f"an epilogue with {u.op.name} of {u.dtype.name} (the tensor-core kernel renders float +, *, -x, max, exp2, log2, sqrt, sin, " \
+             "1/x and casts)"
     todo.extend(u.src)
   return tuple(sorted(loads.items(), key=lambda kv: (kv[1].buf, kv[1].offset, kv[1].strides)))
 

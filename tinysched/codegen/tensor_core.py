@@ -11,8 +11,9 @@ target (PoCL) is refused.
 Numbers: products are exact in fp32 (11+11 or 8+8 significant bits) and summed in fp32 in a different order than the
 reference; an AST whose product is rounded to half before the sum (`CAST(float, MUL(half, half))`) is computed
 without that rounding. Both stay inside half's tolerance (replay/execute/inputs.py, 1e-2); a wrong fragment layout is off
-by O(1) (measured: relative error 12 on an H100). The epilogue (a bias, a residual, a scale, ReLU) computes in float and
-rounds every half or bfloat16 result of +, * or a cast where the AST has it, as the renderer does (opencl.py).
+by O(1) (measured: relative error 12 on an H100). The epilogue (a bias, a residual, a scale, ReLU, GELU) computes in
+float with OpenCL's float functions and rounds every inexact half or bfloat16 result where the AST has it, as the
+renderer does for half without cl_khr_fp16 (opencl.py).
 
 The kernel: a work-group of warps_m x warps_n warps computes a bm x bn output tile; each warp (bm/warps_m) x
 (bn/warps_n) of it as m16n8 fragments. Per step of BK=32 along K, each operand's tile is copied into local memory in the
@@ -121,6 +122,7 @@ def _batch_terms(mt: Match, op: Operand) -> str:
     inner *= size
   return " + ".join([str(op.offset)] + terms[::-1])
 
+_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt", Ops.SIN: "sin"}  # OpenCL's float functions, as opencl.py renders them
 _MEM_C = {dtypes.float32: "float", dtypes.float16: "half", dtypes.bfloat16: "ushort"}  # a buffer's element type in C
 
 def _load(buf: int, dt: DType, at: str) -> str:
@@ -135,8 +137,8 @@ def _const(c: float, dt: DType) -> str:
 
 def _epilogue_code(mt: Match, k: Kernel, idx: str, m: str, n: str, helpers: dict[str, None]) -> tuple[list[str], str]:
   """Statements computing the stored value at output (m, n) from the sum `v`, and the name of the result. Values are
-  floats; a half or bfloat16 result of an op that can be inexact (+, *, a cast) is rounded to its dtype there, as the
-  renderer does for float-carried dtypes (opencl.py), so the epilogue computes what the AST says in any order."""
+  floats; a half or bfloat16 result of an op that can be inexact (all but negation and max) is rounded to its dtype
+  there, as the renderer does for float-carried dtypes (opencl.py), so the epilogue computes what the AST says."""
   names: dict[UOp, str] = {mt.red: "v"}
   lines: list[str] = []
   loads = dict(mt.epi_loads)
@@ -153,11 +155,13 @@ def _epilogue_code(mt: Match, k: Kernel, idx: str, m: str, n: str, helpers: dict
       elif u.op is Ops.MUL: expr = f"({a[0]}*{a[1]})"
       elif u.op is Ops.NEG: expr = f"(-{a[0]})"
       elif u.op is Ops.MAX: expr = f"((({a[0]})>({a[1]})||({a[0]})!=({a[0]}))?({a[0]}):({a[1]}))"  # NaN-propagating, as opencl.py
+      elif u.op in _MATH: expr = f"{_MATH[u.op]}({a[0]})"
+      elif u.op is Ops.RECIP: expr = f"(1.0f/{a[0]})"
       elif u.src[0] is mt.red and mt.red.dtype == dtypes.bfloat16:  # a bfloat16 sum is carried unrounded: a cast reads it rounded
         helpers["ts_bf16_round"] = None
         expr = f"ts_bf16_round({a[0]})"
       else: expr = a[0]  # CAST among float dtypes: the value as float, rounded below when the target dtype is narrower
-      if u.op in (Ops.ADD, Ops.MUL, Ops.CAST) and u.dtype in (dtypes.float16, dtypes.bfloat16):
+      if u.op not in (Ops.NEG, Ops.MAX) and u.dtype in (dtypes.float16, dtypes.bfloat16):  # (negation and max are exact)
         h = "ts_half_round" if u.dtype == dtypes.float16 else "ts_bf16_round"
         helpers[h] = None
         expr = f"{h}({expr})"
