@@ -79,6 +79,22 @@ def test_a_bias_and_relu_after_the_sum_are_an_epilogue_rounded_like_the_renderer
   # each half result of +, * and the cast of the sum is rounded to half where the AST computes it, not once at the store
   assert p.src.count("ts_half_round(") == 3 * 4 + 1 and "vload_half(ebase0" in p.src
 
+def test_a_device_too_small_for_a_tile_gets_the_next_or_none():
+  # the heuristic asks the device's limits (tensor_core.refusal) before it keeps Opt(TC): 128x128 needs 40 KiB of local
+  # memory with two stages, 64x64 20 KiB
+  ast = mm(256, 64, 256)
+  assert default_opts(ast, dataclasses.replace(NVIDIA_LIKE_GPU, local_mem_size=24 << 10)) == (TC(1),)
+  small = dataclasses.replace(NVIDIA_LIKE_GPU, local_mem_size=16 << 10)
+  assert all(o.op is not OptOps.TC for o in default_opts(ast, small))
+  with pytest.raises(KernelOptError, match="local memory"): to_program(ast, [TC(1)], small)  # forced: refused, saying why
+
+def test_no_tensor_cores_on_an_opencl_device_without_them():
+  # the runtime's probe must compute its product through the PTX instructions: PoCL cannot build them
+  from tinysched.runtime.opencl import opencl_available, _all_devices, probe_tensor_cores, target_of
+  if not opencl_available(): pytest.skip("needs an OpenCL platform")
+  for d in _all_devices():
+    if "NVIDIA" not in d.vendor.upper(): assert not probe_tensor_cores(d) and target_of(d).tensor_cores == ""
+
 def test_tc_comes_first_and_alone():
   ast = mm(256, 64, 256)
   with pytest.raises(KernelOptError, match="first and only"): Kernel(ast, [Opt(OptOps.UPCAST, 0, 4), TC(2)])
@@ -129,15 +145,15 @@ def _mma(a: list, b: list, acc: list) -> None:
     g, t = lane // 4, lane % 4
     acc[lane] += np.array([D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]])
 
-def _stores(lines: list[str]) -> list[tuple[int, list[tuple[str, str]], str, str, str]]:
-  """The epilogue's four stores: (accumulator element, its statements (name, C expression), the stored value, the index,
-  the output format: half, bf16 or float)."""
+def _stores(lines: list[str]) -> list[tuple[int, dict[str, str], list[tuple[str, str]], str, str, str]]:
+  """The epilogue's four stores: (accumulator element, the block's own coordinates (mm, nn: C expressions), its statements
+  (name, C expression), the stored value, the index, the output format: half, bf16 or float)."""
   out, i = [], next(n for n, x in enumerate(lines) if x.startswith("const int m = "))
   while i < len(lines):
     x = lines[i]
-    e, stmts = None, []
-    if (m := re.match(r"\{ const float v = acc\[i\]\[j\]\[(\d)\];", x)):
-      e, i = int(m[1]), i + 1
+    e, at_mn, stmts = None, {}, []
+    if (m := re.match(r"\{ const int mm = (.*?), nn = (.*?); const float v = acc\[i\]\[j\]\[(\d)\];", x)):
+      e, at_mn, i = int(m[3]), {"mm": m[1], "nn": m[2]}, i + 1
       while (d := re.match(r"float (e\d+) = (.*);", lines[i])):
         stmts.append((d[1], d[2]))
         i += 1
@@ -149,7 +165,7 @@ def _stores(lines: list[str]) -> list[tuple[int, list[tuple[str, str]], str, str
       i += 1
       continue
     if e is None: e, val = int(re.fullmatch(r"acc\[i\]\[j\]\[(\d)\]", val)[1]), "v"  # type: ignore[index]  # no epilogue
-    out.append((e, stmts, val, at, kind))
+    out.append((e, at_mn, stmts, val, at, kind))
     i += 1
   assert sorted(x[0] for x in out) == [0, 1, 2, 3], out
   return out
@@ -240,11 +256,12 @@ def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int,
             for part in mline.removeprefix("const int ").rstrip(";").split(", "):
               k, v = part.split(" = ")
               env[k] = _ev(v, env)
-            for e, stmts, val, idx_expr, kind in stores:
-              fenv = {**env, **ebases, "v": acc[i, j, lane, e], "B": bufs, "H": _half, "BF": _bf16, "MX": _max, **_MATH}
+            for e, at_mn, stmts, val, idx_expr, kind in stores:
+              senv = {**env, **{c: _ev(expr, env) for c, expr in at_mn.items()}}  # this store's own (mm, nn)
+              fenv = {**senv, **ebases, "v": acc[i, j, lane, e], "B": bufs, "H": _half, "BF": _bf16, "MX": _max, **_MATH}
               for name, expr in stmts: fenv[name] = eval(_f(expr), {}, fenv)  # noqa: S307  (our own rendered text)
               x = eval(_f(val), {}, fenv)  # noqa: S307
-              out[_ev(idx_expr, env)] = _half(x) if kind == "half" else _bf16(x) if kind == "bf16" else x
+              out[_ev(idx_expr, senv)] = _half(x) if kind == "half" else _bf16(x) if kind == "bf16" else x
   return out
 
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]

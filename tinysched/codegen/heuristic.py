@@ -181,12 +181,9 @@ def _gpu_tensor_cores(k: Kernel, opts: list[Opt], t: Target) -> bool:
   for a in sorted(fitting, key=lambda a: (groups(tc_match.TILES[a]) < t.compute_units, fitting.index(a))):
     saved = k.state()
     if _try(k, opts, Opt(OptOps.TC, 0, a)):
-      try:
-        tensor_core.build(k, t)  # the device's limits (work-group size, local memory)
-        return True
-      except tensor_core.TensorCoreError:
-        k.restore(saved)
-        opts.pop()
+      if tensor_core.refusal(k, t) is None: return True  # the device's limits (work-group size, local memory)
+      k.restore(saved)
+      opts.pop()
   return False
 
 def _gpu(k: Kernel, t: Target) -> list[Opt]:

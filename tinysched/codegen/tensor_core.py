@@ -188,7 +188,7 @@ def render(k: Kernel, mt: Match, tile: Tile, name: str) -> str:
   T = tile.threads
   sa, sb, S = stagings(k, mt, tile)
   full = tuple(int(x) for x in k.full_shape)  # type: ignore[arg-type]  # all ints: match() refuses symbolic shapes
-  idx = _ctype_idx((mt.a, full), (mt.b, full), (mt.c, full))
+  idx = _ctype_idx(*[(op, full) for op in (mt.a, mt.b, mt.c, *(op for _, op in mt.epi_loads))])
   wtm, wtn = tile.bm // tile.warps_m, tile.bn // tile.warps_n
   MI, NI = tile.mi, tile.ni
   ins = "bf16" if mt.in_dtype == dtypes.bfloat16 else "f16"
@@ -275,13 +275,13 @@ def render(k: Kernel, mt: Match, tile: Tile, name: str) -> str:
   body.append("  const int m = bm + wm + i * 16 + g, n = bn + wn + j * 8 + t * 2;")
   # the sum, or a float32 sum's cast to the output dtype (the store rounds it): no epilogue
   plain = mt.value is mt.red or (mt.value.op is Ops.CAST and mt.value.src[0] is mt.red and mt.red.dtype == dtypes.float32)
+  code, res = ([], "") if plain else _epilogue_code(mt, k, idx, "mm", "nn", helpers)  # one epilogue, at (mm, nn)
   for e, (dm, dn) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
     me, ne = f"m + {dm}" if dm else "m", f"n + {dn}" if dn else "n"
     if plain: body.append("  " + put(f"acc[i][j][{e}]", me, ne))
     else:
-      code, res = _epilogue_code(mt, k, idx, me, ne, helpers)
-      body.append("  { const float v = acc[i][j][%d];" % e)
-      body += ["    " + x for x in code] + ["    " + put(res, me, ne), "  }"]
+      body.append(f"  {{ const int mm = {me}, nn = {ne}; const float v = acc[i][j][{e}];")
+      body += ["    " + x for x in code] + ["    " + put(res, "mm", "nn"), "  }"]
   body.append("}")
   L += ["  " + x for x in body]
   L.append("}")
@@ -299,19 +299,23 @@ class Built:
 class TensorCoreError(ValueError):
   """The tensor-core Opt cannot be lowered for this kernel or target."""
 
+def refusal(k: Kernel, target: Target) -> str | None:
+  """Why the tensor-core kernel for `k` (to which Opt(TC, 0, tile) applied) cannot run on `target`, or None: the target
+  has no tensor cores, or the tile needs more work-items or local memory than it has. (Nothing is rendered.)"""
+  if target.tensor_cores != SM80: return f"target {target.name} has no tensor cores this code generator uses (tensor_cores={target.tensor_cores!r})"
+  tile, mt = TILES[k.tc], match(k)
+  if isinstance(mt, str) or (why := fits(mt, tile)) is not None: return mt if isinstance(mt, str) else why
+  if tile.threads > target.max_work_group_size: return f"{tile.threads} work-items exceed {target.name}'s limit"
+  if (lm := local_bytes(k, mt, tile)) > target.local_mem_size: return f"{lm} bytes of local memory exceed {target.name}'s {target.local_mem_size}"
+  return None
+
 def build(k: Kernel, target: Target) -> Built:
   """The tensor-core kernel for `k` (to which Opt(TC, 0, tile) applied) on `target`, or TensorCoreError saying why not."""
-  if target.tensor_cores != SM80:
-    raise TensorCoreError(f"Opt(TC): target {target.name} has no tensor cores this code generator uses (tensor_cores={target.tensor_cores!r})")
-  tile = TILES[k.tc]
-  mt = match(k)
-  if isinstance(mt, str) or (why := fits(mt, tile)) is not None: raise TensorCoreError(f"Opt(TC): {mt if isinstance(mt, str) else why}")
-  if tile.threads > target.max_work_group_size: raise TensorCoreError(f"Opt(TC, 0, {k.tc}): {tile.threads} work-items exceed {target.name}'s limit")
+  if (why := refusal(k, target)) is not None: raise TensorCoreError(f"Opt(TC, 0, {k.tc}): {why}")
+  tile, mt = TILES[k.tc], match(k)
+  assert not isinstance(mt, str)  # (refusal said so)
   name = kernel_name(k, tile)
-  src = render(k, mt, tile, name)
-  local_mem = local_bytes(k, mt, tile)
-  if local_mem > target.local_mem_size:
-    raise TensorCoreError(f"Opt(TC, 0, {k.tc}): {local_mem} bytes of local memory exceed {target.name}'s {target.local_mem_size}")
+  src, local_mem = render(k, mt, tile, name), local_bytes(k, mt, tile)
   nb = math.prod(mt.batch)
   gs = (mt.N // tile.bn * tile.threads, mt.M // tile.bm, nb)
   acc = [0] * len(k.bufs)
@@ -319,6 +323,7 @@ def build(k: Kernel, target: Target) -> Built:
   acc[pos[mt.c.buf]] += mt.M * mt.N * nb
   acc[pos[mt.a.buf]] += mt.M * mt.K * nb * (mt.N // tile.bn)
   acc[pos[mt.b.buf]] += mt.N * mt.K * nb * (mt.M // tile.bm)
+  for _, op in mt.epi_loads: acc[pos[op.buf]] += mt.M * mt.N * nb  # each output reads each of its epilogue loads once
   return Built(name, src, gs, (tile.threads, 1, 1), local_mem, ProgramCost(2 * mt.M * mt.N * mt.K * nb, tuple(acc)))
 
-__all__ = ["build", "render", "local_bytes", "Built", "TensorCoreError"]
+__all__ = ["build", "refusal", "render", "local_bytes", "Built", "TensorCoreError"]
