@@ -2,6 +2,11 @@
 from __future__ import annotations
 import contextlib, ctypes, os, signal, subprocess, sys, threading, time
 from typing import Any, Callable, Iterator
+# Loaded before any thread of ours can fork: each registers a lock of its own as a pair of fork hooks (acquire before,
+# release after, in the parent). A module first imported by one thread while another forks through `spawn` (its
+# preexec_fn runs the hooks) gets its release hook run without the acquire: the lock is taken from whoever holds it,
+# and ThreadPoolExecutor.submit then fails with "release unlocked lock" (tests/replay/test_fork_hooks.py).
+import concurrent.futures.thread, logging  # noqa: E401,F401
 
 def parent_death_signal() -> Callable[[], None] | None:
   """A preexec function making the child receive SIGTERM when this process dies (Linux prctl PR_SET_PDEATHSIG), so
