@@ -2,10 +2,11 @@
 current device, and torch eager on CUDA when torch with CUDA is installed (the same architecture and
 weights: the functional GPT-2 below, so the logits are compared too).
 
-  TINYSCHED_DEVICE=OPENCL python bench/gpt2_jit.py [--runs 10] [--dtype float16]
+  TINYSCHED_DEVICE=OPENCL python bench/gpt2_jit.py [--runs 10] [--dtype float16] [--torch-graph]
 
 --dtype float16 runs both sides in half (our weights cast once; torch's the same values): the model whose matmuls the
-tensor-core kernels take on an NVIDIA GPU (TINYSCHED_TC=0 turns them off, for the side-by-side).
+tensor-core kernels take on an NVIDIA GPU (TINYSCHED_TC=0 turns them off, for the side-by-side). --torch-graph also
+times torch's forward replayed as one CUDA graph and compiled by torch.compile (inductor, default mode).
 
 Per call: median of --runs after warm-up, each call synchronized. The jitted output is checked against the unjitted
 one (max abs difference) every call.
@@ -21,6 +22,7 @@ def main() -> None:
   ap.add_argument("--runs", type=int, default=10)
   ap.add_argument("--decode", type=int, default=32, help="greedy decode steps with the KV cache after a 16-token prompt (0: skip)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+  ap.add_argument("--torch-graph", action="store_true", help="also time torch's forward as a CUDA graph and through torch.compile")
   a = ap.parse_args()
   from tinysched import Tensor, TinyJit, Device, dtypes
   from tinysched.models.gpt2 import GPT2, GPT2Config, random_gpt2_weights
@@ -50,13 +52,15 @@ def main() -> None:
   with torch.no_grad():
     ref = tf(torch.tensor(ids0.numpy(), device="cuda").long()).cpu().numpy()[0]
     ids = torch.randint(0, c.vocab_size, (1, 64), device="cuda")
-    for _ in range(3): tf(ids)
-    ts = []
-    for _ in range(a.runs):
-      torch.cuda.synchronize(); t0 = time.perf_counter(); tf(ids); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+    ts = _torch_per_call(torch, tf, ids, a.runs)
   err = float(np.abs(ours0.reshape(ref.shape).astype(np.float32) - ref.astype(np.float32)).max())
   print(f"torch {torch.__version__} CUDA eager (same weights, functional GPT-2): median {statistics.median(ts) * 1e3:.2f} ms; "
         f"max |ours - torch| logits = {err:.2e} (logits up to {float(np.abs(ref).max()):.2e})")
+  if a.torch_graph:
+    with torch.no_grad():
+      for name, run in _torch_graph_and_compile(torch, tf, ids):
+        if isinstance(run, str): print(f"torch {name}: not measured ({run})")
+        else: print(f"torch {name}: median {statistics.median(_torch_per_call(torch, run, ids, a.runs)) * 1e3:.2f} ms")
   if ours_ids is not None:
     with torch.no_grad():
       past: list = []
@@ -91,6 +95,42 @@ def _decode_ours(model, prompt: list[int], n: int, dev) -> list[int]:
     print(f"decode with the KV cache (TinyJit, {n - 3} steps timed): {(n - 3) / dt:.0f} tokens/s ({dt / (n - 3) * 1e3:.2f} ms per token, "
           f"{host / (n - 3) * 1e3:.2f} ms of it the host enqueueing the step's {len(step.recording.launches)} launches)")
   return ids
+
+def _torch_per_call(torch, f, ids, runs: int) -> list[float]:
+  """Seconds per call of f(ids), each call synchronized, after three warm-up calls."""
+  for _ in range(3): f(ids)
+  ts = []
+  for _ in range(runs):
+    torch.cuda.synchronize(); t0 = time.perf_counter(); f(ids); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+  return ts
+
+def _torch_graph_and_compile(torch, tf, ids):
+  """(name, callable or why not) for torch's two launch-overhead cutters on the same forward: the call captured once in
+  a CUDA graph and replayed (its input a static tensor, as a graph needs), and torch.compile (inductor, default mode;
+  its first calls compile, outside the timing)."""
+  try:
+    static = ids.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+      for _ in range(3): tf(static)  # warm-up on a side stream, as capture requires
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g): out = tf(static)
+    def graphed(x):
+      static.copy_(x)
+      g.replay()
+      return out
+    yield "CUDA graph", graphed
+  except Exception as e:  # noqa: BLE001 (a bench reports what it could not measure)
+    yield "CUDA graph", f"{type(e).__name__}: {str(e)[:120]}"
+  try:
+    cf = torch.compile(tf)
+    t0 = time.perf_counter()
+    cf(ids); torch.cuda.synchronize()
+    yield f"compile (inductor, default mode; compiled in {time.perf_counter() - t0:.0f} s)", cf
+  except Exception as e:  # noqa: BLE001
+    yield "compile", f"{type(e).__name__}: {str(e)[:120]}"
 
 def torch_gpt2(torch, sd: dict, c, dev: str, dtype=None):
   """GPT-2 in torch.nn.functional on our weights (HF names and Conv1D layouts: x @ W), logits for every position."""

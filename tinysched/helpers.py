@@ -233,6 +233,10 @@ class _Deferred:
       return
     self.pending.append(x)
     if len(self.pending) > self.MAX: self.drain(self.keep)
+  def extend(self, xs: list[Callable[[], Any]]) -> None:
+    """add() of each callable in xs, in one step."""
+    self.pending.extend(xs)
+    if len(self.pending) > self.MAX: self.drain(self.keep)
   def drain(self, keep: int = 0) -> None:
     """Call every pending term but the newest `keep`."""
     cut = max(len(self.pending) - keep, 0)
@@ -250,10 +254,12 @@ def _deferred_property(attr: str) -> property:
   return property(lambda cls: getattr(cls, attr).read(), lambda cls, v: getattr(cls, attr).set(v))
 
 class _Counters(type):
-  """GlobalCounters' metaclass: `time_sum_s` and `global_ops` are class-level properties over deferred sums, so the
-  kernel times a device reports later are waited for, and symbolic FLOPs computed, only when the value is read."""
+  """GlobalCounters' metaclass: `time_sum_s`, `global_ops` and `global_mem` are class-level properties over deferred
+  sums, so the kernel times a device reports later are waited for, and symbolic FLOPs and bytes computed, only when the
+  value is read."""
   time_sum_s = _deferred_property("_time")
   global_ops = _deferred_property("_ops")
+  global_mem = _deferred_property("_mem")
 
 class GlobalCounters(metaclass=_Counters):
   """tinygrad's counters of the work run since the last `GlobalCounters.reset()` (class attributes, process-wide):
@@ -263,14 +269,14 @@ class GlobalCounters(metaclass=_Counters):
     the count after realizing it is `len(schedule)`.
   - `global_ops`: FLOPs and `global_mem`: bytes moved, summed over the kernels that ran, as tinysched/cost.py defines
     them (from each kernel's AST and the Buffers it binds; symbolic dims at this run's Variable values, computed when
-    global_ops is read). A COPY adds its bytes (the destination's size) to `global_mem` and no FLOPs.
+    the value is read). A COPY adds its bytes (the destination's size) to `global_mem` and no FLOPs.
   - `time_sum_s`: seconds spent in kernels as the device reports them: OPENCL the profiling event of each launch
     (read when the value is read: reading it waits for the kernels launched so far), NUMPY the interpreter's wall
     time per kernel (it runs synchronously). Copies add no time.
   """
   kernel_count: int = 0
-  global_mem: int = 0
   _ops = _Deferred(0)                                 # FLOPs: a callable per launch at Variable values
+  _mem = _Deferred(0)                                 # bytes: a callable per TinyJit call whose launches have Variables
   _time = _Deferred(0.0, keep=_Deferred.MAX // 2)     # seconds: a callable per launch whose time is reported later
 
   @classmethod
@@ -285,5 +291,14 @@ class GlobalCounters(metaclass=_Counters):
     time (None: not reported; a float: seconds; a callable: a device's later report, called when time_sum_s is read)."""
     cls.kernel_count += 1
     cls._ops.add(ops)
-    cls.global_mem += mem
+    cls._mem.add(mem)
     if t is not None: cls._time.add(t)
+
+  @classmethod
+  def count_many(cls, n: int, ops: int | Callable[[], int], mem: int | Callable[[], int], times: list[Callable[[], float]]) -> None:
+    """Add `n` kernels at once (a TinyJit call's launches): their summed FLOPs and bytes (each a number, or a callable
+    computing it when read) and the device's later report of each one's time."""
+    cls.kernel_count += n
+    cls._ops.add(ops)
+    cls._mem.add(mem)
+    cls._time.extend(times)

@@ -37,6 +37,10 @@ semantics; our code).
 - Capture (replay/ via tinysched/capture_hook.py) sees the recorded call, and the warm-up call, which schedule; a
   replayed call schedules and compiles nothing, so it is never captured.
 
+A replay runs each launch the backend prepared (`Backend.prepare`) directly and counts the call's launches in
+GlobalCounters together (`run_launches`); `jit.per_launch = True` sends every launch through the general path instead
+(realize.exec_item and the backend's exec_ast, as run_schedule does): the same bits, more host time per launch.
+
 `TinyJit.reset()` forgets the recording (the next call is a warm-up again). Nested jitted calls during a recording
 are refused, and so are Tensors inside a list / tuple / dict argument (they would not be rebound). An input that is
 not realized yet is realized before the call (that schedules the input's own graph, not the function's). Other
@@ -56,7 +60,8 @@ from tinysched.lazy import LazyBuffer
 from tinysched.tensor import Tensor
 from tinysched.errors import JitError
 from tinysched import realize
-from tinysched.cost import buffers_cost
+from tinysched.cost import buffers_cost, buffers_bytes, kernel_flops
+from tinysched.helpers import GlobalCounters
 
 R = TypeVar("R")
 _PLAIN = (int, float, str, bool, type(None))
@@ -80,6 +85,13 @@ class InputSpec:
   device: str
 
 @dataclass(frozen=True)
+class _Size:
+  """What tinysched.cost.buffers_bytes reads of a Buffer: kept for a launch in place of this call's Buffers, which a
+  deferred count would otherwise keep alive until the counters are read."""
+  size: int
+  nbytes: int
+
+@dataclass(frozen=True)
 class Launch:
   """One recorded item. `bufs` are its device Buffers, with None where a call's input is bound; `binds` says what:
   (position, input index, None) for the input's own buffer, or (position, input index, (size, dtype, byte offset
@@ -91,6 +103,7 @@ class Launch:
   vars: tuple[UOp, ...]
   cost: tuple[int, int] | None = None  # (FLOPs, bytes) for GlobalCounters when no Variable changes it: computed once
   prepared: Callable | None = None     # the backend's launch with its fixed arguments bound once (Backend.prepare), or None
+  sizes: tuple[_Size, ...] = ()        # each buffer's size, for the bytes of a launch with Variables (a call's inputs have the recorded sizes)
 
   @property
   def writes(self) -> tuple[int, ...]:
@@ -140,6 +153,7 @@ class TinyJit(Generic[R]):
   def __init__(self, fxn: Callable[..., R]):
     if not callable(fxn): raise TypeError(f"TinyJit needs a function, got {type(fxn).__name__}")
     self.fxn = fxn
+    self.per_launch = False  # True: replays take the general path launch by launch (run_launches), for comparing with it
     self.name = getattr(fxn, "__qualname__", getattr(fxn, "__name__", repr(fxn)))
     try: params = list(inspect.signature(fxn).parameters.values())
     except (TypeError, ValueError): params = []
@@ -250,7 +264,8 @@ class TinyJit(Generic[R]):
         else: bufs.append(b)
       backend = Device[si.outputs[0].device]
       cost = buffers_cost(si.ast, si.bufs, kv) if not kv and si.ast.op is Ops.SINK else None
-      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv), cost, backend.prepare(si.ast, bufs, tuple(kv))))
+      sizes = tuple(_Size(b.size, b.nbytes) for b in si.bufs) if cost is None else ()
+      launches.append(Launch(si.ast, backend, tuple(bufs), tuple(binds), tuple(kv), cost, backend.prepare(si.ast, bufs, tuple(kv)), sizes))
     for n, t in enumerate(outs):
       if not all(isinstance(s, int) for s in t.shape):
         raise JitError(f"TinyJit {self.name}: returned Tensor {n} has the symbolic shape {_shape_str(t.shape)}: a replay cannot "
@@ -309,9 +324,39 @@ class TinyJit(Generic[R]):
                          "this jit's own outputs (passed back from an earlier call): pass a copy (Tensor(out.numpy())), or "
                          "return the assigned tensor itself")
       inputs = [_copy(b) if id(b.base) in c.written else b for b in inputs]
-    for ln in c.launches:
-      realize.exec_item(ln.ast, ln.buffers(inputs), {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost, ln.prepared)
+    run_launches(c.launches, inputs, var_vals, self.per_launch)
     return _map_tensors(c.ret, lambda o: _out_tensor(o, inputs), leaf=_Out)
+
+def run_launches(launches: list[Launch], inputs: list[Buffer], var_vals: dict[UOp, int], per_launch: bool = False) -> None:
+  """A replayed call: every recorded launch on this call's inputs and Variables, in order. A prepared launch
+  (Backend.prepare) is run directly, and the call's prepared launches are counted together (GlobalCounters.count_many;
+  the bytes and FLOPs of those with Variables when the counters are read): per launch, only the backend's enqueue and
+  what changed since the recording are left on the host. The rest (a COPY, a kernel on the interpreter) go through
+  realize.exec_item, as in run_schedule.
+  `per_launch`: every launch through exec_item and the backend's general exec_ast instead, the reference the prepared
+  path must match bit for bit (tests/tinysched/test_jit_replay_path.py)."""
+  n, ops, mem = 0, 0, 0
+  times: list[Callable[[], float]] = []
+  varied: list[Launch] = []
+  for ln in launches:
+    bufs = ln.buffers(inputs)
+    if per_launch or ln.prepared is None:
+      realize.exec_item(ln.ast, bufs, {v: var_vals[v] for v in ln.vars} if ln.vars else {}, ln.backend, ln.cost)
+      continue
+    t = ln.prepared(bufs, var_vals)
+    n += 1
+    if t is not None: times.append(t if callable(t) else functools.partial(float, t))
+    if ln.cost is not None:
+      ops += ln.cost[0]
+      mem += ln.cost[1]
+    else: varied.append(ln)
+  if not n: return
+  if not varied:
+    GlobalCounters.count_many(n, ops, mem, times)
+    return
+  def at(v: tuple[UOp, ...]) -> dict[UOp, int]: return {x: var_vals[x] for x in v}
+  GlobalCounters.count_many(n, lambda: ops + sum(kernel_flops(ln.ast, at(ln.vars)) for ln in varied),
+                            lambda: mem + sum(buffers_bytes(ln.ast, ln.sizes, at(ln.vars)) for ln in varied), times)
 
 def _tensors_in(ret: Any) -> list[Tensor]:
   out: list[Tensor] = []
@@ -349,4 +394,4 @@ def _out_tensor(o: _Out, inputs: list[Buffer]) -> Tensor:
   assert o.st is not None
   return Tensor(base if o.st.contiguous and o.st.shape == o.shape else base._view(o.st))
 
-__all__ = ["TinyJit", "Recording", "Launch", "InputSpec", "JitError"]
+__all__ = ["TinyJit", "Recording", "Launch", "InputSpec", "JitError", "run_launches"]
