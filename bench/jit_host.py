@@ -100,7 +100,7 @@ def main() -> None:
   got: dict = {t: [] for t in trees}
   for r in range(a.rounds):
     for name, tree in trees.items():
-      env = {**os.environ, "PYTHONPATH": str(tree)}
+      env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
       p = subprocess.run([sys.executable, str(ROOT / "bench" / "jit_host.py"), "--child", "--model", a.model, "--dtype", a.dtype,
                           "--calls", str(a.calls)], env=env, cwd=tree, capture_output=True, text=True)
       if p.returncode != 0: raise SystemExit(f"{name}, round {r}: {p.stderr[-2000:]}")
