@@ -64,8 +64,7 @@ def test_a_target_without_tensor_cores_keeps_its_capture_key():
   (lambda: ast_of(Tensor.empty(128, 64, dtype=dtypes.float16) @ Tensor.empty(64, 128, dtype=dtypes.float16)
                   + Tensor.empty(128, 127, dtype=dtypes.float16).pad(((0, 0), (0, 1)))),
    "epilogue load through a masked"),
-  (lambda: mm(M=96), "do not divide"),
-  (lambda: mm(K=48), "do not divide"),
+  (lambda: mm(K=48), "does not divide"),
   (lambda: ast_of(Tensor.empty(1, 16, 64, 64, dtype=dtypes.float16).conv2d(Tensor.empty(64, 16, 3, 3, dtype=dtypes.float16), padding=1)),
    "reduce axes"),
 ])
@@ -118,7 +117,18 @@ def test_rendering_is_the_same_in_every_process():
 def _c(expr: str) -> str:
   """A C integer expression of the template as Python: casts dropped, / on non-negative ints is //. The operators it
   uses (* / % + - >> & ^) have the same relative precedence in both languages."""
-  return re.sub(r"\((?:int|long|uint|size_t)\)", "", expr).replace("/", "//")
+  return re.sub(r"\((?:int|long|uint|size_t)\)", "", expr).replace("/", "//").replace("&&", " and ")
+
+def _decls(line: str) -> list[str]:
+  """The `name = expr` parts of a C declaration list (`a = 1, b = min(x, 8);`): split at commas outside parentheses."""
+  parts, depth, cur = [], 0, ""
+  for ch in line.rstrip(";"):
+    depth += (ch == "(") - (ch == ")")
+    if ch == "," and depth == 0:
+      parts.append(cur.strip())
+      cur = ""
+    else: cur += ch
+  return parts + [cur.strip()]
 
 def _ev(expr: str, env: dict) -> int: return int(eval(_c(expr), {}, env))  # noqa: S307  (our own rendered text)
 
@@ -145,15 +155,16 @@ def _mma(a: list, b: list, acc: list) -> None:
     g, t = lane // 4, lane % 4
     acc[lane] += np.array([D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]])
 
-def _stores(lines: list[str]) -> list[tuple[int, dict[str, str], list[tuple[str, str]], str, str, str]]:
+def _stores(lines: list[str]) -> list[tuple[int, dict[str, str], list[tuple[str, str]], str, str, str, str]]:
   """The epilogue's four stores: (accumulator element, the block's own coordinates (mm, nn: C expressions), its statements
-  (name, C expression), the stored value, the index, the output format: half, bf16 or float)."""
+  (name, C expression), the stored value, the index, the output format: half, bf16 or float, the condition an edge tile
+  stores under or "")."""
   out, i = [], next(n for n, x in enumerate(lines) if x.startswith("const int m = "))
   while i < len(lines):
     x = lines[i]
-    e, at_mn, stmts = None, {}, []
-    if (m := re.match(r"\{ const int mm = (.*?), nn = (.*?); const float v = acc\[i\]\[j\]\[(\d)\];", x)):
-      e, at_mn, i = int(m[3]), {"mm": m[1], "nn": m[2]}, i + 1
+    e, at_mn, stmts, inside = None, {}, [], ""
+    if (m := re.match(r"\{ const int mm = (.*?), nn = (.*?); (?:if \((.*?)\) \{ )?const float v = acc\[i\]\[j\]\[(\d)\];", x)):
+      e, at_mn, inside, i = int(m[4]), {"mm": m[1], "nn": m[2]}, m[3] or "", i + 1
       while (d := re.match(r"float (e\d+) = (.*);", lines[i])):
         stmts.append((d[1], d[2]))
         i += 1
@@ -165,7 +176,7 @@ def _stores(lines: list[str]) -> list[tuple[int, dict[str, str], list[tuple[str,
       i += 1
       continue
     if e is None: e, val = int(re.fullmatch(r"acc\[i\]\[j\]\[(\d)\]", val)[1]), "v"  # type: ignore[index]  # no epilogue
-    out.append((e, at_mn, stmts, val, at, kind))
+    out.append((e, at_mn, stmts, val, at, kind, inside))
     i += 1
   assert sorted(x[0] for x in out) == [0, 1, 2, 3], out
   return out
@@ -193,8 +204,16 @@ def _f(expr: str) -> str:
   expr = re.sub(r"\(\(\((\w+)\)>\((\w+)\)\|\|\(\1\)!=\(\1\)\)\?\(\1\):\(\2\)\)", r"MX(\1, \2)", expr)
   return re.sub(r"(\d+\.\d*(?:e[-+]?\d+)?)f\b", r"\1", expr)
 
-def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int, k_total: int) -> np.ndarray:
-  """Run a one-stage tensor-core kernel (Tile stages=1) for one work-group at (bm, bn) = (0, 0), batch 0, on the model."""
+def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int, k_total: int, groups=((0, 0),),
+             out: np.ndarray | None = None) -> np.ndarray:
+  """Run a one-stage tensor-core kernel (Tile stages=1) for the work-groups at `groups` ((bm, bn) pairs), batch 0, on the
+  model. Every global read and store must land inside its buffer (an edge tile's guards are checked that way); a copy
+  reads as many halves as its instruction says (16 bytes, or its `nv` where the instruction takes it)."""
+  out = np.full(out_size, np.nan) if out is None else out
+  for bm, bn in groups: _simulate_group(src, bufs, out, k_total, bm, bn)
+  return out
+
+def _simulate_group(src: str, bufs: dict[int, np.ndarray], out: np.ndarray, k_total: int, bm: int, bn: int) -> None:
   lines = [x.strip() for x in src.splitlines()]
   T = int(re.search(r"reqd_work_group_size\((\d+)", src)[1])  # type: ignore[index]
   decl = {m[1]: np.zeros(int(m[2])) for m in re.finditer(r"__local ushort (As|Bs)\[(\d+)\]", src)}
@@ -205,35 +224,40 @@ def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int,
   copies = []
   for i, x in enumerate(lines):
     if (m := re.match(r"for \(int i = 0; i < (\d+); i\+\+\) \{", x)) and "tid + i" in lines[i + 1]:
-      copies.append((int(m[1]), lines[i + 1], lines[i + 2], lines[i + 3]))
+      copies.append((int(m[1]), lines[i + 1], lines[i + 2], lines[i + 3], lines[i + 4]))
   lds = [re.search(r'x4(\.trans)?\.shared\.b16 .*: "=r"\((\w+)\[(\d+)\]\[(\d+)\]\), "=r"\(\w+\[(\d+)\]\[(\d+)\]\), "=r"\(\w+\[(\d+)\]\[(\d+)\]\), '
                    r'"=r"\(\w+\[(\d+)\]\[(\d+)\]\) : "r"\((sA|sB) \+ \((.*)\) \* 2\)\);', x) for x in lines if "ldmatrix" in x]
   assert 'asm("mma.sync' in src and '"r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1])' in src
   stores = _stores(lines)
-  base = {"abase": 0, "bbase": 0, "cbase": 0, "bm": 0, "bn": 0}
+  base = {"abase": 0, "bbase": 0, "cbase": 0, "bm": bm, "bn": bn}
   ebases = {m[1]: _ev(m[2], {"bz": 0}) for x in lines if (m := re.match(r"const (?:int|long) (ebase\d+) = (.*);", x))}
-  out = np.full(out_size, np.nan)
   accs = {}
+  def read(buf: int, at: int, n: int) -> np.ndarray:
+    assert 0 <= at and at + n <= len(bufs[buf]), f"a read of data{buf}[{at}:{at + n}] past its {len(bufs[buf])} elements"
+    return bufs[buf][at:at + n]
   for kt in range(k_total // tc_match.BK):
     for name in decl: decl[name][:] = np.nan
-    for count, idx_line, src_line, dst_line in copies:
+    for count, idx_line, src_line, dst_line, op_line in copies:
       for tid in range(T):
         for i in range(count):
           env = {**base, "tid": tid, "i": i, "kt": kt}
-          for part in idx_line.removeprefix("int ").rstrip(";").split(", "):
+          for part in _decls(idx_line.removeprefix("int ")):
             k, v = part.split(" = ")
             env[k] = _ev(v, env)
           if src_line.startswith("__global"):  # 16-byte chunks
             buf, s_expr = re.match(r"__global const ushort\* src = \(\(__global const ushort\*\)data(\d+)\) \+ (.*);", src_line).groups()  # type: ignore[union-attr]
             name, d_expr = re.match(r"__local ushort\* dst = (As|Bs) \+ (.*);", dst_line).groups()  # type: ignore[union-attr]
             s0, d0 = _ev(s_expr, env), _ev(d_expr, env)
-            decl[name][d0:d0 + 8] = bufs[int(buf)][s0:s0 + 8]
+            # the halves the instruction reads: src-size nv*2 bytes (cp.async), the guarded vector copy's nv, else 8
+            n = env["nv"] if ('"r"(nv * 2)' in op_line or op_line.startswith("if (nv == 8)")) else 8
+            decl[name][d0:d0 + 8] = np.concatenate([read(int(buf), s0, n), np.zeros(8 - n)])
           else:  # element by element
-            name, d_expr, buf, s_expr = re.match(r"(As|Bs)\[(.*)\] = \(\(__global const ushort\*\)data(\d+)\)\[(.*)\];", src_line).groups()  # type: ignore[union-attr]
-            decl[name][_ev(d_expr, env)] = bufs[int(buf)][_ev(s_expr, env)]
+            name, d_expr, guard, buf, s_expr = re.match(r"(As|Bs)\[(.*)\] = (ok \? )?\(\(__global const ushort\*\)data(\d+)\)\[(.*?)\]"
+                                                        r"(?: : 0)?;", src_line).groups()  # type: ignore[union-attr]
+            decl[name][_ev(d_expr, env)] = read(int(buf), _ev(s_expr, env), 1)[0] if not guard or env["ok"] else 0
     for warp in range(T // 32):
       wenv = {"warp": warp}
-      for part in wline.removeprefix("const int ").rstrip(";").split(", "):
+      for part in _decls(wline.removeprefix("const int ")):
         k, v = part.split(" = ")
         wenv[k] = _ev(v, wenv)
       acc = accs.setdefault(warp, np.zeros((MI, NI, 32, 4)))
@@ -253,16 +277,18 @@ def simulate(src: str, bufs: dict[int, np.ndarray], out_buf: int, out_size: int,
         for j in range(NI):
           for lane in range(32):
             env = {**base, **wenv, "i": i, "j": j, "g": lane // 4, "t": lane % 4}
-            for part in mline.removeprefix("const int ").rstrip(";").split(", "):
+            for part in _decls(mline.removeprefix("const int ")):
               k, v = part.split(" = ")
               env[k] = _ev(v, env)
-            for e, at_mn, stmts, val, idx_expr, kind in stores:
+            for e, at_mn, stmts, val, idx_expr, kind, inside in stores:
               senv = {**env, **{c: _ev(expr, env) for c, expr in at_mn.items()}}  # this store's own (mm, nn)
+              if inside and not _ev(inside, senv): continue  # an edge tile's output past the matrix: not stored
               fenv = {**senv, **ebases, "v": acc[i, j, lane, e], "B": bufs, "H": _half, "BF": _bf16, "MX": _max, **_MATH}
               for name, expr in stmts: fenv[name] = eval(_f(expr), {}, fenv)  # noqa: S307  (our own rendered text)
               x = eval(_f(val), {}, fenv)  # noqa: S307
-              out[_ev(idx_expr, senv)] = _half(x) if kind == "half" else _bf16(x) if kind == "bf16" else x
-  return out
+              at = _ev(idx_expr, senv)
+              assert 0 <= at < len(out), f"a store at {at}, past the output's {len(out)} elements"
+              out[at] = _half(x) if kind == "half" else _bf16(x) if kind == "bf16" else x
 
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
 
@@ -353,3 +379,48 @@ def test_a_strided_operand_is_copied_element_by_element():
   A, B = rng.integers(-3, 4, (128, 128)).astype(np.float64), rng.integers(-3, 4, (64, 128)).astype(np.float64)
   got = simulate(src, {mt.a.buf: A.reshape(-1), mt.b.buf: B.reshape(-1)}, mt.c.buf, 128 * 128, 64)
   assert np.abs(got - (A[:, ::2] @ B).reshape(-1)).max() == 0
+
+# *** edge tiles: M and N that the tile does not divide ***
+
+def _edge_error(at: bool, bt: bool, M: int = 84, N: int = 70, tile: int = 1, mangle=lambda src: src) -> float:
+  """Every work-group of an (M x 64) @ (64 x N) kernel on the model, the last ones hanging over both edges (84 and 70
+  are no multiple of 64, and 70 and 84 rows of a transposed operand are no multiple of 8: partial 16-byte chunks)."""
+  K = 64
+  k = Kernel(mm(M, K, N, at=at, bt=bt), [TC(tile)])
+  mt = tc_match.match(k)
+  assert not isinstance(mt, str)
+  t = dataclasses.replace(tc_match.TILES[tile], stages=1)
+  src = mangle(tensor_core.render(k, mt, t, "tc_model"))
+  rng = np.random.default_rng(4)
+  A, B = rng.integers(-3, 4, (M, K)).astype(np.float64), rng.integers(-3, 4, (K, N)).astype(np.float64)
+  bufs = {mt.a.buf: (A.T if at else A).reshape(-1).copy(), mt.b.buf: (B.T if bt else B).reshape(-1).copy()}
+  gn, gm = tc_match.grid(mt, t)
+  got = simulate(src, bufs, mt.c.buf, M * N, K, groups=[(i * t.bm, j * t.bn) for i in range(gm) for j in range(gn)])
+  return float(np.nan_to_num(np.abs(got - (A @ B).reshape(-1)), nan=np.inf).max())
+
+@pytest.mark.parametrize("at,bt", LAYOUTS)
+def test_edge_tiles_store_exactly_the_matrix(at, bt):
+  # zeros past the edges, reads and stores inside the buffers (the model asserts both), every output once
+  assert _edge_error(at, bt) == 0
+
+def test_the_model_catches_an_edge_tile_without_its_guards(monkeypatch):
+  # a store guard dropped: the edge tile writes past the output (or over the next row's outputs)
+  with pytest.raises(AssertionError, match="past the output"):
+    _edge_error(False, False, mangle=lambda src: re.sub(r"if \((mm|nn) < \d+( && nn < \d+)?\) \{", "if (1) {", src))
+  # the copies unguarded: a partial chunk at the end of B reads past the buffer
+  orig = tensor_core._copy
+  monkeypatch.setattr(tensor_core, "_copy", lambda *a, **kw: orig(*a[:10]))
+  with pytest.raises(AssertionError, match="past its"): _edge_error(True, True)
+
+def test_a_vocabulary_wide_head_takes_tensor_cores():
+  # GPT-2's tied head: 64 tokens x 768 times 768 x 50257 (no tile divides 50257); the 64x64 tile, not 128x128 (which would
+  # compute twice the rows)
+  x, wte = Tensor.empty(64, 768, dtype=dtypes.float16), Tensor.empty(50257, 768, dtype=dtypes.float16)
+  ast = ast_of(x @ wte.T)
+  assert default_opts(ast, NVIDIA_LIKE_GPU) == (TC(1),)
+  p = to_program(ast, None, NVIDIA_LIKE_GPU)
+  assert p.global_size == (-(-50257 // 64) * 128, 1, 1) and "nn < 50257" in p.src and "mm <" not in p.src
+  # shapes the tiles divide render as before: no guard anywhere
+  assert "nv" not in to_program(mm(256, 64, 256), None, NVIDIA_LIKE_GPU).src
+  # far too small for a tile (more than half of it past the edges): not taken
+  assert all(o.op is not OptOps.TC for o in default_opts(mm(16, 64, 16), NVIDIA_LIKE_GPU))

@@ -176,9 +176,12 @@ TC_TILES = (2, 1)  # tc_match.TILES in order of preference; one that makes fewer
 
 def _gpu_tensor_cores(k: Kernel, opts: list[Opt], t: Target) -> bool:
   if t.tensor_cores != SM80 or isinstance(mt := tc_match.match(k), str): return False
-  groups = lambda tile: (mt.M // tile.bm) * (mt.N // tile.bn) * prod(mt.batch)  # noqa: E731
-  fitting = [a for a in TC_TILES if tc_match.fits(mt, tc_match.TILES[a]) is None]
-  for a in sorted(fitting, key=lambda a: (groups(tc_match.TILES[a]) < t.compute_units, fitting.index(a))):
+  groups = lambda tile: prod(tc_match.grid(mt, tile)) * prod(mt.batch)  # noqa: E731
+  # a tile whose edge tiles would compute more than half again the outputs is not taken; one that wastes more than an
+  # eighth comes after those that do not (a 64-row activation times a 50257-wide vocabulary: 64x64 tiles, not 128x128)
+  fitting = [a for a in TC_TILES if tc_match.fits(mt, tc_match.TILES[a]) is None and tc_match.waste(mt, tc_match.TILES[a]) <= 0.5]
+  for a in sorted(fitting, key=lambda a: (groups(tc_match.TILES[a]) < t.compute_units, tc_match.waste(mt, tc_match.TILES[a]) > 0.125,
+                                          fitting.index(a))):
     saved = k.state()
     if _try(k, opts, Opt(OptOps.TC, 0, a)):
       if tensor_core.refusal(k, t) is None: return True  # the device's limits (work-group size, local memory)

@@ -5,9 +5,11 @@ stored), over one reduce axis, of a product of two loads of fp16 or of bf16 (bot
 their product cast. Every operand view is one unmasked view with constant strides (matmul, batched matmul, a transposed
 operand); the output axes that are neither m (A varies, B does not) nor n (B varies, A does not) are batch axes. The
 stored value is the sum or an elementwise epilogue over it: float +, *, negation, max, exp2, log2, sqrt, sin, 1/x and
-casts of the sum, constants and unmasked loads that do not vary with the reduce axis (a bias, a residual, GELU). M, N
-and K must divide the tile. Anything else (a convolution's masked window, a comparison in the epilogue) is refused with
-the reason. Kernel asks `check` when Opt(TC) is applied; this module imports nothing of the renderer's.
+casts of the sum, constants and unmasked loads that do not vary with the reduce axis (a bias, a residual, GELU). K
+must divide the tile's step (BK); M and N need not divide the tile: the edge tiles copy zeros for the rows and columns
+past the matrix and store only what lies inside it (a 50257-wide vocabulary). Anything else (a convolution's masked
+window, a comparison in the epilogue) is refused with the reason. Kernel asks `check` when Opt(TC) is applied; this
+module imports nothing of the renderer's.
 """
 from __future__ import annotations
 import math
@@ -157,11 +159,19 @@ def match(k: Kernel) -> Match | str:
                Operand(loads[0].src[0].arg, in_dt, oa, sa), Operand(loads[1].src[0].arg, in_dt, ob, sb),
                Operand(store.src[0].arg, out_dt, oc, sc), in_dt, val, red, epi)
 
+def grid(mt: Match, tile: Tile) -> tuple[int, int]:
+  """Work-groups along n and m: the last ones of each hang over the matrix's edge unless the tile divides it."""
+  return -(-mt.N // tile.bn), -(-mt.M // tile.bm)
+
+def waste(mt: Match, tile: Tile) -> float:
+  """The fraction of the tiles' outputs that lie past the matrix's edges (computed on zeros, never stored)."""
+  gn, gm = grid(mt, tile)
+  return gn * tile.bn * gm * tile.bm / (mt.N * mt.M) - 1
+
 def fits(mt: Match, tile: Tile) -> str | None:
-  """Why `tile` cannot compute `mt` (its sizes must divide the tile), or None."""
-  if mt.M % tile.bm or mt.N % tile.bn or mt.K % BK:
-    return f"M={mt.M}, N={mt.N}, K={mt.K} do not divide the {tile.bm}x{tile.bn}x{BK} tile"
-  if math.prod(mt.batch) > 65535 or mt.M // tile.bm > 65535: return "more than 65535 work-groups in grid dims 1 or 2"
+  """Why `tile` cannot compute `mt`, or None: K must divide the step BK (M and N may end inside a tile)."""
+  if mt.K % BK: return f"K={mt.K} does not divide the {BK}-deep step of the {tile.bm}x{tile.bn}x{BK} tile"
+  if math.prod(mt.batch) > 65535 or grid(mt, tile)[1] > 65535: return "more than 65535 work-groups in grid dims 1 or 2"
   return None
 
 def check(k: Kernel, amount: int) -> str | None:
@@ -170,4 +180,4 @@ def check(k: Kernel, amount: int) -> str | None:
   mt = match(k)
   return mt if isinstance(mt, str) else fits(mt, TILES[amount])
 
-__all__ = ["BK", "TILES", "Tile", "Operand", "Match", "match", "fits", "check", "const_of"]
+__all__ = ["BK", "TILES", "Tile", "Operand", "Match", "match", "fits", "grid", "waste", "check", "const_of"]

@@ -21,7 +21,9 @@ layout its memory has (the direction that is contiguous in global memory stays c
 [k][n] or [n][k]; rows padded by 8 halves, or their 16-byte chunks XOR-swizzled, so the 8 rows one ldmatrix reads fall
 in distinct banks). With 16-byte aligned rows, `cp.async` fills the next stages while this one is multiplied (one
 barrier a step); otherwise vector or scalar loads, one stage. Fragments are read with `ldmatrix` (`.trans` where the
-layout is transposed to what mma wants).
+layout is transposed to what mma wants). Where the tile does not divide M or N, the last tiles hang over the matrix:
+their copies read only what lies inside it (cp.async's source size, else guarded loads) and fill the rest with zeros,
+and their stores are guarded; shapes the tiles divide render without a guard.
 """
 from __future__ import annotations
 import math
@@ -34,7 +36,7 @@ from tinysched.uop import UOp
 from tinysched.cost import ProgramCost
 from tinysched.codegen.target import Target, SM80
 from tinysched.codegen.opencl import scalar_helpers, render_const
-from tinysched.codegen.tc_match import BK, TILES, Tile, Operand, Match, match, fits, const_of
+from tinysched.codegen.tc_match import BK, TILES, Tile, Operand, Match, match, fits, grid, const_of
 
 if TYPE_CHECKING: from tinysched.codegen.kernel import Kernel  # (for types only)
 
@@ -90,24 +92,35 @@ def _ctype_idx(*ops_shape: tuple[Operand, tuple[int, ...]]) -> str:
   return "int" if hi < 2**31 - 1 else "long"
 
 def _copy(name: str, buf: str, base: str, st: Staging, stage: str, row0: str, col0: str, threads: int, use_async: bool,
-          idx: str) -> list[str]:
-  """Code that copies one operand's tile into local stage `stage` (an expression): rows x cols halves, 8 per chunk."""
+          idx: str, edge: tuple[bool, int] | None = None) -> list[str]:
+  """Code that copies one operand's tile into local stage `stage` (an expression): rows x cols halves, 8 per chunk.
+  `edge`: (m or n runs along the local rows, the matrix's size along it) where the last tile hangs over the matrix: what
+  lies past it is filled with zeros and never read (its products land only in outputs that are not stored)."""
   out: list[str] = []
   assert (st.rows * st.cols // 8) % threads == 0, "tiles are powers of two, larger than a work-group's chunks"
   if st.col_stride == 1:
     per = st.cols // 8
+    # nv: how many of the chunk's 8 halves lie inside the matrix
+    nv = "" if edge is None else f", nv = ({row0} + r < {edge[1]}) * 8" if edge[0] else f", nv = min(max({edge[1]} - ({col0} + c8), 0), 8)"
+    off = f"{base} + ({idx})({row0} + r) * {st.row_stride} + ({col0} + c8)"
+    if edge is not None: off = f"({off}) * (nv > 0)"  # wholly past the edge: the buffer's start, of which nothing is read
     out.append(f"for (int i = 0; i < {st.rows * per // threads}; i++) {{")
-    out.append(f"  int c = tid + i * {threads}, r = c / {per}, c8 = (c % {per}) * 8;")
-    out.append(f"  __global const ushort* src = {buf} + {base} + ({idx})({row0} + r) * {st.row_stride} + ({col0} + c8);")
+    out.append(f"  int c = tid + i * {threads}, r = c / {per}, c8 = (c % {per}) * 8{nv};")
+    out.append(f"  __global const ushort* src = {buf} + {off};")
     out.append(f"  __local ushort* dst = {name} + ({stage}) * {st.size} + {st.at('r', 'c8', True)};")
-    if use_async: out.append('  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((uint)(size_t)dst), "l"(src));')
+    if use_async and edge is not None:  # src-size nv*2 bytes: cp.async fills the rest of the 16 with zeros
+      out.append('  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((uint)(size_t)dst), "l"(src), "r"(nv * 2));')
+    elif use_async: out.append('  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((uint)(size_t)dst), "l"(src));')
+    elif edge is not None:
+      out.append("  if (nv == 8) vstore8(vload8(0, src), 0, dst); else for (int x = 0; x < 8; x++) dst[x] = x < nv ? src[x] : 0;")
     else: out.append("  vstore8(vload8(0, src), 0, dst);")
     out.append("}")
   else:
+    ok = "" if edge is None else f", ok = {row0} + r < {edge[1]}" if edge[0] else f", ok = {col0} + c < {edge[1]}"
+    read = f"{buf}[{base} + ({idx})({row0} + r) * {st.row_stride} + ({idx})({col0} + c) * {st.col_stride}]"
     out.append(f"for (int i = 0; i < {st.rows * st.cols // threads}; i++) {{")
-    out.append(f"  int e = tid + i * {threads}, r = e / {st.cols}, c = e % {st.cols};")
-    out.append(f"  {name}[({stage}) * {st.size} + {st.at('r', 'c', False)}] = "
-               f"{buf}[{base} + ({idx})({row0} + r) * {st.row_stride} + ({idx})({col0} + c) * {st.col_stride}];")
+    out.append(f"  int e = tid + i * {threads}, r = e / {st.cols}, c = e % {st.cols}{ok};")
+    out.append(f"  {name}[({stage}) * {st.size} + {st.at('r', 'c', False)}] = {read if edge is None else f'ok ? {read} : 0'};")
     out.append("}")
   return out
 
@@ -208,11 +221,15 @@ def render(k: Kernel, mt: Match, tile: Tile, name: str) -> str:
   body.append(f"float acc[{MI}][{NI}][4];")
   body.append(f"for (int i = 0; i < {MI}; i++) for (int j = 0; j < {NI}; j++) for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;")
   use_async = S > 1
+  # the tiles hang over the matrix where the tile does not divide it: those copies and stores are guarded
+  em, en = mt.M % tile.bm != 0, mt.N % tile.bn != 0
   def copies(stage: str, k0: str) -> list[str]:
     a_rc = (k0, "bm") if sa.rows_k else ("bm", k0)
     b_rc = (k0, "bn") if sb.rows_k else ("bn", k0)
-    return _copy("As", f"((__global const ushort*)data{mt.a.buf})", "abase", sa, stage, a_rc[0], a_rc[1], T, use_async, idx) + \
-           _copy("Bs", f"((__global const ushort*)data{mt.b.buf})", "bbase", sb, stage, b_rc[0], b_rc[1], T, use_async, idx)
+    return _copy("As", f"((__global const ushort*)data{mt.a.buf})", "abase", sa, stage, a_rc[0], a_rc[1], T, use_async, idx,
+                 (not sa.rows_k, mt.M) if em else None) + \
+           _copy("Bs", f"((__global const ushort*)data{mt.b.buf})", "bbase", sb, stage, b_rc[0], b_rc[1], T, use_async, idx,
+                 (not sb.rows_k, mt.N) if en else None)
   # per lane, the row of which 8x8 matrix it points ldmatrix at
   def a_addr(mi: int) -> str:
     # 4 matrices in mma's register order a0..a3: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
@@ -276,9 +293,13 @@ def render(k: Kernel, mt: Match, tile: Tile, name: str) -> str:
   # the sum, or a float32 sum's cast to the output dtype (the store rounds it): no epilogue
   plain = mt.value is mt.red or (mt.value.op is Ops.CAST and mt.value.src[0] is mt.red and mt.red.dtype == dtypes.float32)
   code, res = ([], "") if plain else _epilogue_code(mt, k, idx, "mm", "nn", helpers)  # one epilogue, at (mm, nn)
+  inside = " && ".join(([f"mm < {mt.M}"] if em else []) + ([f"nn < {mt.N}"] if en else []))  # an edge tile stores what is inside
   for e, (dm, dn) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
     me, ne = f"m + {dm}" if dm else "m", f"n + {dn}" if dn else "n"
-    if plain: body.append("  " + put(f"acc[i][j][{e}]", me, ne))
+    if inside:
+      body.append(f"  {{ const int mm = {me}, nn = {ne}; if ({inside}) {{ const float v = acc[i][j][{e}];")
+      body += ["    " + x for x in code] + ["    " + put(res if not plain else "v", "mm", "nn"), "  } }"]
+    elif plain: body.append("  " + put(f"acc[i][j][{e}]", me, ne))
     else:
       body.append(f"  {{ const int mm = {me}, nn = {ne}; const float v = acc[i][j][{e}];")
       body += ["    " + x for x in code] + ["    " + put(res, "mm", "nn"), "  }"]
@@ -317,12 +338,13 @@ def build(k: Kernel, target: Target) -> Built:
   name = kernel_name(k, tile)
   src, local_mem = render(k, mt, tile, name), local_bytes(k, mt, tile)
   nb = math.prod(mt.batch)
-  gs = (mt.N // tile.bn * tile.threads, mt.M // tile.bm, nb)
+  gn, gm = grid(mt, tile)
+  gs = (gn * tile.threads, gm, nb)
   acc = [0] * len(k.bufs)
   pos = {b.arg: i for i, b in enumerate(k.bufs)}
   acc[pos[mt.c.buf]] += mt.M * mt.N * nb
-  acc[pos[mt.a.buf]] += mt.M * mt.K * nb * (mt.N // tile.bn)
-  acc[pos[mt.b.buf]] += mt.N * mt.K * nb * (mt.M // tile.bm)
+  acc[pos[mt.a.buf]] += mt.M * mt.K * nb * gn
+  acc[pos[mt.b.buf]] += mt.N * mt.K * nb * gm
   for _, op in mt.epi_loads: acc[pos[op.buf]] += mt.M * mt.N * nb  # each output reads each of its epilogue loads once
   return Built(name, src, gs, (tile.threads, 1, 1), local_mem, ProgramCost(2 * mt.M * mt.N * mt.K * nb, tuple(acc)))
 
