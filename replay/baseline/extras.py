@@ -91,7 +91,8 @@ def capture_gpu_target(out: Path, root: Path, timeout: float | None, log: Log) -
 # fp16 and bf16 matmuls the tensor-core kernels take (tinysched/codegen/tensor_core.py): each operand layout (A and B
 # contiguous along k or along m / n), a batched product, a float32 result, epilogues after the sum (a bias, a scale and
 # ReLU in bfloat16, a residual, exp, GELU), and one they refuse (a comparison: the heuristic's other choice); edge tiles: M and
-# N that no tile divides (84 x 70, both layouts transposed, and a 1001-wide head with a bias, a vocabulary in small). Small,
+# N that no tile divides (84 x 70, both layouts transposed: too small for a tile; a 1001-wide head with a bias, a vocabulary in
+# small; 120 x 1001 and 116 x 256 whose last 16-byte chunk is partly past the edge, rows aligned for cp.async). Small,
 # so the NUMPY interpreter that captures them and the execution check stay fast.
 TC_CODE = """
 import numpy as np
@@ -117,6 +118,8 @@ x = t(64, 128)
 (t(84, 64) @ t(64, 70)).realize()
 (t(64, 84).T @ t(70, 64).T).realize()
 (t(64, 128) @ t(1001, 128).T + t(1001)).realize()
+(t(120, 64) @ t(64, 1008)[:, :1001]).realize()
+(t(64, 128)[:, :116].T @ t(64, 256)).realize()
 """
 
 def _run_code(member: str, code: str, label: str, out: Path, root: Path, timeout: float | None, env: dict[str, str]) -> None:

@@ -424,3 +424,26 @@ def test_a_vocabulary_wide_head_takes_tensor_cores():
   assert "nv" not in to_program(mm(256, 64, 256), None, NVIDIA_LIKE_GPU).src
   # far too small for a tile (more than half of it past the edges): not taken
   assert all(o.op is not OptOps.TC for o in default_opts(mm(16, 64, 16), NVIDIA_LIKE_GPU))
+
+@pytest.mark.parametrize("case", ["B 1001 of 1008 columns", "A^T 116 of 128 columns"])
+def test_a_chunk_partly_past_the_edge_reads_only_inside(case):
+  # rows aligned for cp.async (1008 and 128 halves), the matrix ending mid-chunk: the last chunk's halves past the edge are
+  # not read (the model's buffers end where the views do) and the product is the interpreter's
+  f16 = dtypes.float16
+  out = (Tensor.empty(120, 64, dtype=f16) @ Tensor.empty(64, 1008, dtype=f16)[:, :1001] if case.startswith("B")
+         else Tensor.empty(64, 128, dtype=f16)[:, :116].T @ Tensor.empty(64, 256, dtype=f16))
+  ast = ast_of(out)
+  assert default_opts(ast, NVIDIA_LIKE_GPU)[0].op is OptOps.TC
+  k = Kernel(ast, [TC(2)])
+  mt = tc_match.match(k)
+  assert not isinstance(mt, str) and (mt.M, mt.N) in ((120, 1001), (116, 256))
+  t = dataclasses.replace(tc_match.TILES[2], stages=1)
+  src = tensor_core.render(k, mt, t, "tc_model")
+  size: dict[int, int] = {}
+  for u in ast.toposort():
+    if u.op is Ops.LOAD: size[u.src[0].arg] = max(size.get(u.src[0].arg, 0), int(u.src[1].arg.real_size()))
+  rng = np.random.default_rng(6)
+  values = {i: rng.integers(-3, 4, n).astype(np.float64) for i, n in size.items()}
+  gn, gm = tc_match.grid(mt, t)
+  got = simulate(src, values, mt.c.buf, mt.M * mt.N, mt.K, groups=[(i * t.bm, j * t.bn) for i in range(gm) for j in range(gn)])
+  assert np.abs(got - _reference(ast, values, mt.c.buf, mt.M * mt.N)).max() == 0
