@@ -1,4 +1,4 @@
-"""Outputs that saturate (inf or NaN nearly everywhere on both sides) prove nothing: the execution check's inputs are in
+"""Outputs that saturate (inf or NaN everywhere on both sides) prove nothing: the execution check's inputs are in
 [0.5, 2), so a matmul over 128 terms feeding exp overflows everywhere, and any change to that kernel compared equal. Seen
 on an H100: the planted tensor-core fragment layout was `equivalent` on `(a @ b).exp()` (tests/replay/test_tc_gpu.py).
 The check now reruns such a job on inputs scaled down by powers of two (replay/execute/judge.py, INPUT_SCALES) and calls
