@@ -1,56 +1,15 @@
-"""`ts_half_round` (tinysched/codegen/opencl.py): a float rounded to the nearest half (ties to even) and back, in
-registers, for half carried in float (no cl_khr_fp16: PoCL, NVIDIA). Every half result of +, *, / and casts goes
-through it, so it must equal the conversion for every input.
+"""`ts_half_round` (tinysched/codegen/opencl.py): a float rounded to the nearest half (ties to even) and back, for half
+carried in float (no cl_khr_fp16: PoCL, NVIDIA). Every half result of +, *, / and casts goes through it, so it must
+equal the conversion for every input: the helper's C text is run on the OpenCL device (scalar and float4) over every
+half value, the midpoints between neighbours and their float neighbours, the edges of the range, and a million random
+floats, against numpy's float16; a planted truncation must be caught.
 
-- Proved for all 2^32 float32 bit patterns with z3: the helper's formula, transcribed below, against z3's IEEE
-  conversion float -> half -> float. Two planted mistakes (ties rounded up, the subnormal threshold one binade off) must
-  give counterexamples, or the proof proves nothing.
-- The helper's C text is run on the OpenCL device (scalar and float4) over every half value, the midpoints between
-  neighbours and their float neighbours, the edges of the range, and random floats, against numpy's float16.
+(A register-only formula, the float's mantissa rounded in integer arithmetic, was proved equal for all 2^32 inputs with
+z3 and then measured on an H100: GPT-2 fp16's kernels took 5.13 ms instead of 4.54, NVIDIA compiling the round trip
+through a private half to two conversion instructions. It was not kept.)
 """
 import numpy as np
 import pytest
-from tinysched.codegen.opencl import scalar_helpers
-
-try: import z3
-except ImportError: z3 = None
-needs_z3 = pytest.mark.skipif(z3 is None, reason="z3-solver is not installed")
-
-def _formula(x, ties: int = 1, sub: int = 0x38800000):
-  """The helper on the 32-bit pattern x (a z3 bit-vector), as a z3 float."""
-  F32, RNE = z3.Float32(), z3.RNE()
-  f = z3.fpBVToFP(x, F32)
-  a = x & 0x7fffffff
-  normal = z3.fpBVToFP((x + 0xfff + (z3.LShR(x, 13) & ties)) & 0xffffe000, F32)
-  subnormal = z3.fpMul(RNE, z3.fpRoundToIntegral(RNE, z3.fpMul(RNE, f, z3.FPVal(2.0**24, F32))), z3.FPVal(2.0**-24, F32))
-  r = z3.If(z3.ULT(a, sub), subnormal, normal)
-  inf = z3.If(z3.fpIsNegative(f), z3.fpMinusInfinity(F32), z3.fpPlusInfinity(F32))
-  r = z3.If(z3.UGT(z3.fpToIEEEBV(r) & 0x7fffffff, 0x477fe000), inf, r)
-  return f, z3.If(z3.UGT(a, 0x7f800000), f, r)
-
-def counterexample(**planted) -> int | None:
-  """A float32 bit pattern where the formula differs from float -> half -> float, or None (proved for all)."""
-  x = z3.BitVec("x", 32)
-  f, got = _formula(x, **planted)
-  want = z3.fpFPToFP(z3.RNE(), z3.fpFPToFP(z3.RNE(), f, z3.FloatHalf()), z3.Float32())
-  s = z3.Solver()
-  s.add(z3.Not(z3.Or(z3.And(z3.fpIsNaN(got), z3.fpIsNaN(want)), z3.fpToIEEEBV(got) == z3.fpToIEEEBV(want))))
-  return s.model()[x].as_long() if s.check() == z3.sat else None
-
-@needs_z3
-def test_the_rounding_is_proved_for_every_float():
-  assert counterexample() is None
-
-@needs_z3
-@pytest.mark.parametrize("planted", [{"ties": 0}, {"sub": 0x38000000}], ids=["ties rounded up", "subnormal threshold off"])
-def test_a_planted_rounding_mistake_has_a_counterexample(planted):
-  assert counterexample(**planted) is not None
-
-def test_the_formula_in_the_source_is_the_proved_one():
-  # the transcription above follows the helper's text: these are its constants and operations
-  src = scalar_helpers(("ts_half_round",))[0]
-  for part in ("0xfffu", "(u >> 13) & 1u", "0xffffe000u", "rint(f * 0x1p24f) * 0x1p-24f", "a < 0x38800000u", "0x477fe000u", "a > 0x7f800000u"):
-    assert part in src, part
 
 def _samples() -> np.ndarray:
   halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
@@ -78,7 +37,7 @@ def device_differences(width: int, helper_text: str | None = None) -> int:
   x = _samples()
   x = x[: len(x) // 4 * 4]
   n = "" if width == 1 else str(width)
-  helper = (helper_text or _HELPERS["ts_half_round"]).format(n=n)
+  helper = (helper_text or "\n".join(_HELPERS[h] for h in ("ts_half_bits", "ts_half_from_bits", "ts_half_round"))).format(n=n)
   src = (helper + f"\n__kernel void half_round(__global const float{n}* x, __global float{n}* y) {{ int i = get_global_id(0); "
          f"y[i] = ts_half_round{n}(x[i]); }}\n")
   dev = Device["OPENCL"]
@@ -96,6 +55,8 @@ def test_the_helper_rounds_as_numpy_on_the_device(width):
   assert device_differences(width) == 0
 
 @pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
-def test_the_device_comparison_catches_a_planted_tie_mistake():
+def test_the_device_comparison_catches_a_planted_truncation():
   from tinysched.codegen.opencl import _HELPERS
-  assert device_differences(1, _HELPERS["ts_half_round"].replace("((u >> 13) & 1u)", "1u")) > 0
+  # vstore_half_rte -> _rtz: the helper truncates instead of rounding to nearest even
+  planted = [_HELPERS["ts_half_bits"].replace("_rte(", "_rtz("), _HELPERS["ts_half_from_bits"], _HELPERS["ts_half_round"]]
+  assert device_differences(1, "\n".join(planted)) > 0

@@ -91,16 +91,9 @@ _HELPERS: dict[str, str] = {
   # half as storage only: vstore_half_rte/vload_half through a private ushort are core OpenCL (no half variable needed)
   "ts_half_bits": "ushort{n} ts_half_bits{n}(float{n} f) {{ ushort{n} h; vstore_half{n}_rte(f, 0, (__private half*)&h); return h; }}",
   "ts_half_from_bits": "float{n} ts_half_from_bits{n}(ushort{n} h) {{ return vload_half{n}(0, (__private const half*)&h); }}",
-  # float -> nearest half (ties to even) -> float, in registers (a round trip through a private half costs a memory
-  # access per op on NVIDIA: GPT-2's fp16 embedding sum ran 50x its fp32 time). Normal range: the float's mantissa
-  # rounded to 10 bits; below 2^-14: to a multiple of 2^-24 (rint); past 65504: inf; NaN as it is. Proved equal to the
-  # conversion for all 2^32 floats (tests/tinysched/test_half_round.py, z3; also run on the device against numpy).
-  "ts_half_round": "float{n} ts_half_round{n}(float{n} f) {{ uint{n} u = as_uint{n}(f), a = u & 0x7fffffffu; "
-                   "float{n} r = select(as_float{n}((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u), rint(f * 0x1p24f) * 0x1p-24f, "
-                   "a < 0x38800000u); r = select(r, copysign((float{n})(INFINITY), f), (as_uint{n}(r) & 0x7fffffffu) > 0x477fe000u); "
-                   "return select(r, f, a > 0x7f800000u); }}",
+  "ts_half_round": "float{n} ts_half_round{n}(float{n} f) {{ return ts_half_from_bits{n}(ts_half_bits{n}(f)); }}",
 }
-_NEEDS = {"ts_bf16_round": ("ts_bf16_bits",)}
+_NEEDS = {"ts_bf16_round": ("ts_bf16_bits",), "ts_half_round": ("ts_half_bits", "ts_half_from_bits")}
 # half ops whose result is exact given half operands: no rounding needed in the storage path
 _EXACT_HALF_OPS = frozenset({Ops.NEG, Ops.MAX, Ops.WHERE})
 
