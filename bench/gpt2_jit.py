@@ -13,7 +13,10 @@ one (max abs difference) every call.
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, time
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# bench/profile.py is named like the standard library's profile, which torch.compile imports: keep this folder off the path
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
 import numpy as np
 from bench.jit_timing import unjitted_vs_jit  # noqa: E402
 
