@@ -1,4 +1,5 @@
-"""Shared helpers for the front-end tests (tensor ops, autograd, nn, optim, state)."""
+"""Shared helpers for the tests: numpy/torch comparisons (tensor ops, autograd, nn, optim, state), and whether an
+OpenCL platform is here (tests that run kernels on it skip without one)."""
 from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
@@ -11,6 +12,14 @@ except ImportError:  # the numpy-reference tests still run; torch comparisons sk
   torch = None
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+def has_opencl() -> bool:
+  try:
+    from tinysched.runtime.opencl import opencl_available  # (pyopencl may be missing: then there is no platform)
+    return opencl_available()
+  except Exception: return False
+
+needs_opencl = pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL platform (PoCL here)")
 
 def rand(*shape: int, seed: int = 0, dtype: Any = np.float32, low: float = -2.0, high: float = 2.0) -> np.ndarray:
   """Deterministic test data: uniform floats, or ints in [low, high) for an int dtype, or bools."""

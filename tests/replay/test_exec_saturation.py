@@ -7,17 +7,13 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 import replay.execute.judge as J
+from tests.helpers import needs_opencl
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTS = Path(__file__).resolve().parent / "plants"
 
-def _opencl() -> bool:
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    return opencl_available()
-  except Exception: return False
 
-pytestmark = pytest.mark.skipif(not _opencl(), reason="needs an OpenCL platform (PoCL)")
+pytestmark = needs_opencl
 
 WORKLOAD = r'''
 import sys, replay

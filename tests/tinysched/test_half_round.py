@@ -10,6 +10,7 @@ through a private half to two conversion instructions. It was not kept.)
 """
 import numpy as np
 import pytest
+from tests.helpers import needs_opencl
 
 def _samples() -> np.ndarray:
   halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
@@ -22,11 +23,6 @@ def _samples() -> np.ndarray:
   rnd = np.random.default_rng(0).integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
   return np.concatenate([h, mid, near, edges, -edges, rnd]).astype(np.float32)
 
-def _opencl() -> bool:
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    return opencl_available()
-  except ImportError: return False
 
 def device_differences(width: int, helper_text: str | None = None) -> int:
   """How many samples the helper (its C text, run on the OpenCL device) rounds otherwise than numpy's float16."""
@@ -49,12 +45,12 @@ def device_differences(width: int, helper_text: str | None = None) -> int:
   bad = ~((got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want)))
   return int(bad.sum())
 
-@pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+@needs_opencl
 @pytest.mark.parametrize("width", [1, 4])
 def test_the_helper_rounds_as_numpy_on_the_device(width):
   assert device_differences(width) == 0
 
-@pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+@needs_opencl
 def test_the_device_comparison_catches_a_planted_truncation():
   from tinysched.codegen.opencl import _HELPERS
   # vstore_half_rte -> _rtz: the helper truncates instead of rounding to nearest even

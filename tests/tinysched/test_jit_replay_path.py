@@ -11,14 +11,10 @@ import pytest
 from tinysched import Tensor, TinyJit, Device, dtypes
 from tinysched.helpers import GlobalCounters
 from tinysched.models.gpt2 import GPT2, GPT2_TINY, random_gpt2_weights
+from tests.helpers import needs_opencl
 
-def _opencl() -> bool:
-  try:
-    from tinysched.runtime.opencl import opencl_available
-    return opencl_available()
-  except ImportError: return False
 
-pytestmark = pytest.mark.skipif(not _opencl(), reason="no OpenCL platform")
+pytestmark = needs_opencl
 DEV = "OPENCL"
 
 @pytest.fixture(autouse=True)
