@@ -13,11 +13,11 @@ one (max abs difference) every call.
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, time
+import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # bench/profile.py is named like the standard library's profile, which torch.compile imports: keep this folder off the path
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
-import numpy as np
 from bench.jit_timing import unjitted_vs_jit  # noqa: E402
 
 def main() -> None:
