@@ -137,23 +137,29 @@ def run_job(job: dict, device: str, timing_runs: int, slower_threshold: float = 
     regrouped = bool(job.get("regroups")) and [a.key for a in _asts(old)] != [a.key for a in _asts(new)]
     old_vs_new = {i: compare(got["old"][i], got["new"][i], judged_as(specs[i][1].name, _asts(old) + _asts(new)), intermediate_rounding=regrouped)
                   for i in both}
+    # at schedule level both kernel lists against the input graph too (it compares every intermediate: it may find
+    # what saturated final outputs hide)
+    gf: list[dict] = []
+    note = None
+    if job["reference"]["kind"] == "graph":
+      try: gf, note = _graph_check(job, {"old": old, "new": new}, host, specs, names)
+      except Exception as e:
+        return {**res, "verdict": "failed", "side": "reference", "error": f"the reference could not evaluate this capture: {type(e).__name__}: {e}",
+                "log": traceback.format_exc()[-4000:]}
+    found = bool(check.findings or gf) or not all(c["equal"] for c in old_vs_new.values())
     # outputs that are inf/NaN everywhere on both sides cannot tell a right kernel from a wrong one (a matmul feeding
     # exp, on inputs in [0.5, 2)): unless something was found already, the same run on smaller float inputs (where there
     # are any: an output that is inf everywhere whatever the inputs, a -inf fill, is compared as it is)
     sat = _saturated(got, specs) if any(_is_floaty(dt) and i not in w_old and i not in w_new for i, (_, dt) in specs.items()) else []
-    if not sat or check.findings or not all(c["equal"] for c in old_vs_new.values()): break
+    if not sat or found: break
   if scale != 1.0: res["input_scale"] = scale
-  if sat and not check.findings and all(c["equal"] for c in old_vs_new.values()):
+  if sat and not found:
     return {**res, "verdict": "skipped", "reason": f"outputs {sat} are inf or NaN in every element on both sides, even on inputs "
             f"scaled down to {INPUT_SCALES[-1]:g}: the comparison could not tell a wrong kernel from a right one (not verified)"}
   findings: list[dict] = list(check.findings)
   if check.undecidable: res["undecidable_elements"] = check.undecidable
   res["reference"] = "each kernel on the interpreter, from the device's inputs to it"
   if job["reference"]["kind"] == "graph":
-    try: gf, note = _graph_check(job, {"old": old, "new": new}, host, specs, names)
-    except Exception as e:
-      return {**res, "verdict": "failed", "side": "reference", "error": f"the reference could not evaluate this capture: {type(e).__name__}: {e}",
-              "log": traceback.format_exc()[-4000:]}
     findings += gf
     res["reference"] += "; both kernel lists against the scheduler's input graph, op by op" + (f" ({note})" if note else "")
   if job.get("regroups") and len(old.items) != len(new.items): res["kernel_map"] = _kernel_map(old, new)

@@ -158,7 +158,8 @@ def test_bf16_constant_change_is_a_mismatch(db, monkeypatch):
 
 # *** on OpenCL, through the CLI (the plants reach the exec workers) ***
 
-from tests.replay.test_exec_plants import _opencl, _env, run_check, verdicts as exec_verdicts, gate  # noqa: E402
+from tests.replay.test_exec_plants import _env, run_check, verdicts as exec_verdicts, gate  # noqa: E402
+from tests.helpers import has_opencl as _opencl  # noqa: E402
 
 OPENCL_WORKLOAD = "\n".join(["import sys, numpy as np, replay", "from tinysched import Tensor, dtypes",
                              "BF = dtypes.bfloat16", *__import__("inspect").getsource(workload).splitlines(),
